@@ -1,0 +1,113 @@
+"""NVML node agent: exports dcgm-exporter-compatible GPU metrics with pod labels.
+
+Serve them for Prometheus (`--listen`), or write OpenMetrics files for offline analysis: one snapshot
+(`--once --output FILE.om`) or a timestamped recording (`--record 5m --output FILE.om`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import socket
+import sys
+
+DEFAULT_LISTEN = "127.0.0.1:9400"
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'1s', '500ms', '2m', '1h' or a bare number of seconds → seconds (> 0)."""
+    match = _DURATION_RE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 5m)")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'HOST:PORT' (IPv6 as '[::1]:9400') → (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"--listen wants HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the agent's flags."""
+    parser.add_argument(
+        "--listen",
+        type=parse_listen,
+        default=parse_listen(DEFAULT_LISTEN),
+        metavar="HOST:PORT",
+        help=f"where to serve /metrics (default {DEFAULT_LISTEN}; a DaemonSet uses 0.0.0.0:9400)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=parse_duration,
+        default=1.0,
+        metavar="DURATION",
+        help="sampling interval (default 1s)",
+    )
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="value of the Hostname label (default $NODE_NAME, else the host name)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="take one snapshot, write it to --output, exit")
+    mode.add_argument(
+        "--record",
+        type=parse_duration,
+        metavar="DURATION",
+        help="sample for DURATION, write to --output, exit",
+    )
+    parser.add_argument("--output", "-o", metavar="FILE.om", help="OpenMetrics file for --once/--record")
+    parser.add_argument(
+        "--proc-root", default="/proc", help="the host's /proc (e.g. /host/proc in a pod without hostPID)"
+    )
+    parser.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="look pod names up in the API server (pods of --node-name); without it only pod_uid is exported",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent until stopped (serve mode) or until the snapshot/recording is written."""
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if (args.once or args.record) and not args.output:
+        print("error: --once and --record need --output FILE.om", file=sys.stderr)
+        return 2
+
+    from pathlib import Path  # noqa: PLC0415  (heavy imports stay inside run)
+
+    from gpu_rightsizer.adapters.nvml import PynvmlLibrary  # noqa: PLC0415
+    from gpu_rightsizer.agent.cgroups import PidPodMapper, PodDirectory  # noqa: PLC0415
+    from gpu_rightsizer.agent.runner import AgentRunner  # noqa: PLC0415
+
+    directory: PodDirectory | None = None
+    if args.kubernetes:
+        from gpu_rightsizer.agent.kube_directory import KubernetesPodDirectory  # noqa: PLC0415
+
+        directory = KubernetesPodDirectory(node_name=args.node_name)
+    mapper = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+    runner = AgentRunner(
+        nvml=PynvmlLibrary(), resolve=mapper.identity, hostname=args.node_name, interval=args.interval
+    )
+    runner.install_signal_handlers()
+    try:
+        if args.once:
+            return runner.snapshot_to_file(Path(args.output))
+        if args.record:
+            return runner.record_to_file(Path(args.output), args.record)
+        return runner.serve(args.listen[0], args.listen[1])
+    finally:
+        runner.close()

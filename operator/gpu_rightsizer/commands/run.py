@@ -1,0 +1,64 @@
+"""Run the operator: watch GPU pods, keep one GPURecommendation per workload current.
+
+`--role recommender` (default) only reads workloads and writes GPURecommendations and Events;
+`--role actuator` also patches workloads under `Apply` policies, with leader election so that
+exactly one actuator acts at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `gpu-rightsizer run` (each also readable from a GPURS_* environment variable)."""
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces (default)")
+    parser.add_argument("--prometheus-url", help="Prometheus base URL (env GPURS_PROMETHEUS_URL)")
+    parser.add_argument("--prometheus-token-file", help="file holding a bearer token (env GPURS_PROMETHEUS_TOKEN_FILE)")
+    parser.add_argument("--prometheus-ca-file", help="CA bundle for Prometheus TLS (env GPURS_PROMETHEUS_CA_FILE)")
+    parser.add_argument("--prometheus-insecure", action="store_true", help="skip TLS verification (testing only)")
+    parser.add_argument("--interval", help="analysis interval, e.g. 5m (env GPURS_INTERVAL; default 5m)")
+    parser.add_argument("--window", help="observation window, e.g. 1h (env GPURS_WINDOW; default 1h)")
+    parser.add_argument("--role", choices=["recommender", "actuator", "all"], help="what this process does")
+    parser.add_argument("--metrics-port", type=int, help="port of the operator's own /metrics (default 9090; 0 = off)")
+    parser.add_argument("--metrics-address", help="address of the operator's own /metrics (default 0.0.0.0)")
+    parser.add_argument(
+        "--liveness", help="kopf liveness endpoint URL (default http://0.0.0.0:8080/healthz; 'off' disables)"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start kopf with the handlers of the chosen role; returns when the operator stops."""
+    import kopf
+    from prometheus_client import start_http_server
+
+    from gpu_rightsizer.config import OperatorConfig
+    from gpu_rightsizer.handlers import recommender
+
+    try:
+        config = OperatorConfig.from_args(args)
+    except ValueError as error:
+        print(f"gpu-rightsizer run: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    recommender.CONFIG = config
+    if config.role in ("actuator", "all"):
+        from gpu_rightsizer.handlers import actuator  # noqa: F401 - registers the actuator's handlers
+    if config.metrics_port:
+        start_http_server(config.metrics_port, addr=config.metrics_address)
+    kopf.run(
+        standalone=config.standalone,
+        peering_name=None if config.standalone else config.peering_name,
+        clusterwide=config.all_namespaces,
+        namespaces=config.namespaces,
+        liveness_endpoint=config.liveness_endpoint,
+    )
+    return 0

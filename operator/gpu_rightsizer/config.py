@@ -1,0 +1,74 @@
+"""Runtime configuration of `gpu-rightsizer run`, from flags with environment fallbacks.
+
+Environment variables (prefix `GPURS_`) exist so the Helm chart can pass settings without
+rewriting the command line, and so credentials never appear in `ps` output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["recommender", "actuator", "all"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '1h30m', '2d' -> seconds; a clear ValueError otherwise."""
+    cleaned = text.strip()
+    parts = _DURATION.findall(cleaned)
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != cleaned:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 30m, 1h30m, 2d)")
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything `run` needs; immutable once parsed."""
+
+    prometheus_url: str | None = None
+    prometheus_token_file: str | None = None
+    prometheus_ca_file: str | None = None
+    prometheus_insecure: bool = False
+    interval_seconds: float = 300.0
+    window_seconds: float = 3600.0
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = True
+    role: Role = "recommender"
+    metrics_port: int = 9090
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - in-cluster metrics must be scrapeable
+    liveness_endpoint: str | None = "http://0.0.0.0:8080/healthz"
+    standalone: bool = True
+    peering_name: str = "gpu-rightsizer"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> OperatorConfig:
+        """Flags first, then GPURS_* environment variables, then defaults."""
+        env = os.environ
+        namespaces = tuple(args.namespace or [n for n in env.get("GPURS_NAMESPACES", "").split(",") if n])
+        role = args.role or env.get("GPURS_ROLE", "recommender")
+        if role not in ("recommender", "actuator", "all"):
+            raise ValueError(f"--role must be recommender, actuator or all, not {role!r}")
+        liveness = args.liveness or env.get("GPURS_LIVENESS") or "http://0.0.0.0:8080/healthz"
+        metrics_port = args.metrics_port if args.metrics_port is not None else env.get("GPURS_METRICS_PORT", "9090")
+        return cls(
+            prometheus_url=args.prometheus_url or env.get("GPURS_PROMETHEUS_URL") or None,
+            prometheus_token_file=args.prometheus_token_file or env.get("GPURS_PROMETHEUS_TOKEN_FILE") or None,
+            prometheus_ca_file=args.prometheus_ca_file or env.get("GPURS_PROMETHEUS_CA_FILE") or None,
+            prometheus_insecure=bool(args.prometheus_insecure or env.get("GPURS_PROMETHEUS_INSECURE") == "true"),
+            interval_seconds=parse_duration(args.interval or env.get("GPURS_INTERVAL", "5m")),
+            window_seconds=parse_duration(args.window or env.get("GPURS_WINDOW", "1h")),
+            namespaces=namespaces,
+            all_namespaces=not namespaces,
+            role=role,  # type: ignore[arg-type]
+            metrics_port=int(metrics_port),
+            metrics_address=args.metrics_address or env.get("GPURS_METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104
+            liveness_endpoint=None if liveness == "off" else liveness,
+            standalone=role == "recommender",
+        )

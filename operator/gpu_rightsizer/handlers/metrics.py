@@ -1,0 +1,28 @@
+"""The operator's own Prometheus metrics (names are part of the chart's alerts and dashboard)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+WORKLOADS_ANALYZED = Counter(
+    "gpu_rightsizer_workloads_analyzed", "Workload windows analysed (one per workload per cycle)."
+)
+RECOMMENDATIONS = Gauge(
+    "gpu_rightsizer_recommendations",
+    "Current recommendations by primary diagnosis and namespace.",
+    ["diagnosis", "namespace"],
+)
+WASTED_GPU_HOURS = Gauge(
+    "gpu_rightsizer_wasted_gpu_hours_per_day",
+    "Estimated GPU-hours per day the current recommendations would free, by namespace.",
+    ["namespace"],
+)
+CYCLE_DURATION = Histogram(
+    "gpu_rightsizer_cycle_duration_seconds",
+    "Duration of one analysis cycle over all workloads.",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+ERRORS = Counter("gpu_rightsizer_errors", "Errors by kind (metrics source, kubernetes, analysis).", ["kind"])
+ACTIONS_APPLIED = Counter(
+    "gpu_rightsizer_actions_applied", "Changes carried out by the actuator, by action and result.", ["action", "result"]
+)

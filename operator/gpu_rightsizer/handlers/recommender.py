@@ -1,0 +1,98 @@
+"""kopf wiring of the recommender: GPU pods -> one GPURecommendation per workload, kept current.
+
+Handlers only wire: owner resolution and writes are in `adapters.kube`, decisions in `logic`.
+Pods are watched with event handlers, which keep no state on the pods (the operator never writes
+to objects it does not own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.logic.status import waiting_status
+from gpu_rightsizer.logic.workloads import allocation_from_pod_spec, is_ignored, requests_gpu
+
+LOG = logging.getLogger(__name__)
+
+#: Set by `commands.run` before kopf starts; handlers read it from the memo.
+CONFIG = OperatorConfig()
+
+
+def _uses_gpu(body: kopf.Body, **_: Any) -> bool:
+    return requests_gpu(body)
+
+
+@kopf.on.startup()
+async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Tune kopf, connect the adapters, start the periodic analysis loop."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="gpurightsizer.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="gpurightsizer.io", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+    memo.config = CONFIG
+    memo.kube = KubeAdapter(cycle.api_client())
+    memo.known = set()
+    memo.lock = threading.Lock()
+    memo.stop = asyncio.Event()
+    memo.cycle_task = asyncio.create_task(cycle.analysis_loop(memo))
+
+
+@kopf.on.cleanup()
+async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the analysis loop cleanly."""
+    stop = getattr(memo, "stop", None)
+    task = getattr(memo, "cycle_task", None)
+    if stop is not None:
+        stop.set()
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+@kopf.on.event("", "v1", "pods", when=_uses_gpu)
+def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002 - kopf's name
+    """A GPU pod appeared or changed: make sure its workload has a GPURecommendation."""
+    if type == "DELETED" or is_ignored(body) or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    kube: KubeAdapter = memo.kube
+    workload = kube.resolve_owner(body)
+    if is_ignored(workload.obj):
+        return
+    key = workload.ref.key
+    with memo.lock:
+        if key in memo.known:
+            return
+    recommendation = kube.ensure_recommendation(workload)
+    if not recommendation.get("status"):
+        replicas = int(((workload.obj.get("spec") or {}).get("replicas")) or 1)
+        allocation = allocation_from_pod_spec(dict(body.get("spec") or {}), replicas=replicas)
+        config: OperatorConfig = memo.config
+        reason = (
+            "Waiting for the first observation window of metrics"
+            if config.prometheus_url
+            else "No metrics source configured (--prometheus-url): cannot analyse yet"
+        )
+        status = waiting_status(
+            allocation,
+            reason,
+            workload=workload.ref,
+            now=datetime.now(UTC),
+            generation=(recommendation.get("metadata") or {}).get("generation"),
+        )
+        kube.patch_recommendation_status(workload.ref, status.model_dump(mode="json", by_alias=True, exclude_none=True))
+    with memo.lock:
+        memo.known.add(key)

@@ -1,0 +1,1057 @@
+"""Rule set of gpu-signals §4.3: from one workload window to findings and a primary diagnosis.
+
+Order (SPEC §1, gpu-signals "Rule ordering"): health gates (HardwareFault, Throttled) block everything;
+then InsufficientData; then IdleAllocation; then data-path causes (CPU, I/O, host transfer,
+communication), which explain a low busy figure; then in-GPU efficiency (occupancy, bandwidth, tensor
+cores); then sizing (oversized, memory capacity); then serving (replicas). Healthy when nothing fires.
+
+Busy = DCGM_FI_PROF_GR_ENGINE_ACTIVE, else DCGM_FI_DEV_GPU_UTIL (never under MIG, where NVML does not
+report it). Device series of a GPU shared by several pods appear once per pod; they are deduplicated by
+GPU UUID and never summed. Every aggregate is order-independent (sorted inputs, `math.fsum`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpu_rightsizer.logic.mig import (
+    GIB_PER_MIB,
+    GPUModelSpec,
+    MigProfile,
+    MigTables,
+    find_profile,
+    is_pre_volta,
+    profiles_for,
+    spec_for_product,
+)
+from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import DiagnosisCode, Severity
+from gpu_rightsizer.model.observation import GPUObservation, Signal, SignalStats, WorkloadWindow
+from gpu_rightsizer.model.result import Finding
+
+#: Signals that are ratios in 0..1 (a value far outside is contradictory data).
+RATIO_SIGNALS: frozenset[Signal] = frozenset(
+    {
+        Signal.GR_ENGINE_ACTIVE,
+        Signal.SM_ACTIVE,
+        Signal.SM_OCCUPANCY,
+        Signal.TENSOR_ACTIVE,
+        Signal.FP32_ACTIVE,
+        Signal.FP16_ACTIVE,
+        Signal.DRAM_ACTIVE,
+        Signal.GPU_UTIL,
+        Signal.THROTTLE_FRACTION,
+        Signal.CPU_THROTTLED_RATIO,
+    }
+)
+
+#: Rule order: the first code in this list among the findings is the primary diagnosis.
+PRIMARY_ORDER: tuple[DiagnosisCode, ...] = (
+    DiagnosisCode.HARDWARE_FAULT,
+    DiagnosisCode.THROTTLED,
+    DiagnosisCode.INSUFFICIENT_DATA,
+    DiagnosisCode.IDLE_ALLOCATION,
+    DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+    DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
+    DiagnosisCode.HOST_TRANSFER_BOUND,
+    DiagnosisCode.COMMUNICATION_BOUND,
+    DiagnosisCode.LOW_OCCUPANCY,
+    DiagnosisCode.MEMORY_BANDWIDTH_BOUND,
+    DiagnosisCode.NO_TENSOR_CORES,
+    DiagnosisCode.OVERSIZED_GPU,
+    DiagnosisCode.MEMORY_CAPACITY_BOUND,
+    DiagnosisCode.UNDER_REPLICATED,
+    DiagnosisCode.OVER_REPLICATED,
+    DiagnosisCode.HEALTHY,
+)
+_RANK = {code: rank for rank, code in enumerate(PRIMARY_ORDER)}
+
+#: No finding claims certainty: window statistics can always miss what happened between samples.
+MAX_CONFIDENCE = 0.95
+
+_PCIE_FALLBACK_BYTES_PER_S = 16 * 1.97e9  # PCIe Gen4 x16, one direction (gpu-signals §4.2)
+_SERVING_TYPES = frozenset({"inference", "serving"})
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.0f}%"
+
+
+def _fmean(values: Iterable[float]) -> float | None:
+    items = list(values)
+    return math.fsum(items) / len(items) if items else None
+
+
+def _max(values: Iterable[float]) -> float | None:
+    items = list(values)
+    return max(items) if items else None
+
+
+@dataclass(frozen=True, slots=True)
+class GPUFigures:
+    """One distinct GPU (or MIG slice) of the workload."""
+
+    uuid: str
+    observation: GPUObservation
+    busy: SignalStats | None
+    busy_source: str | None  # "gr_engine_active" | "gpu_util" | None
+    is_mig: bool
+    shared: bool
+    spec: GPUModelSpec | None
+    profile: MigProfile | None  # the slice's profile when MIG
+    capacity_gib: float | None
+    sms: int | None  # SMs of the device as allocated (slice SMs under MIG)
+
+    def stat(self, signal: Signal) -> SignalStats | None:
+        """Statistics of one signal on this GPU, if present."""
+        return self.observation.stats.get(signal)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFigures:
+    """Order-independent aggregates of a window that every rule reads."""
+
+    window: WorkloadWindow
+    gpus: tuple[GPUFigures, ...]
+    gpus_per_pod: int
+    total_gpus: int
+    replicas: int
+    is_mig: bool
+    is_shared: bool
+    spec: GPUModelSpec | None
+    profiles: tuple[MigProfile, ...]
+    busy_source: str | None
+    busy_p50: float | None
+    busy_p95: float | None
+    busy_p95_max: float | None
+    busy_max: float | None
+    busy_active_fraction: float | None
+    busy_samples: int
+    busy_sawtooth: float | None
+    sm_p50: float | None
+    sm_p95: float | None
+    occupancy_p50: float | None
+    tensor_p95: float | None
+    fp32_p50: float | None
+    dram_p95: float | None
+    fb_used_p99_gib: float | None
+    capacity_gib: float | None
+    memory_share_p99: float | None
+    pcie_utilisation: float | None
+    nvlink_utilisation: float | None
+    nvlink_bytes_p95: float | None
+    cpu_usage_p95: float | None
+    cpu_reference_cores: float | None
+    cpu_reference_is_limit: bool
+    cpu_saturation: float | None
+    cpu_throttled: float | None
+    memory_ws_p99_bytes: float | None
+    io_bytes_p95: float | None
+    gpu_cpu_correlation: float | None
+    restarts: int
+    oom_killed: bool
+    requests_per_s: float | None
+    queue_length_p50: float | None
+    queue_length_p95: float | None
+    queue_active_fraction: float | None
+    is_serving: bool
+    coverage: float | None
+    pods: int
+
+    @property
+    def profiling_fields(self) -> bool:
+        """True when DCGM profiling fields (SM_ACTIVE) are present, not only busy."""
+        return self.sm_p50 is not None
+
+
+def _allocation_is_mig(window: WorkloadWindow) -> bool:
+    allocation = window.allocation
+    return (
+        allocation.mig_profile is not None
+        or allocation.gpu_resource.startswith("nvidia.com/mig-")
+        or allocation.sharing == "mig"
+    )
+
+
+def _gpu_figures(window: WorkloadWindow, mig_tables: MigTables | None) -> tuple[GPUFigures, ...]:
+    allocation = window.allocation
+    allocation_mig = _allocation_is_mig(window)
+    allocation_shared = allocation.sharing in {"time-slicing", "mps"} or allocation.gpu_resource.endswith(
+        ".shared"
+    )
+    by_uuid: dict[str, GPUObservation] = {}
+    for pod in sorted(window.pods, key=lambda p: p.name):
+        for gpu in sorted(pod.gpus, key=lambda g: g.uuid):
+            by_uuid.setdefault(gpu.uuid, gpu)
+    pods_per_uuid: dict[str, int] = {}
+    for pod in window.pods:
+        for uuid in {gpu.uuid for gpu in pod.gpus}:
+            pods_per_uuid[uuid] = pods_per_uuid.get(uuid, 0) + 1
+    result = []
+    for uuid in sorted(by_uuid):
+        gpu = by_uuid[uuid]
+        spec = spec_for_product(gpu.model_name) or spec_for_product(allocation.gpu_model)
+        profiles = profiles_for(spec, mig_tables)
+        profile_name = gpu.mig_profile or allocation.mig_profile
+        if profile_name is None and allocation.gpu_resource.startswith("nvidia.com/mig-"):
+            profile_name = allocation.gpu_resource
+        is_mig = gpu.mig_profile is not None or allocation_mig
+        profile = find_profile(profiles, profile_name) if is_mig else None
+        gr = gpu.stats.get(Signal.GR_ENGINE_ACTIVE)
+        util = gpu.stats.get(Signal.GPU_UTIL)
+        if gr is not None:
+            busy, source = gr, "gr_engine_active"
+        elif util is not None and not is_mig:
+            busy, source = util, "gpu_util"
+        else:
+            busy, source = None, None
+        capacity: float | None = None
+        if gpu.memory_total_mib:
+            capacity = gpu.memory_total_mib * GIB_PER_MIB
+        elif allocation.gpu_memory_mib:
+            capacity = allocation.gpu_memory_mib * GIB_PER_MIB
+        elif Signal.FB_USED_MIB in gpu.stats and Signal.FB_FREE_MIB in gpu.stats:
+            capacity = (gpu.stats[Signal.FB_USED_MIB].p50 + gpu.stats[Signal.FB_FREE_MIB].p50) * GIB_PER_MIB
+        elif profile is not None:
+            capacity = profile.memory_gib
+        elif spec is not None and not is_mig:
+            capacity = spec.memory_gib
+        sms = profile.sms if profile is not None else (spec.sms if spec is not None and not is_mig else None)
+        result.append(
+            GPUFigures(
+                uuid=uuid,
+                observation=gpu,
+                busy=busy,
+                busy_source=source,
+                is_mig=is_mig,
+                shared=allocation_shared or gpu.shared_by_pods > 1 or pods_per_uuid.get(uuid, 1) > 1,
+                spec=spec,
+                profile=profile,
+                capacity_gib=capacity,
+                sms=sms,
+            )
+        )
+    return tuple(result)
+
+
+def _gpu_stat(
+    gpus: tuple[GPUFigures, ...], signal: Signal, pick: Callable[[SignalStats], float]
+) -> list[float]:
+    return [pick(s) for g in gpus if (s := g.stat(signal)) is not None]
+
+
+def _workload_stat(window: WorkloadWindow, signal: Signal) -> SignalStats | None:
+    """A workload-level serving signal; falls back to the busiest pod's own series."""
+    if signal in window.stats:
+        return window.stats[signal]
+    candidates = [pod.stats[signal] for pod in window.pods if signal in pod.stats]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda s: (s.p95, s.p50, s.mean, s.max))
+
+
+def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> WorkloadFigures:
+    """Reduce a window to the figures the rules read (pure, order-independent)."""
+    allocation = window.allocation
+    gpus = _gpu_figures(window, mig_tables)
+    busy_gpus = [g.busy for g in gpus if g.busy is not None]
+    sources = {g.busy_source for g in gpus}
+    busy_source = (
+        None
+        if None in sources or not sources
+        else ("gpu_util" if "gpu_util" in sources else "gr_engine_active")
+    )
+    spec = next((g.spec for g in gpus if g.spec is not None), None) or spec_for_product(allocation.gpu_model)
+    profiles = profiles_for(spec, mig_tables)
+
+    fb_p99 = _max(_gpu_stat(gpus, Signal.FB_USED_MIB, lambda s: s.p99))
+    fb_p99_gib = fb_p99 * GIB_PER_MIB if fb_p99 is not None else None
+    capacities = [g.capacity_gib for g in gpus if g.capacity_gib]
+    capacity = min(capacities) if capacities else None
+    shares = [
+        s.p99 * GIB_PER_MIB / g.capacity_gib
+        for g in gpus
+        if g.capacity_gib and (s := g.stat(Signal.FB_USED_MIB)) is not None
+    ]
+
+    pcie_utils = []
+    nvlink_utils = []
+    nvlink_bytes = []
+    for g in gpus:
+        pcie_capacity = g.spec.pcie_bytes_per_s if g.spec else _PCIE_FALLBACK_BYTES_PER_S
+        rx, tx = g.stat(Signal.PCIE_RX_BYTES_PER_S), g.stat(Signal.PCIE_TX_BYTES_PER_S)
+        if rx is not None or tx is not None:
+            pcie_utils.append(max(rx.p95 if rx else 0.0, tx.p95 if tx else 0.0) / pcie_capacity)
+        nrx, ntx = g.stat(Signal.NVLINK_RX_BYTES_PER_S), g.stat(Signal.NVLINK_TX_BYTES_PER_S)
+        if nrx is not None or ntx is not None:
+            total = (nrx.p95 if nrx else 0.0) + (ntx.p95 if ntx else 0.0)
+            nvlink_bytes.append(total)
+            nominal = g.spec.nvlink_bytes_per_s if g.spec and g.spec.nvlink_bytes_per_s else 600e9
+            nvlink_utils.append(total / nominal)
+
+    pods = sorted(window.pods, key=lambda p: p.name)
+    reference = allocation.cpu_limit_cores or allocation.cpu_request_cores
+    cpu_usage = _max(p.stats[Signal.CPU_USAGE_CORES].p95 for p in pods if Signal.CPU_USAGE_CORES in p.stats)
+    cpu_saturation = cpu_usage / reference if cpu_usage is not None and reference else None
+    cpu_throttled = _max(
+        p.stats[Signal.CPU_THROTTLED_RATIO].p50 for p in pods if Signal.CPU_THROTTLED_RATIO in p.stats
+    )
+    memory_ws = _max(
+        p.stats[Signal.MEMORY_WORKING_SET_BYTES].p99
+        for p in pods
+        if Signal.MEMORY_WORKING_SET_BYTES in p.stats
+    )
+    io_values = []
+    for pod in pods:
+        read = pod.stats.get(Signal.FS_READ_BYTES_PER_S)
+        net = pod.stats.get(Signal.NET_RX_BYTES_PER_S)
+        if read is not None or net is not None:
+            io_values.append((read.p95 if read else 0.0) + (net.p95 if net else 0.0))
+    correlations = [p.gpu_cpu_correlation for p in pods if p.gpu_cpu_correlation is not None]
+
+    requests = _workload_stat(window, Signal.REQUESTS_PER_S)
+    queue = _workload_stat(window, Signal.QUEUE_LENGTH)
+    queue_time = _workload_stat(window, Signal.QUEUE_TIME_MS)
+    queue_p50 = queue.p50 if queue else (queue_time.p50 if queue_time else None)
+    queue_p95 = queue.p95 if queue else (queue_time.p95 if queue_time else None)
+    queue_active = queue.active_fraction if queue else (queue_time.active_fraction if queue_time else None)
+    is_serving = (allocation.workload_type or "").lower() in _SERVING_TYPES or (
+        allocation.workload_type is None and (requests is not None or queue is not None)
+    )
+
+    busy_samples = min((b.samples for b in busy_gpus), default=0)
+    expected = window.duration_seconds / window.step_seconds if window.duration_seconds > 0 else 0.0
+    coverage = min(1.0, busy_samples / expected) if expected > 0 and busy_gpus else None
+    active_fractions = [b.active_fraction for b in busy_gpus if b.active_fraction is not None]
+    sawtooths = [b.sawtooth for b in busy_gpus if b.sawtooth is not None]
+    total_gpus = len(gpus) if gpus else allocation.gpu_count * allocation.replicas
+
+    return WorkloadFigures(
+        window=window,
+        gpus=gpus,
+        gpus_per_pod=max([allocation.gpu_count, *(len({g.uuid for g in p.gpus}) for p in pods)]),
+        total_gpus=total_gpus,
+        replicas=max(allocation.replicas, len(pods)) if allocation.replicas else len(pods),
+        is_mig=any(g.is_mig for g in gpus) or _allocation_is_mig(window),
+        is_shared=any(g.shared for g in gpus),
+        spec=spec,
+        profiles=profiles,
+        busy_source=busy_source,
+        busy_p50=_fmean(b.p50 for b in busy_gpus),
+        busy_p95=_fmean(b.p95 for b in busy_gpus),
+        busy_p95_max=_max(b.p95 for b in busy_gpus),
+        busy_max=_max(b.max for b in busy_gpus),
+        busy_active_fraction=max(active_fractions) if active_fractions else None,
+        busy_samples=busy_samples,
+        busy_sawtooth=max(sawtooths) if sawtooths else None,
+        sm_p50=_fmean(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p50)),
+        sm_p95=_fmean(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p95)),
+        occupancy_p50=_fmean(_gpu_stat(gpus, Signal.SM_OCCUPANCY, lambda s: s.p50)),
+        tensor_p95=_fmean(_gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p95)),
+        fp32_p50=_fmean(_gpu_stat(gpus, Signal.FP32_ACTIVE, lambda s: s.p50)),
+        dram_p95=_fmean(_gpu_stat(gpus, Signal.DRAM_ACTIVE, lambda s: s.p95)),
+        fb_used_p99_gib=fb_p99_gib,
+        capacity_gib=capacity,
+        memory_share_p99=max(shares) if shares else None,
+        pcie_utilisation=max(pcie_utils) if pcie_utils else None,
+        nvlink_utilisation=max(nvlink_utils) if nvlink_utils else None,
+        nvlink_bytes_p95=max(nvlink_bytes) if nvlink_bytes else None,
+        cpu_usage_p95=cpu_usage,
+        cpu_reference_cores=reference,
+        cpu_reference_is_limit=allocation.cpu_limit_cores is not None,
+        cpu_saturation=cpu_saturation,
+        cpu_throttled=cpu_throttled,
+        memory_ws_p99_bytes=memory_ws,
+        io_bytes_p95=max(io_values) if io_values else None,
+        gpu_cpu_correlation=_fmean(correlations),
+        restarts=sum(p.restarts for p in pods),
+        oom_killed=any(p.oom_killed for p in pods),
+        requests_per_s=requests.mean if requests else None,
+        queue_length_p50=queue_p50,
+        queue_length_p95=queue_p95,
+        queue_active_fraction=queue_active,
+        is_serving=is_serving,
+        coverage=coverage,
+        pods=len(pods),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Findings
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Builder:
+    """Collects findings, clamping confidence and rounding evidence for stable output."""
+
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(
+        self,
+        code: DiagnosisCode,
+        severity: Severity,
+        confidence: float,
+        message: str,
+        evidence: dict[str, float | None],
+    ) -> None:
+        clean = {
+            k: round(float(v), 4) for k, v in sorted(evidence.items()) if v is not None and math.isfinite(v)
+        }
+        self.findings.append(
+            Finding(
+                code=code,
+                severity=severity,
+                confidence=round(min(MAX_CONFIDENCE, max(0.0, confidence)), 3),
+                message=message,
+                evidence=clean,
+            )
+        )
+
+
+def _all_stats(window: WorkloadWindow) -> Iterable[tuple[str, Signal, SignalStats]]:
+    for signal, stats in sorted(window.stats.items()):
+        yield "workload", signal, stats
+    for pod in sorted(window.pods, key=lambda p: p.name):
+        for signal, stats in sorted(pod.stats.items()):
+            yield f"pod {pod.name}", signal, stats
+        for gpu in sorted(pod.gpus, key=lambda g: g.uuid):
+            for signal, stats in sorted(gpu.stats.items()):
+                yield f"GPU {gpu.uuid} of pod {pod.name}", signal, stats
+
+
+def _data_problems(figures: WorkloadFigures, settings: EngineSettings, now: datetime | None) -> list[str]:
+    """Reasons the window cannot be trusted; empty when it can."""
+    window = figures.window
+    problems: list[str] = []
+    tol = settings.ratio_tolerance
+    for where, signal, stats in sorted(_all_stats(window), key=lambda item: (item[0], item[1])):
+        values = (stats.mean, stats.p50, stats.p95, stats.p99, stats.max, stats.min)
+        if not all(math.isfinite(v) for v in values):
+            problems.append(f"{signal.value} on {where} holds NaN or infinite values")
+            continue
+        if not (
+            stats.min - tol <= stats.p50 <= stats.p95 + tol <= stats.p99 + 2 * tol <= stats.max + 3 * tol
+        ):
+            problems.append(
+                f"{signal.value} on {where} has percentiles out of order (p50 ≤ p95 ≤ p99 ≤ max broken)"
+            )
+        if signal in RATIO_SIGNALS and (stats.min < -tol or stats.max > 1 + tol):
+            problems.append(f"{signal.value} on {where} leaves the 0..1 range (max {stats.max:.2f})")
+        elif signal not in RATIO_SIGNALS and stats.min < -tol and signal is not Signal.GPU_TEMP_C:
+            problems.append(f"{signal.value} on {where} is negative")
+    if problems:
+        return problems
+    if window.end <= window.start:
+        return ["the window ends before it starts"]
+    if not window.pods:
+        return ["no pods of the workload were observed in the window"]
+    if not figures.gpus:
+        return ["no GPU series matched the workload's pods"]
+    missing = [g.uuid for g in figures.gpus if g.busy is None]
+    if missing:
+        if all(g.is_mig for g in figures.gpus if g.busy is None):
+            problems.append(
+                "no GR_ENGINE_ACTIVE for MIG slice(s) "
+                f"{', '.join(missing)}; GPU_UTIL is not reported under MIG, so there is no busy signal"
+            )
+        else:
+            problems.append(
+                f"no busy signal (neither GR_ENGINE_ACTIVE nor GPU_UTIL) for GPU(s) {', '.join(missing)}"
+            )
+        return problems
+    if window.duration_seconds < settings.min_window_seconds:
+        problems.append(
+            f"the window is {window.duration_seconds / 60:.0f} min long, shorter than the "
+            f"{settings.min_window_seconds / 60:.0f} min minimum"
+        )
+    if figures.busy_samples < settings.min_samples:
+        problems.append(
+            f"only {figures.busy_samples} busy samples, fewer than the {settings.min_samples} required"
+        )
+    if figures.coverage is not None and figures.coverage < settings.min_coverage:
+        problems.append(
+            f"samples cover {_pct(figures.coverage)} of the window, below the {_pct(settings.min_coverage)} minimum "
+            "(gaps in the data)"
+        )
+    if now is not None and (now - window.end).total_seconds() > settings.max_staleness_seconds:
+        age = (now - window.end).total_seconds()
+        problems.append(
+            f"the newest data is {age / 60:.0f} min old (stale; limit {settings.max_staleness_seconds / 60:.0f} min)"
+        )
+    for gpu in figures.gpus:
+        gr, sm = gpu.stat(Signal.GR_ENGINE_ACTIVE), gpu.stat(Signal.SM_ACTIVE)
+        if gr is not None and sm is not None and sm.p95 > gr.p95 + settings.contradiction_gap:
+            problems.append(
+                f"GPU {gpu.uuid}: SM_ACTIVE p95 {_pct(sm.p95)} exceeds GR_ENGINE_ACTIVE p95 {_pct(gr.p95)}; "
+                "SM activity cannot exceed engine activity (contradictory series)"
+            )
+        util = gpu.stat(Signal.GPU_UTIL)
+        if gr is not None and util is not None and gr.p50 > util.p50 + 2 * settings.contradiction_gap:
+            problems.append(
+                f"GPU {gpu.uuid}: GR_ENGINE_ACTIVE p50 {_pct(gr.p50)} far above GPU_UTIL p50 {_pct(util.p50)} "
+                "(contradictory series)"
+            )
+        fb = gpu.stat(Signal.FB_USED_MIB)
+        if fb is not None and gpu.capacity_gib and fb.p99 * GIB_PER_MIB > gpu.capacity_gib * (1 + tol):
+            problems.append(
+                f"GPU {gpu.uuid}: {fb.p99 * GIB_PER_MIB:.1f} GiB used exceeds its {gpu.capacity_gib:.1f} GiB capacity"
+            )
+    return problems
+
+
+def _health(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    """H0/H1: hardware faults and platform throttling; they block every sizing action."""
+    critical: dict[int, list[str]] = {}
+    for gpu in figures.gpus:
+        for xid in sorted(set(gpu.observation.xid_codes)):
+            if xid in settings.critical_xids:
+                critical.setdefault(xid, []).append(gpu.uuid)
+    if critical:
+        listed = "; ".join(
+            f"Xid {xid} on {', '.join(sorted(uuids))}" for xid, uuids in sorted(critical.items())
+        )
+        out.add(
+            DiagnosisCode.HARDWARE_FAULT,
+            Severity.CRITICAL,
+            0.95,
+            f"Seen: {listed}. These Xid codes mean a hardware or driver fault, not a workload issue. "
+            "Change: no right-sizing on this data; follow the NVIDIA Xid catalog action (restart the app, "
+            "reset the GPU or drain the node) and open a node-health ticket.",
+            {"criticalXids": float(len(critical)), "firstXid": float(min(critical))},
+        )
+    worst: tuple[float, GPUFigures] | None = None
+    for gpu in figures.gpus:
+        throttle = gpu.stat(Signal.THROTTLE_FRACTION)
+        if (
+            throttle is not None
+            and throttle.mean > settings.throttle_fraction
+            and (worst is None or throttle.mean > worst[0])
+        ):
+            worst = (throttle.mean, gpu)
+    if worst is not None:
+        fraction, gpu = worst
+        clock = gpu.stat(Signal.SM_CLOCK_MHZ)
+        clock_ratio = clock.p50 / clock.max if clock is not None and clock.max > 0 else None
+        corroborated = clock_ratio is not None and clock_ratio < settings.throttle_clock_ratio
+        clock_text = (
+            f", SM clock p50 {clock.p50:.0f} MHz is {_pct(clock_ratio)} of its {clock.max:.0f} MHz peak"
+            if clock is not None and clock_ratio is not None
+            else ""
+        )
+        out.add(
+            DiagnosisCode.THROTTLED,
+            Severity.CRITICAL,
+            0.9 if corroborated else 0.75,
+            f"Seen: GPU {gpu.uuid} was clock-throttled (thermal, HW slowdown or power brake) for "
+            f"{_pct(fraction)} of the window (limit {_pct(settings.throttle_fraction)}){clock_text}. "
+            "Meaning: the platform, not the workload, capped throughput, so utilisation figures are not "
+            "representative. Change: open an infrastructure ticket (cooling, power); the window is excluded "
+            "from sizing.",
+            {"throttleFraction": fraction, "smClockRatio": clock_ratio},
+        )
+
+
+def _base_confidence(
+    figures: WorkloadFigures, settings: EngineSettings, *, gpu_signals: bool = True
+) -> float:
+    confidence = 1.0
+    if figures.coverage is not None and figures.coverage < settings.good_coverage:
+        confidence *= 0.85
+    if gpu_signals and figures.is_shared:
+        confidence *= settings.shared_gpu_confidence
+    if gpu_signals and figures.busy_source == "gpu_util":
+        confidence *= settings.missing_profiling_confidence
+    if figures.window.warnings:
+        confidence *= 0.9
+    return confidence
+
+
+def _window_factor(duration: float, recommended: float) -> float:
+    return 0.7 + 0.3 * min(1.0, duration / recommended) if recommended > 0 else 1.0
+
+
+def _compute_low(figures: WorkloadFigures, settings: EngineSettings) -> tuple[bool, float | None, str]:
+    """SM activity p50 (or busy p50 when profiling fields are missing) below the 'ineffective' line."""
+    if figures.sm_p50 is not None:
+        return figures.sm_p50 < settings.low_busy, figures.sm_p50, "SM activity"
+    busy = figures.busy_p50
+    return busy is not None and busy < settings.low_busy, busy, "GPU busy"
+
+
+@dataclass(frozen=True, slots=True)
+class SizingNeed:
+    """Per-GPU need of a single-GPU workload, and the share of its current device it uses."""
+
+    memory_gib: float
+    sm_equivalents: float
+    dram_fraction_of_full_gpu: float | None
+    share_of_device: float
+    sm_from_busy: bool
+
+
+def sizing_need(figures: WorkloadFigures, settings: EngineSettings) -> SizingNeed | None:
+    """Memory/SM/DRAM need for slice selection (gpu-signals §4.4), or None when it cannot be measured."""
+    if figures.fb_used_p99_gib is None or figures.capacity_gib is None:
+        return None
+    sms = next((g.sms for g in figures.gpus if g.sms), None)
+    if sms is None and figures.spec is not None:
+        sms = figures.spec.sms
+    sm_share = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95_max
+    if sm_share is None:
+        return None
+    sm_equivalents = sm_share * (sms or 0)
+    profile = next((g.profile for g in figures.gpus if g.profile), None)
+    dram_full = (
+        figures.dram_p95 * profile.memory_fraction
+        if figures.dram_p95 is not None and profile
+        else figures.dram_p95
+    )
+    share = max(
+        figures.fb_used_p99_gib * settings.memory_headroom / figures.capacity_gib,
+        sm_share / settings.sm_target_utilisation,
+        (figures.dram_p95 / settings.dram_target_utilisation) if figures.dram_p95 is not None else 0.0,
+    )
+    return SizingNeed(
+        memory_gib=figures.fb_used_p99_gib,
+        sm_equivalents=sm_equivalents,
+        dram_fraction_of_full_gpu=dram_full,
+        share_of_device=share,
+        sm_from_busy=figures.sm_p95 is None,
+    )
+
+
+def _idle(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    busy = figures.busy_p95_max
+    if busy is None or busy >= settings.idle_busy_p95:
+        return
+    if (
+        figures.busy_active_fraction is not None
+        and figures.busy_active_fraction > settings.idle_max_active_fraction
+    ):
+        return
+    if figures.requests_per_s is not None and figures.requests_per_s > 0:
+        return  # a GPU that serves requests is not idle (SPEC §1); sizing and serving rules handle it
+    window = figures.window
+    confidence = _base_confidence(figures, settings)
+    if window.duration_seconds < settings.idle_min_window_seconds:
+        confidence *= 0.8
+    no_activity = figures.busy_max is not None and figures.busy_max <= settings.release_max_busy
+    activity = (
+        "no GPU activity at all"
+        if no_activity
+        else f"busy peaked at {_pct(figures.busy_max or 0.0)}, so something still runs now and then"
+    )
+    change = (
+        "release the GPU (scale to zero, end the notebook or job)"
+        if no_activity
+        else "move it to a shared (time-sliced) GPU pool or scale it to zero when unused; it is not released "
+        "because it still shows activity"
+    )
+    out.add(
+        DiagnosisCode.IDLE_ALLOCATION,
+        Severity.WARNING,
+        confidence,
+        f"Seen: {figures.total_gpus} GPU(s) allocated, busy p95 {_pct(busy)} (idle below "
+        f"{_pct(settings.idle_busy_p95)}) over {window.duration_seconds / 3600:.1f} h; {activity}. Meaning: the "
+        f"allocation does no useful work. Change: {change}.",
+        {
+            "gpuBusyP95": busy,
+            "gpuBusyMax": figures.busy_max,
+            "busyActiveFraction": figures.busy_active_fraction,
+            "gpus": float(figures.total_gpus),
+            "windowHours": window.duration_seconds / 3600,
+        },
+    )
+
+
+def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    busy = figures.busy_p50
+    if busy is None:
+        return
+    # A saturated input pipeline rarely drives busy all the way down: a starved GPU alternates between
+    # bursts and stalls, so anything below "looks busy" counts, with more confidence below 0.5.
+    low_busy = busy < settings.input_bound_max_busy
+    clearly_low = busy < settings.low_busy
+    pcie = figures.pcie_utilisation
+    cpu_sat, thr = figures.cpu_saturation, figures.cpu_throttled
+    cpu_bound = (cpu_sat is not None and cpu_sat >= settings.cpu_saturation) or (
+        thr is not None and thr >= settings.cpu_throttled_ratio
+    )
+    sawtooth = figures.busy_sawtooth is not None and figures.busy_sawtooth >= settings.sawtooth_strong
+    anti = figures.gpu_cpu_correlation is not None and figures.gpu_cpu_correlation <= -0.3
+    base = _base_confidence(figures, settings)
+
+    # R2: input pipeline CPU-bound
+    if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_low_utilisation * 2):
+        confidence = base * (0.8 if clearly_low else 0.7) + (0.1 if sawtooth else 0.0) + (0.05 if anti else 0.0)
+        if not figures.cpu_reference_is_limit:
+            confidence *= 0.85
+        reference = figures.cpu_reference_cores
+        sat_text = (
+            f"CPU use p95 {figures.cpu_usage_p95:.2f} of {reference:g} cores "
+            f"({_pct(cpu_sat)} of the {'limit' if figures.cpu_reference_is_limit else 'request'})"
+            if cpu_sat is not None and figures.cpu_usage_p95 is not None and reference
+            else "CPU use unknown"
+        )
+        thr_text = f", CFS throttled in {_pct(thr)} of periods" if thr is not None else ""
+        out.add(
+            DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+            Severity.WARNING,
+            confidence,
+            f"Seen: GPU busy p50 {_pct(busy)} while {sat_text}{thr_text}"
+            f"{'; busy alternates high/low (sawtooth)' if sawtooth else ''}. Meaning: the GPU waits for the "
+            "CPU-side input pipeline (data loading/preprocessing); training typically needs 3–24 CPU cores per "
+            "GPU. Change: more DataLoader workers, pinned memory and prefetch; raise the CPU request/limit.",
+            {
+                "gpuBusyP50": busy,
+                "cpuUsageP95": figures.cpu_usage_p95,
+                "cpuSaturation": cpu_sat,
+                "cpuThrottledRatio": thr,
+                "busySawtooth": figures.busy_sawtooth,
+                "gpuCpuCorrelation": figures.gpu_cpu_correlation,
+            },
+        )
+    # R2b: fetch stall (storage / network I/O)
+    io = figures.io_bytes_p95
+    if low_busy and not cpu_bound and io is not None and io >= settings.io_bytes_per_s:
+        confidence = base * (0.7 if clearly_low else 0.6) + (0.1 if sawtooth else 0.0)
+        out.add(
+            DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
+            Severity.WARNING,
+            confidence,
+            f"Seen: GPU busy p50 {_pct(busy)}, CPU not saturated"
+            f"{f' ({_pct(cpu_sat)} of its cores)' if cpu_sat is not None else ''}, while the pod reads "
+            f"{io / 2**20:.0f} MiB/s (p95) from disk and network. Meaning: the GPU waits for data to arrive "
+            "(fetch stall). Change: cache the data set locally or in RAM, prefetch more, use faster storage.",
+            {
+                "gpuBusyP50": busy,
+                "ioBytesP95": io,
+                "cpuSaturation": cpu_sat,
+                "busySawtooth": figures.busy_sawtooth,
+            },
+        )
+    compute_low, compute, compute_name = _compute_low(figures, settings)
+    multi_gpu = figures.total_gpus >= 2
+    # R4 first computed: on multi-GPU boxes without NVLink series, PCIe carries the collective traffic.
+    link = figures.nvlink_utilisation
+    link_name = "NVLink"
+    if link is None and multi_gpu and pcie is not None:
+        link, link_name = pcie, "PCIe (no NVLink series)"
+    comm = multi_gpu and compute_low and link is not None and link >= settings.nvlink_utilisation
+    # R3: host <-> device transfer-bound
+    if (
+        pcie is not None
+        and pcie >= settings.pcie_utilisation
+        and compute_low
+        and not (comm and figures.nvlink_utilisation is None)
+    ):
+        out.add(
+            DiagnosisCode.HOST_TRANSFER_BOUND,
+            Severity.WARNING,
+            base * 0.75,
+            f"Seen: PCIe transfers at {_pct(pcie)} of link capacity (p95) while {compute_name} p50 is "
+            f"{_pct(compute or 0.0)}. Meaning: the GPU waits for host↔device copies. Change: pinned memory and "
+            "asynchronous copies, keep data resident on the GPU, larger batches; avoid co-locating "
+            "transfer-heavy pods on MIG slices of one GPU (they share PCIe).",
+            {"pcieUtilisation": pcie, "computeP50": compute},
+        )
+    # R4: communication-bound
+    if comm and link is not None:
+        out.add(
+            DiagnosisCode.COMMUNICATION_BOUND,
+            Severity.WARNING,
+            base * 0.75,
+            f"Seen: {figures.total_gpus} GPUs, {link_name} traffic at {_pct(link)} of nominal (p95) while "
+            f"{compute_name} p50 is {_pct(compute or 0.0)}. Meaning: the GPUs wait on each other "
+            "(communication and synchronisation). Change: pack the pods on one node / NVLink domain, overlap "
+            "communication with compute, gradient accumulation or larger per-GPU batches; fewer, larger "
+            "GPUs. Never MIG for this work (no P2P/NVLink on slices).",
+            {"linkUtilisation": link, "computeP50": compute, "gpus": float(figures.total_gpus)},
+        )
+
+
+def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    busy = figures.busy_p50
+    if busy is None:
+        return
+    base = _base_confidence(figures, settings)
+    memory_full = (
+        figures.memory_share_p99 is not None and figures.memory_share_p99 >= settings.memory_full_share
+    )
+    # R5: busy but most SMs idle
+    sm, occ = figures.sm_p50, figures.occupancy_p50
+    if busy >= settings.high_busy and not memory_full:
+        low_sm = sm is not None and sm < settings.low_busy
+        low_occ = occ is not None and occ < settings.low_occupancy
+        if low_sm or low_occ:
+            out.add(
+                DiagnosisCode.LOW_OCCUPANCY,
+                Severity.WARNING,
+                base * (0.8 if low_sm and (low_occ or occ is None) else 0.65),
+                f"Seen: GPU busy p50 {_pct(busy)} but SM activity p50 "
+                f"{_pct(sm) if sm is not None else 'unknown'}"
+                f"{f', occupancy p50 {_pct(occ)}' if occ is not None else ''}. Meaning: kernels run all the time "
+                "but keep most SMs idle (small kernels, small batch, launch-bound). Change: larger (micro-)batch, "
+                "CUDA Graphs / torch.compile to fuse kernels; or share the GPU (MIG/MPS).",
+                {"gpuBusyP50": busy, "smActiveP50": sm, "smOccupancyP50": occ},
+            )
+    # R6: memory-bandwidth-bound
+    dram, tensor = figures.dram_p95, figures.tensor_p95
+    sm_or_busy = sm if sm is not None else busy
+    if (
+        dram is not None
+        and dram >= settings.dram_bound
+        and (tensor is None or tensor < settings.dram_bound_max_tensor)
+        and sm_or_busy >= settings.low_busy
+    ):
+        confidence = base * 0.8 * (1.0 if tensor is not None else 0.8) * (1.0 if sm is not None else 0.85)
+        out.add(
+            DiagnosisCode.MEMORY_BANDWIDTH_BOUND,
+            Severity.INFO,
+            confidence,
+            f"Seen: DRAM activity p95 {_pct(dram)} (practical peak ~80%), tensor activity p95 "
+            f"{_pct(tensor) if tensor is not None else 'unknown'}, SM activity p50 {_pct(sm_or_busy)}. Meaning: "
+            "memory bandwidth, not compute, limits the work (typical of LLM decode and element-wise kernels). "
+            "Change: batch more (continuous batching), quantise weights/KV cache, or a higher-bandwidth GPU; "
+            "do not shrink to a MIG slice (bandwidth scales with memory slices).",
+            {"dramActiveP95": dram, "tensorActiveP95": tensor, "smActiveP50": sm_or_busy},
+        )
+    # R7: tensor cores unused
+    fp32 = figures.fp32_p50
+    has_tensor_cores = not any(
+        is_pre_volta(g.observation.model_name) for g in figures.gpus
+    ) and not is_pre_volta(figures.window.allocation.gpu_model)
+    if (
+        has_tensor_cores
+        and sm is not None
+        and sm >= settings.low_busy
+        and tensor is not None
+        and tensor < settings.no_tensor_max
+        and (fp32 is None or fp32 >= settings.no_tensor_min_fp32)
+        and (dram is None or dram < settings.dram_bound)
+    ):
+        out.add(
+            DiagnosisCode.NO_TENSOR_CORES,
+            Severity.INFO,
+            base * (0.8 if fp32 is not None else 0.5),
+            f"Seen: SM activity p50 {_pct(sm)}, tensor-core activity p95 {_pct(tensor)}"
+            f"{f', FP32 pipe p50 {_pct(fp32)}' if fp32 is not None else ''}. Meaning: the math runs on the "
+            "FP32 pipes and skips the tensor cores. Change: enable mixed precision (AMP with BF16/FP16) or TF32.",
+            {"smActiveP50": sm, "tensorActiveP95": tensor, "fp32ActiveP50": fp32},
+        )
+
+
+def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    base = _base_confidence(figures, settings)
+    need = sizing_need(figures, settings)
+    share = figures.memory_share_p99
+    # R8: oversized single-GPU work (never for multi-GPU or NVLink-heavy work)
+    nvlink_quiet = (
+        figures.nvlink_bytes_p95 is None or figures.nvlink_bytes_p95 < settings.nvlink_quiet_bytes_per_s
+    )
+    smallest = min((p.gpu_fraction for p in figures.profiles), default=None)
+    current_profile = next((g.profile for g in figures.gpus if g.profile), None)
+    already_smallest = (
+        current_profile is not None and smallest is not None and current_profile.gpu_fraction <= smallest
+    )
+    if (
+        need is not None
+        and share is not None
+        and figures.gpus_per_pod == 1
+        and nvlink_quiet
+        and share <= settings.oversized_max_memory_share
+        and need.share_of_device <= settings.oversized_max_device_share
+        and not already_smallest
+    ):
+        confidence = base * 0.85 * (settings.busy_as_sm_proxy_penalty if need.sm_from_busy else 1.0)
+        if figures.is_serving:
+            confidence *= _window_factor(figures.window.duration_seconds, settings.inference_window_seconds)
+        device = (
+            current_profile.name
+            if current_profile
+            else (figures.spec.display_name if figures.spec else "GPU")
+        )
+        cpu_hint = (
+            " With this little use, a CPU deployment may also serve it."
+            if (figures.busy_p95_max or 0.0) < 0.1 and need.memory_gib < 4
+            else ""
+        )
+        out.add(
+            DiagnosisCode.OVERSIZED_GPU,
+            Severity.WARNING,
+            confidence,
+            f"Seen: p99 GPU memory {need.memory_gib:.1f} GiB of {figures.capacity_gib or 0:.0f} GiB "
+            f"({_pct(share)}), {'GPU busy' if need.sm_from_busy else 'SM activity'} p95 "
+            f"{_pct(figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95_max or 0.0)} on a {device}. "
+            f"Meaning: the work needs about {_pct(need.share_of_device)} of this device. Change: a smaller MIG "
+            f"slice or a shared GPU (time-slicing/MPS).{cpu_hint}",
+            {
+                "memoryUsedP99GiB": need.memory_gib,
+                "memoryShareP99": share,
+                "smActiveP95": figures.sm_p95,
+                "gpuBusyP95": figures.busy_p95_max,
+                "deviceShareNeeded": need.share_of_device,
+            },
+        )
+    # R9: memory capacity
+    if share is not None and share >= settings.memory_full_share:
+        crashed = figures.restarts > 0 or figures.oom_killed
+        tiny_batch = (
+            figures.busy_p50 is not None
+            and figures.busy_p50 >= settings.high_busy
+            and figures.sm_p50 is not None
+            and figures.sm_p50 < settings.low_busy
+        )
+        if crashed or tiny_batch:
+            symptom = (
+                f"{figures.restarts} restart(s){' with OOM kills' if figures.oom_killed else ''}"
+                if crashed
+                else f"busy {_pct(figures.busy_p50 or 0.0)} but SM activity only {_pct(figures.sm_p50 or 0.0)} "
+                "(forced small batches)"
+            )
+            out.add(
+                DiagnosisCode.MEMORY_CAPACITY_BOUND,
+                Severity.WARNING,
+                base * (0.8 if crashed else 0.65),
+                f"Seen: p99 GPU memory {figures.fb_used_p99_gib or 0:.1f} GiB of {figures.capacity_gib or 0:.0f} GiB "
+                f"({_pct(share)}) and {symptom}. Meaning: GPU memory capacity, not compute, limits the work. "
+                "Change: activation checkpointing, gradient accumulation or ZeRO; else a bigger-memory GPU (or "
+                "MIG slice), and tensor parallelism across GPUs last.",
+                {
+                    "memoryShareP99": share,
+                    "memoryUsedP99GiB": figures.fb_used_p99_gib,
+                    "restarts": float(figures.restarts),
+                    "oomKilled": 1.0 if figures.oom_killed else 0.0,
+                },
+            )
+
+
+def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    if not figures.is_serving:
+        return
+    base = _base_confidence(figures, settings) * _window_factor(
+        figures.window.duration_seconds, settings.inference_window_seconds
+    )
+    queue_p50, queue_active = figures.queue_length_p50, figures.queue_active_fraction
+    sustained = (queue_active is not None and queue_active >= settings.queue_sustained_fraction) or (
+        queue_active is None and queue_p50 is not None and queue_p50 > 0
+    )
+    saturation = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95
+    saturation_name = "SM activity" if figures.sm_p95 is not None else "GPU busy"
+    hpa = figures.window.allocation.hpa
+    if sustained and saturation is not None and saturation >= settings.serving_saturation:
+        out.add(
+            DiagnosisCode.UNDER_REPLICATED,
+            Severity.WARNING,
+            base * (0.85 if figures.sm_p95 is not None else 0.7),
+            f"Seen: requests queue for {_pct(queue_active) if queue_active is not None else 'most'} of the window "
+            f"(queue p50 {queue_p50 or 0:.1f}) while {saturation_name} p95 is {_pct(saturation)} across "
+            f"{figures.replicas} replica(s). Meaning: too few replicas; latency grows at peak. Change: "
+            f"{'raise the HPA maximum (it owns the replica count)' if hpa else 'add replicas'}; scale on SM "
+            "activity or queue length, not GPU_UTIL.",
+            {
+                "queueP50": queue_p50,
+                "queueActiveFraction": queue_active,
+                "saturationP95": saturation,
+                "replicas": float(figures.replicas),
+            },
+        )
+        return
+    queue_quiet = figures.queue_length_p95 is None or figures.queue_length_p95 < 1.0
+    busy = figures.busy_p95_max
+    if (
+        figures.replicas >= 2
+        and busy is not None
+        and busy < settings.over_replicated_busy_p95
+        and queue_quiet
+    ):
+        out.add(
+            DiagnosisCode.OVER_REPLICATED,
+            Severity.INFO,
+            base * 0.8,
+            f"Seen: {figures.replicas} replicas, every GPU's busy p95 at most {_pct(busy)} and "
+            f"{'no queue' if figures.queue_length_p95 is not None else 'no queue signal'}"
+            f"{f', {figures.requests_per_s:.1f} requests/s' if figures.requests_per_s is not None else ''}. "
+            "Meaning: the traffic fits on fewer replicas. Change: "
+            f"{'lower the HPA minimum' if hpa else 'scale in'}, or consolidate onto MIG slices / time-sliced GPUs.",
+            {
+                "gpuBusyP95Max": busy,
+                "replicas": float(figures.replicas),
+                "queueP95": figures.queue_length_p95,
+            },
+        )
+
+
+def _healthy(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    busy = figures.busy_p50 or 0.0
+    sm_text = f", SM activity p50 {_pct(figures.sm_p50)}" if figures.sm_p50 is not None else ""
+    note = (
+        " No profiling fields (SM_ACTIVE) were available, so in-GPU efficiency was not checked."
+        if not figures.profiling_fields
+        else ""
+    )
+    out.add(
+        DiagnosisCode.HEALTHY,
+        Severity.INFO,
+        _base_confidence(figures, settings) * (0.9 if figures.profiling_fields else 0.7),
+        f"Seen: GPU busy p50 {_pct(busy)}{sm_text}; no rule fired. Meaning: no waste pattern found. "
+        f"Change: nothing.{note}",
+        {"gpuBusyP50": figures.busy_p50, "smActiveP50": figures.sm_p50},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Findings in rule order and the primary code chosen from them."""
+
+    primary: DiagnosisCode
+    confidence: float
+    findings: tuple[Finding, ...]
+    figures: WorkloadFigures
+
+
+def choose_primary(findings: Iterable[Finding]) -> Finding | None:
+    """The finding whose code comes first in `PRIMARY_ORDER` (ties: higher confidence)."""
+    ordered = sorted(findings, key=lambda f: (_RANK[f.code], -f.confidence, f.message))
+    return ordered[0] if ordered else None
+
+
+def diagnose_figures(
+    figures: WorkloadFigures, settings: EngineSettings, now: datetime | None = None
+) -> Diagnosis:
+    """Run the rules on pre-computed figures (the engine reuses the figures for actions and savings)."""
+    out = _Builder()
+    _health(figures, settings, out)
+    problems = _data_problems(figures, settings, now)
+    if problems:
+        out.add(
+            DiagnosisCode.INSUFFICIENT_DATA,
+            Severity.INFO,
+            0.9,
+            f"Seen: {'; '.join(problems)}. Meaning: the window cannot be trusted for sizing. Change: nothing "
+            "yet; fix the metric source or wait for a longer, complete window.",
+            {"busySamples": float(figures.busy_samples), "coverage": figures.coverage},
+        )
+    if not out.findings:
+        for rule in (_idle, _data_path, _efficiency, _sizing, _serving):
+            rule(figures, settings, out)
+        if not out.findings:
+            _healthy(figures, settings, out)
+    findings = tuple(sorted(out.findings, key=lambda f: (_RANK[f.code], -f.confidence, f.message)))
+    primary = findings[0]
+    return Diagnosis(primary.code, primary.confidence, findings, figures)
+
+
+def diagnose(
+    window: WorkloadWindow,
+    settings: EngineSettings | None = None,
+    mig_tables: MigTables | None = None,
+    now: datetime | None = None,
+) -> list[Finding]:
+    """All findings for a window, primary first (rule order)."""
+    effective = settings or EngineSettings()
+    return list(diagnose_figures(summarise(window, mig_tables), effective, now).findings)

@@ -1,0 +1,88 @@
+"""The engine's entry points: one window in, one `Analysis` out; pure and fast.
+
+`analyze_window` ties summarising, diagnosis, recommendation and savings together. Results do not
+depend on the order of pods, GPUs or series: every aggregate sorts its inputs first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from gpu_rightsizer.logic.diagnose import WorkloadFigures, diagnose_figures, summarise
+from gpu_rightsizer.logic.mig import MigTables
+from gpu_rightsizer.logic.recommend import recommend
+from gpu_rightsizer.logic.savings import estimate_savings
+from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import SharingStrategy
+from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.result import Analysis
+
+_DEFAULT_SETTINGS = EngineSettings()
+
+
+def _allocated_gpu_equivalents(figures: WorkloadFigures) -> float:
+    """Whole-GPU equivalents the workload holds now (a MIG slice counts as its share of a GPU)."""
+    allocation = figures.window.allocation
+    devices = allocation.gpu_count * max(allocation.replicas, 0) or figures.total_gpus
+    profile = next((g.profile for g in figures.gpus if g.profile), None)
+    fraction = profile.gpu_fraction if profile is not None else 1.0
+    if figures.is_shared and profile is None:
+        sharers = max((g.observation.shared_by_pods for g in figures.gpus), default=1)
+        fraction = 1.0 / sharers
+    return float(devices) * fraction
+
+
+def analyze_window(
+    window: WorkloadWindow,
+    settings: EngineSettings | None = None,
+    mig_tables: MigTables | None = None,
+    sharing: SharingStrategy = SharingStrategy.MIG_MIXED,
+    *,
+    now: datetime | None = None,
+    allowed_mig_profiles: Sequence[str] | None = None,
+) -> Analysis:
+    """Diagnose one workload window and recommend changes, cheapest first.
+
+    `mig_tables` maps a GPU model key (see `logic.mig.GPU_MODELS`) to a runtime MIG profile table that
+    replaces the static one; `sharing` is the cluster's GPU-sharing strategy; `now` enables the
+    staleness check; `allowed_mig_profiles` restricts MIG recommendations to a policy's list.
+    """
+    effective = settings or _DEFAULT_SETTINGS
+    figures = summarise(window, mig_tables)
+    diagnosis = diagnose_figures(figures, effective, now)
+    planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles)
+    savings = estimate_savings(_allocated_gpu_equivalents(figures), (p.freed_share for p in planned))
+    primary = diagnosis.findings[0]
+    first_action = planned[0].action if planned else None
+    action_text = f"; do: {first_action.type.value} → {first_action.to_value}" if first_action else ""
+    busy = figures.busy_p95_max
+    return Analysis(
+        workload=window.workload,
+        primary=diagnosis.primary,
+        confidence=diagnosis.confidence,
+        findings=list(diagnosis.findings),
+        actions=[p.action for p in planned],
+        savings=savings,
+        gpu_busy_p95=round(busy, 4) if busy is not None else None,
+        samples=figures.busy_samples,
+        summary=f"{primary.code.value} ({primary.confidence:.0%} confidence){action_text}",
+    )
+
+
+def analyze_many(
+    windows: Iterable[WorkloadWindow],
+    settings: EngineSettings | None = None,
+    mig_tables: MigTables | None = None,
+    sharing: SharingStrategy = SharingStrategy.MIG_MIXED,
+    *,
+    now: datetime | None = None,
+    allowed_mig_profiles: Sequence[str] | None = None,
+) -> list[Analysis]:
+    """`analyze_window` over many windows, results in input order."""
+    return [
+        analyze_window(
+            window, settings, mig_tables, sharing, now=now, allowed_mig_profiles=allowed_mig_profiles
+        )
+        for window in windows
+    ]

@@ -1,0 +1,409 @@
+"""GPU models, their MIG profile tables, Kubernetes resource names and slice selection.
+
+Tables come from gpu-signals §3.1 (NVIDIA MIG user guide plus `nvidia-smi mig -lgip` outputs). Where a
+source gives a range of GiB, the lower bound is used so a chosen slice really holds the workload. SM
+counts marked `sms_estimated` were not found in the sources (B200 3g/4g/7g) and are estimates; a runtime
+NVML table (`nvmlDeviceGetGpuInstanceProfileInfo`) passed as an override replaces the static one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpu_rightsizer.model.codes import SharingStrategy
+
+GIB_PER_MIB = 1.0 / 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG GPU-instance profile of one GPU model."""
+
+    name: str  # e.g. "1g.10gb" (no "+me": media-extension variants carry `media_extensions`)
+    memory_gib: float
+    sms: int
+    compute_slices: int  # of 7
+    memory_slices: int  # of 8
+    max_instances: int
+    media_extensions: bool = False
+    sms_estimated: bool = False
+
+    @property
+    def memory_fraction(self) -> float:
+        """Share of the GPU's memory (and DRAM bandwidth: it scales with memory slices, gpu-signals §3.3)."""
+        return self.memory_slices / 8.0
+
+    @property
+    def gpu_fraction(self) -> float:
+        """Share of a GPU the slice takes out of service for others: the scarcer of compute and memory."""
+        return max(self.compute_slices / 7.0, self.memory_slices / 8.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GPUModelSpec:
+    """Figures of one GPU model the rules need: full SM count, memory, link capacities, MIG table."""
+
+    key: str
+    display_name: str
+    sms: int
+    memory_gib: float
+    pcie_bytes_per_s: float  # one direction, x16 at the model's PCIe generation
+    nvlink_bytes_per_s: float | None  # nominal bidirectional NVLink bandwidth; None = no NVLink
+    mig_profiles: tuple[MigProfile, ...] = field(default_factory=tuple)
+    has_tensor_cores: bool = True
+
+    @property
+    def mig_capable(self) -> bool:
+        """True when the model has a MIG table."""
+        return bool(self.mig_profiles)
+
+
+def _p(
+    name: str,
+    memory_gib: float,
+    sms: int,
+    compute: int,
+    memory: int,
+    max_instances: int,
+    *,
+    media: bool = False,
+    estimated: bool = False,
+) -> MigProfile:
+    return MigProfile(name, memory_gib, sms, compute, memory, max_instances, media, estimated)
+
+
+_PCIE_GEN4_X16 = 16 * 1.97e9  # gpu-signals §4.2: ≈1.97 GB/s per lane per direction (Gen4)
+_PCIE_GEN5_X16 = 16 * 3.94e9  # ≈3.94 GB/s per lane per direction (Gen5)
+
+A100_40GB = GPUModelSpec(
+    "A100-40GB",
+    "NVIDIA A100 40GB",
+    108,
+    40.0,
+    _PCIE_GEN4_X16,
+    600e9,
+    (
+        _p("1g.5gb", 4.75, 14, 1, 1, 7),
+        _p("1g.5gb+me", 4.75, 14, 1, 1, 1, media=True),
+        _p("1g.10gb", 9.5, 14, 1, 2, 4),
+        _p("2g.10gb", 9.5, 28, 2, 2, 3),
+        _p("3g.20gb", 19.5, 42, 3, 4, 2),
+        _p("4g.20gb", 19.5, 56, 4, 4, 1),
+        _p("7g.40gb", 39.25, 98, 7, 8, 1),
+    ),
+)
+A100_80GB = GPUModelSpec(
+    "A100-80GB",
+    "NVIDIA A100 80GB",
+    108,
+    80.0,
+    _PCIE_GEN4_X16,
+    600e9,
+    (
+        _p("1g.10gb", 9.5, 14, 1, 1, 7),
+        _p("1g.10gb+me", 9.5, 14, 1, 1, 1, media=True),
+        _p("1g.20gb", 19.5, 14, 1, 2, 4),
+        _p("2g.20gb", 19.5, 28, 2, 2, 3),
+        _p("3g.40gb", 39.25, 42, 3, 4, 2),
+        _p("4g.40gb", 39.25, 56, 4, 4, 1),
+        _p("7g.80gb", 78.5, 98, 7, 8, 1),
+    ),
+)
+# A30: the guide gives fractions of 4 for both memory and compute; expressed here in the common
+# 8-memory-slot / 7-compute-slice units so `gpu_fraction` stays comparable (1/4 → 2/8; 1/4 compute
+# → 1.75/7, rounded up to 2). GiB not verified in the sources: 24 GiB / 4 per 1g, minus overhead.
+A30 = GPUModelSpec(
+    "A30",
+    "NVIDIA A30",
+    56,
+    24.0,
+    _PCIE_GEN4_X16,
+    200e9,
+    (
+        _p("1g.6gb", 5.75, 14, 2, 2, 4),
+        _p("1g.6gb+me", 5.75, 14, 2, 2, 1, media=True),
+        _p("2g.12gb", 11.5, 28, 4, 4, 2),
+        _p("2g.12gb+me", 11.5, 28, 4, 4, 1, media=True),
+        _p("4g.24gb", 23.5, 56, 7, 8, 1),
+    ),
+)
+H100_80GB = GPUModelSpec(
+    "H100-80GB",
+    "NVIDIA H100 80GB",
+    132,
+    80.0,
+    _PCIE_GEN5_X16,
+    900e9,
+    (
+        _p("1g.10gb", 9.75, 16, 1, 1, 7),
+        _p("1g.10gb+me", 9.75, 16, 1, 1, 1, media=True),
+        _p("1g.20gb", 19.62, 26, 1, 2, 4),
+        _p("2g.20gb", 19.62, 32, 2, 2, 3),
+        _p("3g.40gb", 39.5, 60, 3, 4, 2),
+        _p("4g.40gb", 39.5, 64, 4, 4, 1),
+        _p("7g.80gb", 79.25, 132, 7, 8, 1),
+    ),
+)
+H100_NVL = GPUModelSpec(
+    "H100-NVL",
+    "NVIDIA H100 NVL 94GB",
+    132,
+    94.0,
+    _PCIE_GEN5_X16,
+    600e9,
+    (
+        _p("1g.12gb", 10.75, 16, 1, 1, 7),
+        _p("1g.12gb+me", 10.75, 16, 1, 1, 1, media=True),
+        _p("1g.24gb", 21.62, 26, 1, 2, 4),
+        _p("2g.24gb", 21.62, 32, 2, 2, 3),
+        _p("3g.47gb", 46.38, 60, 3, 4, 2, estimated=True),
+        _p("4g.47gb", 46.38, 64, 4, 4, 1, estimated=True),
+        _p("7g.94gb", 93.12, 132, 7, 8, 1),
+    ),
+)
+H200 = GPUModelSpec(
+    "H200",
+    "NVIDIA H200 141GB",
+    132,
+    141.0,
+    _PCIE_GEN5_X16,
+    900e9,
+    (
+        _p("1g.18gb", 16.0, 16, 1, 1, 7),
+        _p("1g.18gb+me", 16.0, 16, 1, 1, 1, media=True),
+        _p("1g.35gb", 32.25, 26, 1, 2, 4),
+        _p("2g.35gb", 32.25, 32, 2, 2, 3),
+        _p("3g.71gb", 69.5, 60, 3, 4, 2),
+        _p("4g.71gb", 69.5, 64, 4, 4, 1),
+        _p("7g.141gb", 140.0, 132, 7, 8, 1),
+    ),
+)
+# B200: 3g/4g/7g SM counts and GiB were not found (gpu-signals §3.1 "?"); estimated conservatively
+# from the 1g figures and memory fractions. Prefer the runtime NVML table.
+B200 = GPUModelSpec(
+    "B200",
+    "NVIDIA B200 180GB",
+    148,
+    180.0,
+    _PCIE_GEN5_X16,
+    1800e9,
+    (
+        _p("1g.23gb", 20.5, 18, 1, 1, 7),
+        _p("1g.23gb+me", 20.5, 18, 1, 1, 1, media=True),
+        _p("1g.45gb", 44.25, 30, 1, 2, 4),
+        _p("2g.45gb", 44.25, 36, 2, 2, 3),
+        _p("3g.90gb", 88.5, 54, 3, 4, 2, estimated=True),
+        _p("4g.90gb", 88.5, 72, 4, 4, 1, estimated=True),
+        _p("7g.180gb", 177.0, 126, 7, 8, 1, estimated=True),
+    ),
+)
+
+GPU_MODELS: dict[str, GPUModelSpec] = {
+    spec.key: spec for spec in (A100_40GB, A100_80GB, A30, H100_80GB, H100_NVL, H200, B200)
+}
+
+#: Bigger-memory upgrade path for memory-capacity-bound work (gpu-signals R9: 80 → 141/180 GB).
+MEMORY_UPGRADE_PATH: tuple[str, ...] = (
+    "A30",
+    "A100-40GB",
+    "A100-80GB",
+    "H100-80GB",
+    "H100-NVL",
+    "H200",
+    "B200",
+)
+
+#: Higher-bandwidth upgrade path for memory-bandwidth-bound work (gpu-signals R6: A100 → H100 → H200/B200).
+BANDWIDTH_UPGRADE_PATH: tuple[str, ...] = (
+    "A30",
+    "A100-40GB",
+    "A100-80GB",
+    "H100-80GB",
+    "H100-NVL",
+    "H200",
+    "B200",
+)
+
+_PRE_VOLTA = re.compile(r"(?:^|-)(K80|K40|M60|M40|M4|P100|P40|P4|GTX)(?:-|$)")
+
+
+def normalise_product(label: str) -> str:
+    """GFD product label or DCGM modelName → upper-case dash form without vendor, MIG or sharing suffixes.
+
+    'NVIDIA-H100-80GB-HBM3-MIG-1g.10gb' and 'NVIDIA H100 80GB HBM3' both become 'H100-80GB-HBM3'.
+    """
+    text = re.sub(r"[\s_]+", "-", label.strip()).upper()
+    text = re.sub(r"-MIG-.*$", "", text)
+    text = re.sub(r"-SHARED$", "", text)
+    text = re.sub(r"^(NVIDIA-|TESLA-)+", "", text)
+    return text
+
+
+def model_key_for_product(label: str | None) -> str | None:
+    """Map a GFD product label / DCGM modelName to a key of `GPU_MODELS`, or None when unknown."""
+    if not label:
+        return None
+    text = normalise_product(label)
+    if re.search(r"(?:^|-)G[BH]\d", text):  # GH200/GB200 superchips: different tables, not modelled here
+        return None
+    if "A100" in text:
+        return "A100-80GB" if "80GB" in text else "A100-40GB"
+    if re.search(r"(?:^|-)A30(?:-|$)", text):
+        return "A30"
+    if "H100" in text or "H800" in text:
+        return "H100-NVL" if ("NVL" in text or "94GB" in text) else "H100-80GB"
+    if "H200" in text:
+        return "H200"
+    if "B200" in text:
+        return "B200"
+    return None
+
+
+def spec_for_product(label: str | None) -> GPUModelSpec | None:
+    """GPU model figures for a product label, or None when the model is not in the tables."""
+    key = model_key_for_product(label)
+    return GPU_MODELS.get(key) if key else None
+
+
+def is_pre_volta(label: str | None) -> bool:
+    """True for GPUs without tensor cores or profiling fields (K80, M60, P100, ...)."""
+    return bool(label) and bool(_PRE_VOLTA.search(normalise_product(label or "")))
+
+
+MigTables = Mapping[str, Sequence[MigProfile]]
+
+
+def profiles_for(spec: GPUModelSpec | None, overrides: MigTables | None = None) -> tuple[MigProfile, ...]:
+    """The MIG table of a model: a runtime (NVML) table from `overrides` replaces the static one."""
+    if spec is None:
+        return ()
+    if overrides and spec.key in overrides:
+        return tuple(overrides[spec.key])
+    return spec.mig_profiles
+
+
+def find_profile(profiles: Sequence[MigProfile], name: str | None) -> MigProfile | None:
+    """Profile by name ('1g.10gb', tolerant of a 'nvidia.com/mig-' prefix), or None."""
+    if not name:
+        return None
+    wanted = name.removeprefix("nvidia.com/mig-").lower()
+    for profile in profiles:
+        if profile.name.lower() == wanted:
+            return profile
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SliceNeed:
+    """What a workload needs from one GPU, measured on what it has now."""
+
+    memory_gib: float  # p99 used GiB (before headroom)
+    sm_equivalents: float  # p95(SM_ACTIVE) × SMs of the current device
+    dram_fraction_of_full_gpu: float | None  # p95(DRAM_ACTIVE) scaled to the full GPU's bandwidth
+    needs_media: bool = False
+
+
+def smallest_fitting_profile(
+    profiles: Sequence[MigProfile],
+    need: SliceNeed,
+    *,
+    memory_headroom: float,
+    sm_target: float,
+    dram_target: float,
+    allowed: Sequence[str] | None = None,
+) -> MigProfile | None:
+    """Smallest profile P with mem(P) ≥ headroom × need, SMs(P) ≥ SM need / target, DRAM need fits.
+
+    gpu-signals §4.4: mem(P) ≥ 1.2 × p99 used; SMs(P) ≥ p95(sm_active) × SMs_full / 0.8;
+    dram_need ≤ mem_fraction(P) × 0.8. '+me' profiles are chosen only when media engines are needed.
+    "Smallest" = least share of the GPU, then least memory, then fewest SMs, then name (deterministic).
+    """
+    required_memory = need.memory_gib * memory_headroom
+    required_sms = need.sm_equivalents / sm_target
+    allowed_names = {name.removeprefix("nvidia.com/mig-").lower() for name in allowed} if allowed else None
+    candidates = []
+    for profile in profiles:
+        if profile.media_extensions != need.needs_media and not (
+            need.needs_media and profile.compute_slices == 7
+        ):
+            continue
+        if allowed_names is not None and profile.name.lower() not in allowed_names:
+            continue
+        if profile.memory_gib < required_memory or profile.sms < required_sms:
+            continue
+        if (
+            need.dram_fraction_of_full_gpu is not None
+            and need.dram_fraction_of_full_gpu > profile.memory_fraction * dram_target
+        ):
+            continue
+        candidates.append(profile)
+    if not candidates:
+        return None
+    return min(candidates, key=lambda p: (p.gpu_fraction, p.memory_gib, p.sms, p.name))
+
+
+def full_gpu_profile(profiles: Sequence[MigProfile]) -> MigProfile | None:
+    """The 7g profile (the whole GPU under MIG)."""
+    full = [p for p in profiles if p.compute_slices >= 7 and not p.media_extensions]
+    return max(full, key=lambda p: p.memory_gib) if full else None
+
+
+def mig_resource_name(profile: MigProfile) -> str:
+    """Extended resource of a profile under the 'mixed' strategy, e.g. nvidia.com/mig-1g.18gb."""
+    return f"nvidia.com/mig-{profile.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRequest:
+    """How a pod asks for a GPU (slice) under a sharing strategy."""
+
+    resource: str
+    count: int
+    node_selector: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+    def describe(self) -> str:
+        """Human-readable form used in Action.to_value."""
+        text = f"{self.resource}: {self.count}"
+        if self.node_selector:
+            selectors = ", ".join(f"{key}={value}" for key, value in sorted(self.node_selector.items()))
+            text += f" (nodeSelector {selectors})"
+        if self.note:
+            text += f" ({self.note})"
+        return text
+
+
+def mig_request(profile: MigProfile, strategy: SharingStrategy, product_label: str | None) -> ResourceRequest:
+    """Resource request for a MIG slice under mig-mixed (own resource) or mig-single (node selector)."""
+    if strategy is SharingStrategy.MIG_SINGLE:
+        product = product_label or "<gpu.product>"
+        product = re.sub(r"-MIG-.*$", "", product)
+        return ResourceRequest(
+            "nvidia.com/gpu",
+            1,
+            {
+                "nvidia.com/gpu.product": f"{product}-MIG-{profile.name}",
+                "nvidia.com/mig.config": f"all-{profile.name}",
+            },
+            "mig-single: every GPU of the node carries this profile",
+        )
+    return ResourceRequest(mig_resource_name(profile), 1)
+
+
+def shared_request(strategy: SharingStrategy, gpu_share: float) -> ResourceRequest:
+    """Resource request for a time-sliced or MPS share of one GPU.
+
+    The replica count is how many such pods one GPU can host at the observed need (at most 1/share).
+    Time-slicing isolates neither memory nor faults; MPS gives each client 1/replicas of memory.
+    """
+    replicas = max(2, min(16, math.floor(1.0 / max(gpu_share, 1e-6))))
+    kind = "MPS" if strategy is SharingStrategy.MPS else "time-slicing"
+    return ResourceRequest(
+        "nvidia.com/gpu.shared",
+        1,
+        {},
+        f"{kind}, up to {replicas} replicas per GPU; about {gpu_share:.0%} of a GPU",
+    )

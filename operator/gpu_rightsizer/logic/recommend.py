@@ -1,0 +1,595 @@
+"""From findings to actions, cheapest first (SPEC §1).
+
+Cost tiers: software and deployment settings (0-1), then CPU/memory/storage (2), then GPU slice,
+sharing or model (3-4), then more GPUs / multi-node (5). Health findings and InsufficientData yield no
+action at all. Changes below the minimum delta are not proposed (SPEC §6). Sizing actions are withheld
+while a data-path finding (CPU, I/O, transfer, communication) fires: a starved GPU looks smaller than
+the work needs once the starvation is fixed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpu_rightsizer.logic.diagnose import Diagnosis, WorkloadFigures, sizing_need
+from gpu_rightsizer.logic.mig import (
+    BANDWIDTH_UPGRADE_PATH,
+    GPU_MODELS,
+    MEMORY_UPGRADE_PATH,
+    MigProfile,
+    SliceNeed,
+    mig_request,
+    shared_request,
+    smallest_fitting_profile,
+)
+from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, SharingStrategy
+from gpu_rightsizer.model.result import Action
+
+DATA_PATH_CODES: frozenset[DiagnosisCode] = frozenset(
+    {
+        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+        DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
+        DiagnosisCode.HOST_TRANSFER_BOUND,
+        DiagnosisCode.COMMUNICATION_BOUND,
+    }
+)
+_MIG_STRATEGIES = frozenset({SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE})
+_SHARING_STRATEGIES = frozenset({SharingStrategy.TIME_SLICING, SharingStrategy.MPS})
+#: Action types of which one recommendation carries at most one (the higher-ranked finding wins).
+_SINGLETON_TYPES = frozenset(
+    {
+        ActionType.CPU,
+        ActionType.MEMORY,
+        ActionType.GPU_COUNT,
+        ActionType.MIG_PROFILE,
+        ActionType.GPU_SHARING,
+        ActionType.GPU_MODEL,
+        ActionType.REPLICAS,
+        ActionType.HPA_BOUNDS,
+        ActionType.RELEASE_IDLE,
+    }
+)
+#: Types that change how much GPU the workload holds; they give way to a release.
+_GPU_SHAPE_TYPES = frozenset(
+    {
+        ActionType.MIG_PROFILE,
+        ActionType.GPU_SHARING,
+        ActionType.GPU_MODEL,
+        ActionType.GPU_COUNT,
+        ActionType.REPLICAS,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAction:
+    """An action with its cost tier and the share of the current GPU allocation it frees (0..1)."""
+
+    action: Action
+    tier: int
+    freed_share: float = 0.0
+
+
+def _round_up(value: float, step: float) -> float:
+    return math.ceil(value / step - 1e-9) * step
+
+
+def _cores(value: float) -> str:
+    return f"{value:g} cores"
+
+
+def _gib(value_bytes: float) -> str:
+    return f"{value_bytes / 2**30:.1f}Gi"
+
+
+def _big_enough(new: float, old: float, ratio: float, absolute: float) -> bool:
+    return abs(new - old) >= max(absolute, ratio * abs(old))
+
+
+def _current_gpu(figures: WorkloadFigures) -> str:
+    allocation = figures.window.allocation
+    model = f" ({figures.spec.display_name})" if figures.spec else ""
+    return f"{allocation.gpu_resource}: {allocation.gpu_count}{model}"
+
+
+def _software(text: str, reason: str) -> PlannedAction:
+    return PlannedAction(
+        Action(
+            type=ActionType.SOFTWARE, from_value="current code and settings", to_value=text, reason=reason
+        ),
+        0,
+    )
+
+
+def _cpu_action(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAction | None:
+    """Raise CPU toward the observed demand / target saturation, within 3-24 cores per GPU (Mohan et al.)."""
+    allocation = figures.window.allocation
+    current = allocation.cpu_limit_cores or allocation.cpu_request_cores
+    gpus = max(1, figures.gpus_per_pod)
+    lower, upper = settings.cpu_min_cores_per_gpu * gpus, settings.cpu_max_cores_per_gpu * gpus
+    if figures.cpu_usage_p95 is not None:
+        demand = figures.cpu_usage_p95 * (1.0 + (figures.cpu_throttled or 0.0))
+        target = demand / settings.cpu_target_saturation
+    else:
+        target = lower
+    target = min(max(target, lower), upper)
+    if current is not None:
+        target = max(target, current)
+    target = _round_up(target, 0.5)
+    if current is not None and not _big_enough(
+        target, current, settings.min_delta_ratio, settings.min_cpu_delta_cores
+    ):
+        return None
+    which = "limit" if allocation.cpu_limit_cores else "request"
+    usage = (
+        f"p95 use {figures.cpu_usage_p95:.2f} cores" if figures.cpu_usage_p95 is not None else "use unknown"
+    )
+    throttled = (
+        f", throttled {figures.cpu_throttled:.0%} of periods" if figures.cpu_throttled is not None else ""
+    )
+    return PlannedAction(
+        Action(
+            type=ActionType.CPU,
+            from_value=_cores(current) + f" ({which})" if current is not None else "no CPU request",
+            to_value=_cores(target) + " (request and limit)",
+            reason=f"Input pipeline is CPU-bound ({usage}{throttled}); sized to {settings.cpu_target_saturation:.0%} "
+            f"target saturation within {settings.cpu_min_cores_per_gpu:g}-{settings.cpu_max_cores_per_gpu:g} "
+            "cores per GPU.",
+            resource="cpu",
+            automatic=True,
+        ),
+        2,
+    )
+
+
+def _memory_action(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAction | None:
+    """Raise the memory limit when the working set is close to it (more loader workers need more RAM)."""
+    allocation = figures.window.allocation
+    current = allocation.memory_limit_bytes or allocation.memory_request_bytes
+    used = figures.memory_ws_p99_bytes
+    if current is None or used is None or used < settings.memory_tight_share * current:
+        return None
+    target = _round_up(used / settings.memory_target_saturation, 2**28)
+    if not _big_enough(target, current, settings.min_delta_ratio, settings.min_memory_delta_bytes):
+        return None
+    return PlannedAction(
+        Action(
+            type=ActionType.MEMORY,
+            from_value=_gib(current),
+            to_value=_gib(target),
+            reason=f"Working set p99 {_gib(used)} is {used / current:.0%} of the memory limit; more input workers "
+            "need more memory.",
+            resource="memory",
+            automatic=True,
+        ),
+        2,
+    )
+
+
+def _current_fraction(figures: WorkloadFigures) -> float:
+    profile = next((g.profile for g in figures.gpus if g.profile), None)
+    return profile.gpu_fraction if profile else 1.0
+
+
+def _slice_action(
+    figures: WorkloadFigures,
+    settings: EngineSettings,
+    sharing: SharingStrategy,
+    allowed_profiles: Sequence[str] | None,
+    reason_prefix: str,
+) -> PlannedAction | None:
+    """MIG profile (mig strategies) or shared GPU (time-slicing/MPS; advice when the cluster has none)."""
+    if figures.gpus_per_pod != 1:
+        return None  # never MIG or sharing for multi-GPU work
+    need = sizing_need(figures, settings)
+    if need is None:
+        return None
+    current_fraction = _current_fraction(figures)
+    product = figures.window.allocation.gpu_model or next(
+        (g.observation.model_name for g in figures.gpus if g.observation.model_name), None
+    )
+    if sharing in _MIG_STRATEGIES and figures.profiles:
+        profile: MigProfile | None = smallest_fitting_profile(
+            figures.profiles,
+            SliceNeed(need.memory_gib, need.sm_equivalents, need.dram_fraction_of_full_gpu),
+            memory_headroom=settings.memory_headroom,
+            sm_target=settings.sm_target_utilisation,
+            dram_target=settings.dram_target_utilisation,
+            allowed=allowed_profiles,
+        )
+        if profile is None or profile.gpu_fraction >= current_fraction:
+            return None
+        request = mig_request(profile, sharing, product)
+        return PlannedAction(
+            Action(
+                type=ActionType.MIG_PROFILE,
+                from_value=_current_gpu(figures),
+                to_value=request.describe(),
+                reason=f"{reason_prefix} {profile.name} holds {profile.memory_gib:g} GiB ≥ "
+                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (p99) and {profile.sms} SMs ≥ "
+                f"{need.sm_equivalents:.1f} busy SMs / {settings.sm_target_utilisation:g}.",
+                resource=request.resource,
+                automatic=True,
+            ),
+            3,
+            max(0.0, 1.0 - profile.gpu_fraction / current_fraction),
+        )
+    if figures.is_mig:
+        return None  # already on a slice and the cluster gives no finer sharing
+    share = min(1.0, need.share_of_device)
+    if share > settings.oversized_max_device_share:
+        return None
+    request = shared_request(sharing, share)
+    automatic = sharing in _SHARING_STRATEGIES
+    advice = (
+        ""
+        if automatic
+        else " The cluster has no GPU sharing configured: enable MIG or time-slicing on a node pool."
+    )
+    replicas_per_gpu = max(2, min(16, math.floor(1.0 / max(share, 1e-6))))
+    return PlannedAction(
+        Action(
+            type=ActionType.GPU_SHARING,
+            from_value=_current_gpu(figures),
+            to_value=request.describe(),
+            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({need.memory_gib:.1f} GiB used p99)."
+            + advice,
+            resource=request.resource,
+            automatic=automatic,
+        ),
+        3,
+        1.0 - 1.0 / replicas_per_gpu,
+    )
+
+
+def _replicas_needed(replicas: int, load: float, target: float, factor: float) -> int:
+    needed = math.ceil(replicas * load / target - 1e-9)
+    return int(min(max(needed, 1), math.ceil(replicas * factor)))
+
+
+def _under_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list[PlannedAction]:
+    saturation = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95
+    replicas = figures.replicas
+    if saturation is None or replicas < 1:
+        return []
+    needed = max(
+        replicas + settings.min_replica_delta,
+        _replicas_needed(
+            replicas, saturation, settings.replica_target_utilisation, settings.max_replica_factor
+        ),
+    )
+    hpa = figures.window.allocation.hpa
+    actions = [
+        _software(
+            "scale on SM activity or queue length (not GPU_UTIL, which saturates)",
+            "GPU_UTIL reads 100% as soon as one kernel runs, so autoscalers on it react late.",
+        )
+    ]
+    if hpa is not None:
+        new_max = max(hpa.max_replicas, needed)
+        if new_max - hpa.max_replicas >= settings.min_replica_delta:
+            actions.append(
+                PlannedAction(
+                    Action(
+                        type=ActionType.HPA_BOUNDS,
+                        from_value=f"{hpa.min_replicas}-{hpa.max_replicas}",
+                        to_value=f"{hpa.min_replicas}-{new_max}",
+                        reason=f"Requests queue at {saturation:.0%} saturation; the HPA '{hpa.name}' owns the "
+                        "replica count, so its maximum is raised.",
+                        resource="replicas",
+                        automatic=True,
+                    ),
+                    1,
+                )
+            )
+        return actions
+    actions.append(
+        PlannedAction(
+            Action(
+                type=ActionType.REPLICAS,
+                from_value=str(replicas),
+                to_value=str(needed),
+                reason=f"Requests queue while saturation p95 is {saturation:.0%}; sized for "
+                f"{settings.replica_target_utilisation:.0%} per replica.",
+                resource="replicas",
+                automatic=True,
+            ),
+            1,
+        )
+    )
+    return actions
+
+
+def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list[PlannedAction]:
+    busy = figures.busy_p95_max
+    replicas = figures.replicas
+    if busy is None or replicas < 2:
+        return []
+    needed = max(1, _replicas_needed(replicas, busy, settings.replica_target_utilisation, 1.0))
+    if replicas - needed < settings.min_replica_delta:
+        return []
+    hpa = figures.window.allocation.hpa
+    if hpa is not None:
+        if hpa.min_replicas - needed < settings.min_replica_delta:
+            return []
+        return [
+            PlannedAction(
+                Action(
+                    type=ActionType.HPA_BOUNDS,
+                    from_value=f"{hpa.min_replicas}-{hpa.max_replicas}",
+                    to_value=f"{needed}-{hpa.max_replicas}",
+                    reason=f"Every replica's busy p95 is at most {busy:.0%}; the HPA '{hpa.name}' owns the replica "
+                    "count, so its minimum is lowered.",
+                    resource="replicas",
+                    automatic=True,
+                ),
+                1,
+                (hpa.min_replicas - needed) / hpa.min_replicas if hpa.min_replicas else 0.0,
+            )
+        ]
+    return [
+        PlannedAction(
+            Action(
+                type=ActionType.REPLICAS,
+                from_value=str(replicas),
+                to_value=str(needed),
+                reason=f"Every replica's busy p95 is at most {busy:.0%} with no queue; {needed} replica(s) carry "
+                f"the load at {settings.replica_target_utilisation:.0%} (the policy's minReplicas still applies).",
+                resource="replicas",
+                automatic=True,
+            ),
+            1,
+            (replicas - needed) / replicas,
+        )
+    ]
+
+
+def _release(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAction | None:
+    """Release only when there was no GPU activity at all and no request was served (SPEC §1)."""
+    busy_max = figures.busy_max
+    if busy_max is None or busy_max > settings.release_max_busy:
+        return None
+    if figures.requests_per_s is not None and figures.requests_per_s > 0:
+        return None
+    return PlannedAction(
+        Action(
+            type=ActionType.RELEASE_IDLE,
+            from_value=f"{figures.total_gpus} × {figures.window.allocation.gpu_resource}",
+            to_value="0 (scale to zero / end the job)",
+            reason=f"No GPU activity at all in the window (busy never above {busy_max:.0%}).",
+            resource=figures.window.allocation.gpu_resource,
+            automatic=True,
+        ),
+        1,
+        1.0,
+    )
+
+
+def _next_model(path: tuple[str, ...], current_key: str | None, better: str) -> str | None:
+    if current_key not in path:
+        return None
+    index = path.index(current_key or "")
+    current = GPU_MODELS[current_key or ""]
+    for key in path[index + 1 :]:
+        candidate = GPU_MODELS[key]
+        if better == "memory" and candidate.memory_gib >= current.memory_gib * 1.2:
+            return key
+        if better == "bandwidth" and key != current_key and candidate.memory_gib > current.memory_gib:
+            return key
+    return None
+
+
+def _memory_capacity(
+    figures: WorkloadFigures, settings: EngineSettings, sharing: SharingStrategy
+) -> list[PlannedAction]:
+    actions = [
+        _software(
+            "activation checkpointing, gradient accumulation with a smaller micro-batch, or ZeRO/FSDP sharding",
+            "GPU memory is full; these trade a little compute for memory without new hardware.",
+        )
+    ]
+    current = next((g.profile for g in figures.gpus if g.profile), None)
+    if current is not None and sharing in _MIG_STRATEGIES and figures.profiles:
+        bigger = sorted(
+            (p for p in figures.profiles if p.memory_gib > current.memory_gib and not p.media_extensions),
+            key=lambda p: (p.gpu_fraction, p.memory_gib, p.name),
+        )
+        if bigger:
+            request = mig_request(bigger[0], sharing, figures.window.allocation.gpu_model)
+            actions.append(
+                PlannedAction(
+                    Action(
+                        type=ActionType.MIG_PROFILE,
+                        from_value=_current_gpu(figures),
+                        to_value=request.describe(),
+                        reason=f"{current.name} ({current.memory_gib:g} GiB) is full; {bigger[0].name} holds "
+                        f"{bigger[0].memory_gib:g} GiB.",
+                        resource=request.resource,
+                        automatic=True,
+                    ),
+                    3,
+                )
+            )
+            return actions
+    upgrade = _next_model(MEMORY_UPGRADE_PATH, figures.spec.key if figures.spec else None, "memory")
+    if upgrade is not None:
+        target = GPU_MODELS[upgrade]
+        actions.append(
+            PlannedAction(
+                Action(
+                    type=ActionType.GPU_MODEL,
+                    from_value=figures.spec.display_name if figures.spec else "current GPU",
+                    to_value=target.display_name,
+                    reason=f"Memory is full at {figures.capacity_gib or 0:.0f} GiB; {target.display_name} has "
+                    f"{target.memory_gib:g} GiB.",
+                    resource="nvidia.com/gpu.product",
+                ),
+                4,
+            )
+        )
+    gpus = max(1, figures.gpus_per_pod)
+    actions.append(
+        PlannedAction(
+            Action(
+                type=ActionType.GPU_COUNT,
+                from_value=str(gpus),
+                to_value=str(gpus * 2),
+                reason="Last resort: split the model across GPUs (tensor/pipeline parallelism); needs code support.",
+                resource=figures.window.allocation.gpu_resource,
+            ),
+            5,
+        )
+    )
+    return actions
+
+
+def recommend(
+    diagnosis: Diagnosis,
+    settings: EngineSettings,
+    sharing: SharingStrategy = SharingStrategy.MIG_MIXED,
+    allowed_profiles: Sequence[str] | None = None,
+) -> list[PlannedAction]:
+    """Actions for every finding of a diagnosis, cheapest first; none on health or insufficient data."""
+    codes = {finding.code for finding in diagnosis.findings}
+    if codes & HEALTH_CODES or DiagnosisCode.INSUFFICIENT_DATA in codes:
+        return []
+    figures = diagnosis.figures
+    data_path = bool(codes & DATA_PATH_CODES)
+    planned: list[PlannedAction] = []
+    for finding in diagnosis.findings:  # already in rule order: the higher-ranked finding wins a type
+        code = finding.code
+        if code is DiagnosisCode.IDLE_ALLOCATION:
+            release = _release(figures, settings)
+            if release is not None:
+                planned.append(release)
+            else:
+                shared = _slice_action(figures, settings, sharing, allowed_profiles, "Idle but not inactive:")
+                if shared is not None:
+                    planned.append(shared)
+        elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND:
+            planned.append(
+                _software(
+                    "more DataLoader workers, pin_memory=True, prefetching; GPU decoding (DALI) or caching "
+                    "decoded data",
+                    "The GPU waits for CPU-side data preparation.",
+                )
+            )
+            planned.extend(
+                a for a in (_cpu_action(figures, settings), _memory_action(figures, settings)) if a
+            )
+        elif code is DiagnosisCode.INPUT_PIPELINE_IO_BOUND:
+            planned.append(
+                _software(
+                    "cache the data set locally or in RAM; larger prefetch", "The GPU waits for data reads."
+                )
+            )
+            planned.append(
+                PlannedAction(
+                    Action(
+                        type=ActionType.INFRASTRUCTURE,
+                        from_value="current storage",
+                        to_value="faster storage class or local NVMe cache",
+                        reason="Reads, not CPU, stall the input pipeline.",
+                    ),
+                    2,
+                )
+            )
+        elif code is DiagnosisCode.HOST_TRANSFER_BOUND:
+            planned.append(
+                _software(
+                    "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the GPU, "
+                    "larger batches",
+                    "Host↔device copies dominate.",
+                )
+            )
+        elif code is DiagnosisCode.COMMUNICATION_BOUND:
+            planned.append(
+                _software(
+                    "overlap communication with compute, gradient accumulation or a larger per-GPU batch",
+                    "GPUs wait on collective communication.",
+                )
+            )
+            planned.append(
+                PlannedAction(
+                    Action(
+                        type=ActionType.INFRASTRUCTURE,
+                        from_value="pods spread over nodes / links",
+                        to_value="topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
+                        reason="Interconnect traffic is high while SMs idle; MIG is never suitable here.",
+                    ),
+                    2,
+                )
+            )
+        elif code is DiagnosisCode.LOW_OCCUPANCY:
+            planned.append(
+                _software(
+                    "larger (micro-)batch; CUDA Graphs or torch.compile to fuse small kernels",
+                    "Kernels keep most SMs idle.",
+                )
+            )
+        elif code is DiagnosisCode.MEMORY_BANDWIDTH_BOUND:
+            planned.append(
+                _software(
+                    "continuous batching / larger batches; quantise weights or KV cache",
+                    "Memory bandwidth limits throughput.",
+                )
+            )
+            upgrade = _next_model(
+                BANDWIDTH_UPGRADE_PATH, figures.spec.key if figures.spec else None, "bandwidth"
+            )
+            if upgrade is not None:
+                planned.append(
+                    PlannedAction(
+                        Action(
+                            type=ActionType.GPU_MODEL,
+                            from_value=figures.spec.display_name if figures.spec else "current GPU",
+                            to_value=GPU_MODELS[upgrade].display_name,
+                            reason="A higher-bandwidth GPU; do not shrink to a MIG slice (bandwidth scales with "
+                            "memory slices).",
+                            resource="nvidia.com/gpu.product",
+                        ),
+                        4,
+                    )
+                )
+        elif code is DiagnosisCode.NO_TENSOR_CORES:
+            planned.append(
+                _software(
+                    "mixed precision (torch.autocast with BF16/FP16) or TF32 matmuls",
+                    "The tensor cores sit unused while FP32 pipes work.",
+                )
+            )
+        elif code is DiagnosisCode.OVERSIZED_GPU and not data_path:
+            action = _slice_action(figures, settings, sharing, allowed_profiles, "Oversized:")
+            if action is not None:
+                planned.append(action)
+        elif code is DiagnosisCode.MEMORY_CAPACITY_BOUND:
+            planned.extend(_memory_capacity(figures, settings, sharing))
+        elif code is DiagnosisCode.UNDER_REPLICATED:
+            planned.extend(_under_replicated(figures, settings))
+        elif code is DiagnosisCode.OVER_REPLICATED and not data_path:
+            planned.extend(_over_replicated(figures, settings))
+    return _resolve(planned)
+
+
+def _resolve(planned: list[PlannedAction]) -> list[PlannedAction]:
+    """Drop duplicates and conflicts (first wins), then order cheapest first, deterministically."""
+    kept: list[PlannedAction] = []
+    seen_types: set[ActionType] = set()
+    seen_texts: set[tuple[ActionType, str]] = set()
+    releasing = any(p.action.type is ActionType.RELEASE_IDLE for p in planned)
+    for item in planned:
+        kind = item.action.type
+        if releasing and kind in _GPU_SHAPE_TYPES:
+            continue
+        if kind in _SINGLETON_TYPES and kind in seen_types:
+            continue
+        key = (kind, item.action.to_value)
+        if key in seen_texts:
+            continue
+        seen_types.add(kind)
+        seen_texts.add(key)
+        kept.append(item)
+    return sorted(kept, key=lambda p: (p.tier, p.action.type.value, p.action.to_value))

@@ -1,0 +1,399 @@
+"""Every number the diagnosis engine decides with, named, documented and overridable.
+
+Each field's description ends with its basis:
+- **NV**: an NVIDIA-documented figure (DCGM feature overview, `nvml.h`, Xid catalog);
+- **Lit**: a published study (Mohan et al. VLDB'21, tf.data VLDB'21, Gao et al. ICSE'24, Cankur et al. 2025,
+  NVIDIA/nccl#1264);
+- **Heur**: an engineering default, tuned on the labelled scenario library.
+
+A `GPURightsizingPolicy` may override the observation window, `minSamples` and thresholds; use
+`EngineSettings.with_overrides`, which accepts the policy's camelCase names and rejects unknown ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+#: Xid codes that mean a hardware or driver fault (gpu-signals §4.3 H0 and §5, NVIDIA Xid catalog):
+#: 48 DBE, 63/64 row-remap / page-retirement event or failure, 74 NVLink, 79 fallen off the bus,
+#: 92 high SBE rate, 94/95 contained/uncontained ECC, 109 context-switch timeout, 119/120 GSP RPC,
+#: 140 unrecovered ECC, 143 init failure, 144-150 NVLink. 63/64 are treated as critical because the
+#: window does not carry ROW_REMAP_PENDING; a pending remap needs a GPU reset anyway.
+DEFAULT_CRITICAL_XIDS: frozenset[int] = frozenset(
+    {48, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120, 140, 143, 144, 145, 146, 147, 148, 149, 150}
+)
+
+#: Xid codes that are usually caused by the application (13, 31, 43, 45): reported, never a health gate.
+DEFAULT_APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45})
+
+
+class EngineSettings(BaseModel):
+    """Thresholds and margins of the rule set in gpu-signals §4.3 / §4.4, one field per number."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    # --- observation window and data quality -------------------------------------------------------
+    window_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Observation window the sources read. Heur; gpu-signals §4.3 asks for ≥ 30 min "
+        "(training) and ≥ 24 h (inference).",
+    )
+    min_window_seconds: float = Field(
+        default=1800.0,
+        ge=0,
+        description="Shorter windows yield InsufficientData. gpu-signals §4.3: at least 30 min for training.",
+    )
+    inference_window_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Window that covers a diurnal cycle; shorter serving windows lower confidence. "
+        "gpu-signals §4.3 (24 h for inference).",
+    )
+    min_samples: int = Field(
+        default=20, ge=1, description="Fewer busy samples than this yield InsufficientData. Heur."
+    )
+    min_coverage: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Samples / (window / step) below this = too many gaps → InsufficientData. Heur.",
+    )
+    good_coverage: float = Field(
+        default=0.8, ge=0, le=1, description="Coverage below this lowers confidence. Heur."
+    )
+    max_staleness_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        description="Data that ends longer ago than this (when the caller passes `now`) is stale → "
+        "InsufficientData. Heur (a few dcgm-exporter collect intervals of 30 s plus scrape delay).",
+    )
+    ratio_tolerance: float = Field(
+        default=0.05,
+        ge=0,
+        description="Slack before a 0..1 ratio outside [0, 1] or an SM_ACTIVE above GR_ENGINE_ACTIVE counts as "
+        "contradictory. Heur (SM_ACTIVE is a subset of engine activity by definition, DCGM overview).",
+    )
+    contradiction_gap: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="SM_ACTIVE p95 above GR_ENGINE_ACTIVE p95 by more than this → contradictory data. Heur.",
+    )
+    # --- health gates (H0/H1) ----------------------------------------------------------------------
+    critical_xids: frozenset[int] = Field(
+        default=DEFAULT_CRITICAL_XIDS,
+        description="Xid codes that gate every action as a hardware fault. NV (Xid catalog, gpu-signals §5).",
+    )
+    application_xids: frozenset[int] = Field(
+        default=DEFAULT_APPLICATION_XIDS,
+        description="Xid codes that are usually the application's fault; reported only. NV (Xid catalog).",
+    )
+    throttle_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Share of the window with HW/SW thermal, HW slowdown or power-brake clock events above "
+        "which the window is 'throttled'. Heur 5 % (gpu-signals §4.3 H1).",
+    )
+    throttle_clock_ratio: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="SM clock p50 below this share of the window's max clock corroborates throttling. "
+        "Heur (gpu-signals H1; HW slowdown halves clocks, nvml.h).",
+    )
+    # --- busy signal -------------------------------------------------------------------------------
+    active_busy: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Busy above this counts as 'job active'. Heur (gpu-signals §4.3 preamble).",
+    )
+    # --- R1 idle allocation ------------------------------------------------------------------------
+    idle_busy_p95: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Every GPU's busy p95 below this → IdleAllocation. Heur (gpu-signals R1).",
+    )
+    idle_max_active_fraction: float = Field(
+        default=0.10,
+        ge=0,
+        le=1,
+        description="Idle means busy under the floor for ≥ 90 % of the window. Heur (gpu-signals R1).",
+    )
+    idle_min_window_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Idle over a shorter window lowers confidence. Heur (gpu-signals R1: ≥ 1 h).",
+    )
+    release_max_busy: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Releasing a GPU is advised only when busy never exceeded this (no GPU activity at all) "
+        "and no requests were served. SPEC §1 (a live service is never released).",
+    )
+    # --- data-path rules (R2, R2b, R3, R4) ---------------------------------------------------------
+    low_busy: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Busy / SM activity below this indicates ineffective GPU use. NV (DCGM: < 0.5 likely "
+        "ineffective).",
+    )
+    input_bound_max_busy: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Input-pipeline rules (CPU, I/O) fire while busy p50 is below this; a starved GPU "
+        "alternates bursts and stalls, so its median busy often sits between 0.5 and 0.8. Below `low_busy` "
+        "raises confidence. Heur (gpu-signals R2 uses 0.5 with a sawtooth).",
+    )
+    cpu_saturation: float = Field(
+        default=0.9,
+        ge=0,
+        le=2,
+        description="CPU usage p95 / CPU limit at or above this = CPU saturated. Heur (gpu-signals R2).",
+    )
+    cpu_throttled_ratio: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="CFS throttled periods / periods at or above this = CPU throttled. Heur: "
+        "kubernetes-mixin CPUThrottlingHigh default 25 %.",
+    )
+    sawtooth_strong: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="Busy sawtooth score above this supports an input-pipeline stall. Heur (gpu-signals R2).",
+    )
+    io_bytes_per_s: float = Field(
+        default=100.0 * 1024 * 1024,
+        ge=0,
+        description="File-system read + network receive p95 per pod at or above this = I/O busy (fetch "
+        "stall). Heur; Lit for the pattern (Mohan et al. fetch stalls).",
+    )
+    pcie_utilisation: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="PCIe bytes p95 / link capacity (one direction) at or above this = transfer-bound. "
+        "Heur 0.6 (gpu-signals R3).",
+    )
+    pcie_low_utilisation: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="PCIe utilisation below this counts as 'PCIe RX low' for the CPU-bound rule. Heur.",
+    )
+    nvlink_utilisation: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="NVLink (or PCIe on boxes without NVLink) bytes p95 / nominal at or above this, with "
+        "SM activity low, = communication-bound. Heur 0.5; Lit: ≈ 0.8 × nominal is achievable "
+        "(NVIDIA/nccl#1264).",
+    )
+    nvlink_quiet_bytes_per_s: float = Field(
+        default=1e9,
+        ge=0,
+        description="NVLink p95 below this counts as 'no NVLink traffic' (a MIG candidate). Heur.",
+    )
+    # --- in-GPU efficiency (R5, R6, R7) ------------------------------------------------------------
+    high_busy: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Busy at or above this = the GPU looks busy. NV (DCGM: ≥ 0.8 necessary for effective use).",
+    )
+    low_occupancy: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="SM occupancy p50 below this (with high busy) = launch/small-kernel bound. Heur (R5).",
+    )
+    dram_bound: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="DRAM activity p95 at or above this = memory-bandwidth-bound (practical peak 0.8). "
+        "NV peak, Heur 0.6 (gpu-signals R6).",
+    )
+    dram_bound_max_tensor: float = Field(
+        default=0.2, ge=0, le=1, description="Tensor activity p95 below this for R6. Heur."
+    )
+    no_tensor_max: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Tensor-pipe activity p95 below this = tensor cores unused. Heur (gpu-signals R7).",
+    )
+    no_tensor_min_fp32: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="FP32-pipe activity p50 at or above this (with SM activity ≥ low_busy) for R7. Heur.",
+    )
+    # --- sizing (R8, R9) ---------------------------------------------------------------------------
+    oversized_max_memory_share: float = Field(
+        default=0.45,
+        ge=0,
+        le=1,
+        description="p99 GPU memory need ≤ this share of capacity = MIG/sharing candidate. Heur; Lit: 55 % "
+        "of 80 GB jobs peak ≤ 50 % HBM (Cankur et al. 2025).",
+    )
+    oversized_max_device_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Share of the current device the work needs (max of memory × headroom, SM p95 / target, "
+        "DRAM p95 / target) at or below this = oversized. Heur (half a GPU or less frees at least one slice).",
+    )
+    memory_headroom: float = Field(
+        default=1.2,
+        ge=1,
+        description="A slice must hold p99 used memory × this. Heur (gpu-signals §4.4 step 2).",
+    )
+    sm_target_utilisation: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="SMs(profile) ≥ p95(SM_ACTIVE) × SMs_full / this. NV (0.8 necessary), gpu-signals §4.4.",
+    )
+    dram_target_utilisation: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="DRAM need ≤ memory fraction of the profile × this. NV (DRAM practical peak ~0.8).",
+    )
+    busy_as_sm_proxy_penalty: float = Field(
+        default=0.75,
+        ge=0,
+        le=1,
+        description="Confidence factor when SM_ACTIVE is missing and busy stands in for it (busy ≥ SM "
+        "activity, so sizing stays conservative). Heur.",
+    )
+    memory_full_share: float = Field(
+        default=0.95,
+        ge=0,
+        le=1,
+        description="p99 GPU memory at or above this share of capacity = memory full. Heur (gpu-signals R9).",
+    )
+    # --- serving (R10, R11) ------------------------------------------------------------------------
+    queue_sustained_fraction: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Queue non-empty for at least this share of the window = sustained queueing. Heur (R10).",
+    )
+    serving_saturation: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        description="SM activity (or busy) p95 at or above this with a queue = under-replicated. Heur (R10).",
+    )
+    over_replicated_busy_p95: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="All replicas' busy p95 below this with no queue = over-replicated. Heur (R11).",
+    )
+    replica_target_utilisation: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="Replica count is sized so the fleet's busy p95 lands near this. Heur.",
+    )
+    max_replica_factor: float = Field(
+        default=3.0,
+        ge=1,
+        description="One recommendation scales replicas by at most this factor. Heur (bounded steps).",
+    )
+    # --- recommendations ---------------------------------------------------------------------------
+    cpu_target_saturation: float = Field(
+        default=0.7,
+        gt=0,
+        le=1,
+        description="New CPU limit = estimated CPU demand / this. Heur (headroom for loader bursts).",
+    )
+    cpu_min_cores_per_gpu: float = Field(
+        default=3.0,
+        ge=0,
+        description="Lower bound of recommended cores per GPU for input-bound pods. Lit: 3–24 cores/GPU "
+        "(Mohan et al., VLDB'21).",
+    )
+    cpu_max_cores_per_gpu: float = Field(
+        default=24.0,
+        gt=0,
+        description="Upper bound of recommended cores per GPU. Lit: 3–24 cores/GPU (Mohan et al., VLDB'21).",
+    )
+    memory_target_saturation: float = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description="New memory limit = working-set p99 / this, when memory is tight. Heur.",
+    )
+    memory_tight_share: float = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="Working-set p99 above this share of the memory limit = tight (raise with CPU). Heur.",
+    )
+    min_delta_ratio: float = Field(
+        default=0.2,
+        ge=0,
+        description="CPU/memory changes smaller than this share of the current value are not proposed. Heur "
+        "(SPEC §6 minimum delta).",
+    )
+    min_cpu_delta_cores: float = Field(
+        default=0.5, ge=0, description="CPU changes smaller than this are not proposed. Heur (SPEC §6)."
+    )
+    min_memory_delta_bytes: float = Field(
+        default=256.0 * 1024 * 1024,
+        ge=0,
+        description="Memory changes smaller than this are not proposed. Heur (SPEC §6).",
+    )
+    min_replica_delta: int = Field(
+        default=1, ge=1, description="Replica changes smaller than this are not proposed. Heur (SPEC §6)."
+    )
+    # --- confidence --------------------------------------------------------------------------------
+    shared_gpu_confidence: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        description="Confidence factor for GPUs shared by time-slicing/MPS: device series are duplicated "
+        "per pod and include neighbours' work (dcgm-exporter KUBERNETES_VIRTUAL_GPUS, gpu-signals S1).",
+    )
+    missing_profiling_confidence: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Confidence factor when a rule falls back from DCGM profiling fields (GR_ENGINE_ACTIVE, "
+        "SM_ACTIVE) to GPU_UTIL, which only says 'a kernel ran'. NV (nvml.h utilisation semantics).",
+    )
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> EngineSettings:
+        """Copy with a policy's overrides applied (snake_case or camelCase names), validated.
+
+        Raises ValueError naming the offending field, and leaves `self` unchanged.
+        """
+        by_name = {name: name for name in type(self).model_fields}
+        by_name.update({to_camel(name): name for name in type(self).model_fields})
+        unknown = sorted(key for key in overrides if key not in by_name)
+        if unknown:
+            raise ValueError(f"unknown engine setting(s): {', '.join(unknown)}")
+        merged = self.model_dump()
+        merged.update({by_name[key]: value for key, value in overrides.items()})
+        try:
+            return type(self).model_validate(merged)
+        except ValidationError as error:
+            raise ValueError(f"invalid engine setting override: {error}") from error
+
+
+DEFAULT_SETTINGS = EngineSettings()

@@ -1,0 +1,692 @@
+"""The two custom resources, as pydantic models: the single source of their CRD schemas.
+
+`gpu_rightsizer.crdgen` turns these models into CustomResourceDefinitions (OpenAPI v3 schema plus
+CEL rules), so every bound, enum, pattern and cross-field rule is written once, here. Each CEL rule
+(`x-kubernetes-validations`) has a Python twin in a validator below with the same message, so an
+object the API server accepts parses here and an object it rejects does not: the operator never
+meets a policy it cannot read, and unit tests catch a rule before a cluster does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.config import JsonDict, JsonValue
+
+from gpu_rightsizer.model.codes import (
+    APPLICABLE_ACTIONS,
+    ActionType,
+    ApplyState,
+    DiagnosisCode,
+    PolicyMode,
+    SharingStrategy,
+)
+from gpu_rightsizer.model.result import Action, CamelModel, Finding, Savings
+
+GROUP = "gpurightsizer.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: Go-style durations as `time.ParseDuration` reads them (and CEL's `duration()`), restricted to units
+#: that make sense for observation windows and cool-downs.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+#: 24-hour wall-clock time of a maintenance window.
+CLOCK_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+#: MIG profile names as the device plugin exposes them (`nvidia.com/mig-<profile>`), e.g. 1g.10gb, 1g.10gb+me.
+MIG_PROFILE_PATTERN = r"^[1-7]g\.[0-9]+gb(\+me)?$"
+#: IANA time-zone names (Europe/Berlin, UTC, America/Argentina/Buenos_Aires, Etc/GMT+2).
+TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*$"
+#: metav1.Condition reason: CamelCase identifier.
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+IGNORE_ANNOTATION = "gpurightsizer.io/ignore"
+"""Workloads annotated `gpurightsizer.io/ignore: "true"` are never recommended on nor patched."""
+
+#: Actions a policy may allow, in declaration order (the actuator can carry these out).
+POLICY_ACTIONS: tuple[ActionType, ...] = tuple(a for a in ActionType if a in APPLICABLE_ACTIONS)
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """One `x-kubernetes-validations` entry; `field_path` points the API server's error at a field."""
+
+    rule: str
+    message: str
+    field_path: str | None = None
+
+    def to_schema(self) -> JsonDict:
+        """The entry as it appears in the CRD schema."""
+        entry: JsonDict = {"rule": self.rule, "message": self.message}
+        if self.field_path is not None:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+
+def _with_cel(*rules: CelRule) -> ConfigDict:
+    """Model config that puts `rules` into the model's schema (crdgen copies them into the CRD)."""
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule.to_schema() for rule in rules]})
+
+
+def _set_list(max_items: int) -> JsonDict:
+    """Schema extras for a list of unique scalars (the API server rejects duplicates)."""
+    return {"x-kubernetes-list-type": "set", "maxItems": max_items}
+
+
+def _string_enum(values: list[str]) -> JsonDict:
+    """Item schema for a list of strings restricted to `values`."""
+    allowed: list[JsonValue] = list(values)
+    return {"type": "string", "enum": allowed}
+
+
+def _no_duplicates(values: list[Any], field: str) -> list[Any]:
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{field} must not repeat {value!r}")
+        seen.add(value)
+    return values
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared Kubernetes shapes
+# --------------------------------------------------------------------------------------------------
+
+_REQUIREMENT_VALUES_RULE = CelRule(
+    "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
+    " : (!has(self.values) || size(self.values) == 0)",
+    "matchExpressions[].values must be non-empty when operator is In or NotIn, and empty when operator "
+    "is Exists or DoesNotExist",
+    field_path=".values",
+)
+
+
+class LabelSelectorRequirement(CamelModel):
+    """One `matchExpressions` entry of a metav1.LabelSelector."""
+
+    model_config = _with_cel(_REQUIREMENT_VALUES_RULE)
+
+    key: str = Field(min_length=1, max_length=317, description="The label key the requirement applies to.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the key relates to the values."
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Label values; non-empty for In and NotIn, empty for Exists and DoesNotExist.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic", "items": {"type": "string", "maxLength": 63}},
+    )
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        needs_values = self.operator in ("In", "NotIn")
+        if needs_values != bool(self.values):
+            raise ValueError(_REQUIREMENT_VALUES_RULE.message)
+        return self
+
+
+class LabelSelector(CamelModel):
+    """metav1.LabelSelector: `matchLabels` and every `matchExpressions` entry must hold; empty selects all."""
+
+    match_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels that must be present with exactly these values.",
+        json_schema_extra={"maxProperties": 64},
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Set-based requirements, all of which must hold.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+
+
+class Condition(CamelModel):
+    """metav1.Condition: the standard status condition shape."""
+
+    type: str = Field(
+        min_length=1, max_length=316, description="Condition type, CamelCase, e.g. Ready, Applied, Degraded."
+    )
+    status: Literal["True", "False", "Unknown"]
+    observed_generation: int | None = Field(default=None, ge=0)
+    last_transition_time: datetime = Field(description="When the status last changed.")
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=CONDITION_REASON_PATTERN,
+        description="Machine-readable CamelCase reason for the last transition.",
+    )
+    message: str = Field(default="", max_length=32768, description="Human-readable details.")
+
+
+_CONDITIONS_EXTRA: JsonDict = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# GPURecommendation
+# --------------------------------------------------------------------------------------------------
+
+
+class TargetRef(CamelModel):
+    """The workload a recommendation is about (its owner reference points at the same object)."""
+
+    api_version: str = Field(min_length=1, max_length=253, description="e.g. apps/v1, batch/v1, v1.")
+    kind: str = Field(
+        min_length=1, max_length=63, description="Deployment, StatefulSet, Job, CronJob or Pod."
+    )
+    name: str = Field(min_length=1, max_length=253, description="Name of the workload, in this namespace.")
+
+
+class GPURecommendationSpec(CamelModel):
+    """What the recommendation is for; everything else is status, written by the operator."""
+
+    target_ref: TargetRef
+
+
+class ObservedWindow(CamelModel):
+    """The time range the diagnosis is based on."""
+
+    start: datetime
+    end: datetime
+    samples: int = Field(default=0, ge=0, description="Samples per series that survived cleaning.")
+
+
+class AllocationStatus(CamelModel):
+    """What the workload requests today, per pod (except replicas); quantities in Kubernetes notation."""
+
+    gpu_resource: str = Field(
+        default="nvidia.com/gpu", description="nvidia.com/gpu, nvidia.com/mig-1g.10gb, nvidia.com/gpu.shared."
+    )
+    gpu_count: int = Field(default=1, ge=0, description="GPUs (or slices) per pod.")
+    gpu_model: str | None = Field(default=None, description="GPU product, e.g. NVIDIA-H100-80GB-HBM3.")
+    mig_profile: str | None = Field(default=None, description="MIG profile when the GPU is a slice.")
+    cpu_request: str | None = Field(default=None, description="CPU request per pod, e.g. 500m.")
+    cpu_limit: str | None = Field(default=None, description="CPU limit per pod, e.g. 2.")
+    memory_request: str | None = Field(default=None, description="Memory request per pod, e.g. 8Gi.")
+    memory_limit: str | None = Field(default=None, description="Memory limit per pod, e.g. 16Gi.")
+    replicas: int = Field(default=1, ge=0)
+
+
+class Diagnosis(CamelModel):
+    """The primary bottleneck and every finding behind it."""
+
+    primary: DiagnosisCode
+    confidence: float = Field(ge=0.0, le=1.0)
+    summary: str = Field(
+        default="", description="One sentence: what was seen, what it means, what to change."
+    )
+    findings: list[Finding] = Field(default_factory=list)
+
+
+class ApplyStatus(CamelModel):
+    """Where the recommendation stands on its way into the workload, with what is needed to undo it."""
+
+    state: ApplyState = ApplyState.PENDING
+    reason: str = Field(default="", description="Why the state is what it is, in plain words.")
+    policy: str | None = Field(
+        default=None, description="The GPURightsizingPolicy that governs the workload."
+    )
+    dry_run: bool = Field(default=False, description="True when the patch was computed but not sent.")
+    patch: str | None = Field(
+        default=None, description="The exact patch (YAML) applied or, in dry-run, proposed."
+    )
+    previous: dict[str, str] = Field(
+        default_factory=dict,
+        description="Values before the change, by field (e.g. containers[trainer].resources.limits.cpu), "
+        "used for rollback.",
+    )
+    applied_at: datetime | None = None
+    verify_after: datetime | None = Field(
+        default=None, description="When the change is compared with before."
+    )
+
+
+class RecommendationSummary(CamelModel):
+    """Pre-formatted strings for `kubectl get` columns; the structured fields are the truth."""
+
+    workload: str = Field(default="", description="Kind/name of the target, e.g. Deployment/llm-serve.")
+    action: str = Field(default="", description="The main change, e.g. 'cpu 2->6' or 'none'.")
+    gpu_busy_p95: str = Field(default="", description="p95 GPU busy over the window, e.g. 21%.")
+    savings: str = Field(default="", description="Estimated GPU-hours per day freed, e.g. 12.0 GPUh/d.")
+    confidence: str = Field(default="", description="Confidence of the primary diagnosis, e.g. 0.82.")
+    window: str = Field(default="", description="Length of the observed window, e.g. 24h.")
+
+
+class GPURecommendationStatus(CamelModel):
+    """Everything the operator concluded about the target; written only through the status subresource."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    window: ObservedWindow | None = None
+    allocation: AllocationStatus | None = None
+    diagnosis: Diagnosis | None = None
+    actions: list[Action] = Field(
+        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+    )
+    savings: Savings | None = None
+    apply: ApplyStatus | None = None
+    summary: RecommendationSummary | None = None
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_CONDITIONS_EXTRA)
+
+
+class GPURecommendation(CamelModel):
+    """One per workload: why its GPUs are wasted and what to change."""
+
+    KIND: ClassVar[str] = "GPURecommendation"
+    PLURAL: ClassVar[str] = "gpurecommendations"
+    SINGULAR: ClassVar[str] = "gpurecommendation"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("gpurec",)
+    SCOPE: ClassVar[str] = "Namespaced"
+
+    api_version: Literal["gpurightsizer.io/v1alpha1"] = "gpurightsizer.io/v1alpha1"
+    kind: Literal["GPURecommendation"] = "GPURecommendation"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: GPURecommendationSpec
+    status: GPURecommendationStatus | None = None
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase keys, no null fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# GPURightsizingPolicy
+# --------------------------------------------------------------------------------------------------
+
+_IDLE_BELOW_LOW_RULE = CelRule(
+    "!has(self.idleBusyP95) || !has(self.lowBusy) || self.idleBusyP95 < self.lowBusy",
+    "spec.observation.thresholds.idleBusyP95 must be below lowBusy",
+    field_path=".idleBusyP95",
+)
+
+
+class Thresholds(CamelModel):
+    """Optional overrides of the engine's thresholds, named as in `logic.thresholds.EngineSettings`.
+
+    Ratios are 0..1 unless said otherwise; an absent field keeps the engine's default.
+    """
+
+    model_config = _with_cel(_IDLE_BELOW_LOW_RULE)
+
+    active_busy: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="GPU busy above this counts as the job being active."
+    )
+    idle_busy_p95: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Every GPU's busy p95 below this means the allocation is idle.",
+    )
+    low_busy: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="GPU busy below this counts as ineffective GPU use."
+    )
+    cpu_saturation: float | None = Field(
+        default=None, ge=0.0, le=2.0, description="CPU usage p95 / CPU limit at or above this is saturated."
+    )
+    cpu_throttled_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of CFS periods throttled at or above this is a bottleneck.",
+    )
+    memory_full_share: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="p99 GPU memory at or above this share of capacity is full."
+    )
+    min_delta_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="CPU/memory changes smaller than this share are not proposed.",
+    )
+
+    @model_validator(mode="after")
+    def _idle_below_low(self) -> Thresholds:
+        if (
+            self.idle_busy_p95 is not None
+            and self.low_busy is not None
+            and self.idle_busy_p95 >= self.low_busy
+        ):
+            raise ValueError(_IDLE_BELOW_LOW_RULE.message)
+        return self
+
+    def overrides(self) -> dict[str, float]:
+        """The fields that are set, by camelCase name, for `EngineSettings.with_overrides`."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+_WINDOW_MIN_RULE = CelRule(
+    "duration(self.window) >= duration('5m')",
+    "spec.observation.window must be at least 5m",
+    field_path=".window",
+)
+
+
+class Observation(CamelModel):
+    """How much data a diagnosis needs."""
+
+    model_config = _with_cel(_WINDOW_MIN_RULE)
+
+    window: str = Field(
+        default="1h",
+        max_length=32,
+        pattern=DURATION_PATTERN,
+        description="How far back to look, e.g. 30m, 1h, 24h (at least 5m).",
+    )
+    min_samples: int = Field(
+        default=30, ge=1, le=1_000_000, description="Fewer samples than this yields InsufficientData."
+    )
+    thresholds: Thresholds | None = Field(default=None, description="Overrides of the engine's thresholds.")
+
+    @field_validator("window")
+    @classmethod
+    def _window_long_enough(cls, value: str) -> str:
+        if duration_seconds(value) < 300:
+            raise ValueError(_WINDOW_MIN_RULE.message)
+        return value
+
+
+_CLUSTER_CAP_RULE = CelRule(
+    "self.perNamespace <= self.cluster",
+    "spec.safety.maxChangesPerHour.perNamespace must not exceed cluster",
+    field_path=".perNamespace",
+)
+
+
+class MaxChangesPerHour(CamelModel):
+    """Rate limits on applied changes (token buckets refilled hourly)."""
+
+    model_config = _with_cel(_CLUSTER_CAP_RULE)
+
+    cluster: int = Field(default=10, ge=0, le=10_000, description="Changes per hour across the cluster.")
+    per_namespace: int = Field(default=3, ge=0, le=10_000, description="Changes per hour in one namespace.")
+
+    @model_validator(mode="after")
+    def _namespace_within_cluster(self) -> MaxChangesPerHour:
+        if self.per_namespace > self.cluster:
+            raise ValueError(_CLUSTER_CAP_RULE.message)
+        return self
+
+
+Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+_WINDOW_END_RULE = CelRule(
+    "self.end != self.start",
+    "spec.safety.maintenanceWindows[].end must differ from start",
+    field_path=".end",
+)
+
+
+class MaintenanceWindow(CamelModel):
+    """A weekly time range in which changes may be applied; a window may cross midnight (22:00-02:00)."""
+
+    model_config = _with_cel(_WINDOW_END_RULE)
+
+    days: list[Weekday] = Field(
+        default_factory=list,
+        description="Days the window starts on; empty means every day.",
+        json_schema_extra=_set_list(7),
+    )
+    start: str = Field(max_length=5, pattern=CLOCK_PATTERN, description="Start, HH:MM (24-hour clock).")
+    end: str = Field(
+        max_length=5, pattern=CLOCK_PATTERN, description="End, HH:MM; before start crosses midnight."
+    )
+    timezone: str = Field(
+        default="UTC", min_length=1, max_length=64, pattern=TIMEZONE_PATTERN, description="IANA time zone."
+    )
+
+    @field_validator("days")
+    @classmethod
+    def _unique_days(cls, days: list[str]) -> list[str]:
+        return _no_duplicates(days, "spec.safety.maintenanceWindows[].days")
+
+    @model_validator(mode="after")
+    def _end_differs(self) -> MaintenanceWindow:
+        if self.end == self.start:
+            raise ValueError(_WINDOW_END_RULE.message)
+        return self
+
+
+_MIG_PROFILES_NEED_MIG_RULE = CelRule(
+    "!has(self.allowedMigProfiles) || size(self.allowedMigProfiles) == 0"
+    " || self.sharingStrategy in ['mig-mixed', 'mig-single']",
+    "spec.safety.allowedMigProfiles may only be set when sharingStrategy is mig-mixed or mig-single",
+    field_path=".allowedMigProfiles",
+)
+
+
+class Safety(CamelModel):
+    """Guards around applying changes (SPEC §6)."""
+
+    model_config = _with_cel(_MIG_PROFILES_NEED_MIG_RULE)
+
+    max_changes_per_hour: MaxChangesPerHour = Field(default_factory=MaxChangesPerHour)
+    cooldown: str = Field(
+        default="6h",
+        max_length=32,
+        pattern=DURATION_PATTERN,
+        description="Minimum time between two changes to the same workload.",
+    )
+    maintenance_windows: list[MaintenanceWindow] = Field(
+        default_factory=list,
+        max_length=16,
+        description="When changes may be applied; empty means any time.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    min_replicas: int = Field(
+        default=1, ge=0, le=10_000, description="Scale-in never goes below this many replicas."
+    )
+    verify_for: str = Field(
+        default="30m",
+        max_length=32,
+        pattern=DURATION_PATTERN,
+        description="How long after a change the same signals are compared with before.",
+    )
+    rollback_on_regression: bool = Field(default=True, description="Undo a change that made things worse.")
+    sharing_strategy: SharingStrategy = Field(
+        default=SharingStrategy.NONE,
+        description="How this cluster shares GPUs (device plugin configuration).",
+    )
+    allowed_mig_profiles: list[str] = Field(
+        default_factory=list,
+        description="MIG profiles the actuator may move workloads to, e.g. 1g.10gb; empty allows none.",
+        json_schema_extra={**_set_list(32), "items": {"type": "string", "pattern": MIG_PROFILE_PATTERN}},
+    )
+
+    @field_validator("allowed_mig_profiles")
+    @classmethod
+    def _valid_profiles(cls, profiles: list[str]) -> list[str]:
+        for profile in profiles:
+            if not re.fullmatch(MIG_PROFILE_PATTERN.strip("^$"), profile):
+                raise ValueError(
+                    f"spec.safety.allowedMigProfiles has {profile!r}, which is not a MIG profile like 1g.10gb"
+                )
+        return _no_duplicates(profiles, "spec.safety.allowedMigProfiles")
+
+    @model_validator(mode="after")
+    def _mig_profiles_need_mig(self) -> Safety:
+        if self.allowed_mig_profiles and self.sharing_strategy not in (
+            SharingStrategy.MIG_MIXED,
+            SharingStrategy.MIG_SINGLE,
+        ):
+            raise ValueError(_MIG_PROFILES_NEED_MIG_RULE.message)
+        return self
+
+
+_POLICY_SPEC_RULES: tuple[CelRule, ...] = (
+    CelRule(
+        "self.mode != 'Apply' || (has(self.actions) && size(self.actions) > 0)",
+        "spec.actions must name at least one action when spec.mode is Apply",
+        field_path=".actions",
+    ),
+    CelRule(
+        "self.mode != 'Off' || !has(self.actions) || size(self.actions) == 0",
+        "spec.actions may only be non-empty when spec.mode is Recommend or Apply",
+        field_path=".actions",
+    ),
+    CelRule(
+        "!has(self.dryRun) || !self.dryRun || self.mode == 'Apply'",
+        "spec.dryRun may only be true when spec.mode is Apply",
+        field_path=".dryRun",
+    ),
+    CelRule(
+        "!has(self.actions) || !('replicas' in self.actions) || !has(self.safety)"
+        " || !has(self.safety.minReplicas) || self.safety.minReplicas >= 1",
+        "spec.safety.minReplicas must be >= 1 when spec.actions contains replicas",
+        field_path=".safety.minReplicas",
+    ),
+    CelRule(
+        "!has(self.actions) || !('migProfile' in self.actions) || (has(self.safety)"
+        " && has(self.safety.sharingStrategy) && self.safety.sharingStrategy in ['mig-mixed', 'mig-single']"
+        " && has(self.safety.allowedMigProfiles) && size(self.safety.allowedMigProfiles) > 0)",
+        "spec.actions contains migProfile, which needs spec.safety.sharingStrategy mig-mixed or mig-single "
+        "and a non-empty spec.safety.allowedMigProfiles",
+        field_path=".actions",
+    ),
+    CelRule(
+        "!has(self.actions) || !('gpuSharing' in self.actions) || (has(self.safety)"
+        " && has(self.safety.sharingStrategy) && self.safety.sharingStrategy in ['time-slicing', 'mps'])",
+        "spec.actions contains gpuSharing, which needs spec.safety.sharingStrategy time-slicing or mps",
+        field_path=".actions",
+    ),
+)
+
+
+class GPURightsizingPolicySpec(CamelModel):
+    """Which workloads a policy governs and what it lets the operator do with them."""
+
+    model_config = _with_cel(*_POLICY_SPEC_RULES)
+
+    namespace_selector: LabelSelector | None = Field(
+        default=None, description="Namespaces whose labels match; absent or empty selects every namespace."
+    )
+    workload_selector: LabelSelector | None = Field(
+        default=None, description="Workloads whose labels match; absent or empty selects every workload."
+    )
+    priority: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Decides between overlapping policies: the highest wins, ties go to the first name.",
+    )
+    mode: PolicyMode = Field(
+        default=PolicyMode.RECOMMEND,
+        description="Off ignores the workloads, Recommend only writes "
+        "GPURecommendations, Apply also patches the workloads.",
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="With Apply: compute the exact patch and show it in status and Events, "
+        "but do not send it.",
+    )
+    actions: list[ActionType] = Field(
+        default_factory=list,
+        description="Changes the operator may apply: " + ", ".join(a.value for a in POLICY_ACTIONS) + ".",
+        json_schema_extra={
+            **_set_list(len(POLICY_ACTIONS)),
+            "items": _string_enum([a.value for a in POLICY_ACTIONS]),
+        },
+    )
+    observation: Observation = Field(default_factory=Observation)
+    safety: Safety = Field(default_factory=Safety)
+
+    @field_validator("actions")
+    @classmethod
+    def _applicable_actions(cls, actions: list[ActionType]) -> list[ActionType]:
+        for action in actions:
+            if action not in APPLICABLE_ACTIONS:
+                allowed = ", ".join(a.value for a in POLICY_ACTIONS)
+                raise ValueError(f"spec.actions has {action.value!r}; allowed: {allowed}")
+        return _no_duplicates(actions, "spec.actions")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> GPURightsizingPolicySpec:
+        """Python twins of `_POLICY_SPEC_RULES`, same order, same messages."""
+        actions = set(self.actions)
+        mig = (SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE)
+        shared = (SharingStrategy.TIME_SLICING, SharingStrategy.MPS)
+        checks = [
+            self.mode != PolicyMode.APPLY or bool(actions),
+            self.mode != PolicyMode.OFF or not actions,
+            not self.dry_run or self.mode == PolicyMode.APPLY,
+            ActionType.REPLICAS not in actions or self.safety.min_replicas >= 1,
+            ActionType.MIG_PROFILE not in actions
+            or (self.safety.sharing_strategy in mig and bool(self.safety.allowed_mig_profiles)),
+            ActionType.GPU_SHARING not in actions or self.safety.sharing_strategy in shared,
+        ]
+        failed = [rule.message for ok, rule in zip(checks, _POLICY_SPEC_RULES, strict=True) if not ok]
+        if failed:
+            raise ValueError("; ".join(failed))
+        return self
+
+
+class GPURightsizingPolicyStatus(CamelModel):
+    """What the operator found when it matched the policy against the cluster."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    matched_workloads: int = Field(
+        default=0, ge=0, description="Workloads this policy governs (it wins for)."
+    )
+    overlaps: list[str] = Field(
+        default_factory=list,
+        description="Other policies that can select the same workloads; priority decides, nothing is merged.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_CONDITIONS_EXTRA)
+
+
+class GPURightsizingPolicy(CamelModel):
+    """Cluster-wide rules: which workloads are right-sized, how, and how carefully."""
+
+    KIND: ClassVar[str] = "GPURightsizingPolicy"
+    PLURAL: ClassVar[str] = "gpurightsizingpolicies"
+    SINGULAR: ClassVar[str] = "gpurightsizingpolicy"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("gpupolicy",)
+    SCOPE: ClassVar[str] = "Cluster"
+
+    api_version: Literal["gpurightsizer.io/v1alpha1"] = "gpurightsizer.io/v1alpha1"
+    kind: Literal["GPURightsizingPolicy"] = "GPURightsizingPolicy"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: GPURightsizingPolicySpec = Field(default_factory=GPURightsizingPolicySpec)
+    status: GPURightsizingPolicyStatus | None = None
+
+    @property
+    def name(self) -> str:
+        """metadata.name, or '' for an object not yet named."""
+        return str(self.metadata.get("name", ""))
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase keys, no null fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Durations (here so that the models can validate them; logic.policy re-exports the parser)
+# --------------------------------------------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_FULL = re.compile(DURATION_PATTERN)
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a Go-style duration such as '90s', '1h30m' or '1.5h'; ValueError names the input."""
+    if not isinstance(text, str) or not _DURATION_FULL.fullmatch(text):
+        raise ValueError(f"{text!r} is not a duration like 30m, 1h or 1h30m (units: ms, s, m, h)")
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+
+
+#: Every CEL rule in both CRDs, each with a Python twin above that raises the same message.
+ALL_CEL_RULES: tuple[CelRule, ...] = (
+    _REQUIREMENT_VALUES_RULE,
+    _IDLE_BELOW_LOW_RULE,
+    _WINDOW_MIN_RULE,
+    _CLUSTER_CAP_RULE,
+    _WINDOW_END_RULE,
+    _MIG_PROFILES_NEED_MIG_RULE,
+    *_POLICY_SPEC_RULES,
+)

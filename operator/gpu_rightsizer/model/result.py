@@ -1,0 +1,66 @@
+"""What the engine concludes about one workload window.
+
+The same models appear in `GPURecommendation.status` (serialised by alias, camelCase) and in every
+`analyze` output format, so a user sees one vocabulary everywhere.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from gpu_rightsizer.model.codes import ActionType, DiagnosisCode, Severity
+from gpu_rightsizer.model.observation import WorkloadRef
+
+
+class CamelModel(BaseModel):
+    """Base for models serialised into Kubernetes objects: camelCase on the wire, snake_case in Python."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Finding(CamelModel):
+    """One thing the engine noticed, in plain words, with the figures that made it fire."""
+
+    code: DiagnosisCode
+    severity: Severity
+    confidence: float = Field(ge=0.0, le=1.0)
+    message: str = Field(description="What was seen (with numbers), what it means, what to change.")
+    evidence: dict[str, float] = Field(
+        default_factory=dict, description="The figures behind the finding, e.g. {'gpuBusyP95': 0.21}."
+    )
+
+
+class Action(CamelModel):
+    """One change, from what the workload has to what it should have, and why."""
+
+    type: ActionType
+    from_value: str = Field(alias="from", description="Current value, human-readable.")
+    to_value: str = Field(alias="to", description="Recommended value, human-readable.")
+    reason: str
+    resource: str | None = Field(
+        default=None, description="Kubernetes resource name the change touches, e.g. 'cpu' or 'nvidia.com/gpu'."
+    )
+    container: str | None = None
+    automatic: bool = Field(default=False, description="True when the actuator can apply it (policy permitting).")
+
+
+class Savings(CamelModel):
+    """Estimated GPU time the change frees, per day."""
+
+    gpu_hours_per_day: float = Field(ge=0.0)
+    share_of_allocation: float = Field(ge=0.0, le=1.0)
+
+
+class Analysis(CamelModel):
+    """The engine's full answer for one workload window."""
+
+    workload: WorkloadRef
+    primary: DiagnosisCode
+    confidence: float = Field(ge=0.0, le=1.0)
+    findings: list[Finding] = Field(default_factory=list)
+    actions: list[Action] = Field(default_factory=list)
+    savings: Savings = Field(default_factory=lambda: Savings(gpu_hours_per_day=0.0, share_of_allocation=0.0))
+    gpu_busy_p95: float | None = Field(default=None, description="p95 of GPU busy over the window, 0..1.")
+    samples: int = 0
+    summary: str = Field(default="", description="One sentence for tables and Events.")

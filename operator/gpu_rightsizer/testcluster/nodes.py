@@ -1,0 +1,116 @@
+"""Fake nodes that look like what NVIDIA GPU feature discovery (GFD) and the device plugin publish.
+
+Labels and resource names follow the k8s-device-plugin / GFD READMEs (gpu-signals.md §3.4), so the
+operator sees the same node shapes it would see on a real cluster. KWOK keeps these nodes Ready.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GPUNodeModel:
+    """One GPU product as GFD labels it."""
+
+    product: str  # nvidia.com/gpu.product
+    memory_mib: int  # nvidia.com/gpu.memory
+    family: str  # nvidia.com/gpu.family
+    mig_capable: bool = True
+
+
+H100_80GB = GPUNodeModel("NVIDIA-H100-80GB-HBM3", 81559, "hopper")
+H200 = GPUNodeModel("NVIDIA-H200", 143771, "hopper")
+A100_80GB = GPUNodeModel("NVIDIA-A100-SXM4-80GB", 81920, "ampere")
+GPU_MODELS: dict[str, GPUNodeModel] = {"h100": H100_80GB, "h200": H200, "a100": A100_80GB}
+
+#: A mixed MIG layout per product, as `nvidia.com/mig.config` names such layouts: resource -> count
+#: for a node of 8 GPUs. Chosen to offer every small profile the engine may recommend.
+MIG_MIXED_LAYOUTS: dict[str, dict[str, int]] = {
+    "NVIDIA-H200": {"nvidia.com/mig-1g.18gb": 28, "nvidia.com/mig-2g.35gb": 6, "nvidia.com/mig-3g.71gb": 2},
+    "NVIDIA-H100-80GB-HBM3": {"nvidia.com/mig-1g.10gb": 28, "nvidia.com/mig-2g.20gb": 6, "nvidia.com/mig-3g.40gb": 2},
+    "NVIDIA-A100-SXM4-80GB": {"nvidia.com/mig-1g.10gb": 28, "nvidia.com/mig-2g.20gb": 6, "nvidia.com/mig-3g.40gb": 2},
+}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A fake node: a GPU model (or None for a CPU node), GPU count, CPU and memory, MIG layout."""
+
+    name: str
+    gpu: GPUNodeModel | None = None
+    gpus: int = 8
+    cpu: str = "128"
+    memory: str = "1Ti"
+    mig_mixed: bool = False
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    def manifest(self) -> dict[str, Any]:
+        """The Node object, with status, ready for `kubectl apply`."""
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            **self.extra_labels,
+        }
+        resources: dict[str, str] = {"cpu": self.cpu, "memory": self.memory, "pods": "110"}
+        if self.gpu is not None:
+            labels.update(
+                {
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": self.gpu.product,
+                    "nvidia.com/gpu.memory": str(self.gpu.memory_mib),
+                    "nvidia.com/gpu.count": str(self.gpus),
+                    "nvidia.com/gpu.family": self.gpu.family,
+                    "nvidia.com/mig.capable": str(self.gpu.mig_capable).lower(),
+                }
+            )
+            if self.mig_mixed:
+                labels["nvidia.com/mig.strategy"] = "mixed"
+                labels["nvidia.com/mig.config"] = "all-balanced"
+                resources.update({k: str(v) for k, v in MIG_MIXED_LAYOUTS[self.gpu.product].items()})
+            else:
+                labels["nvidia.com/mig.strategy"] = "none"
+                resources["nvidia.com/gpu"] = str(self.gpus)
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {},
+            "status": {
+                "allocatable": resources,
+                "capacity": resources,
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
+                    "kubeletVersion": "fake",
+                    "kernelVersion": "",
+                    "osImage": "",
+                    "containerRuntimeVersion": "",
+                    "kubeProxyVersion": "",
+                    "machineID": "",
+                    "systemUUID": "",
+                    "bootID": "",
+                },
+                "phase": "Running",
+            },
+        }
+
+
+def default_nodes() -> list[NodeSpec]:
+    """The default test fleet: whole-GPU H100, H200 and A100 nodes, a MIG-mixed H200, CPU nodes."""
+    return [
+        NodeSpec("gpu-h100-0", H100_80GB),
+        NodeSpec("gpu-h100-1", H100_80GB),
+        NodeSpec("gpu-h200-0", H200),
+        NodeSpec("gpu-a100-0", A100_80GB),
+        NodeSpec("gpu-h200-mig-0", H200, mig_mixed=True),
+        NodeSpec("cpu-0", None, cpu="64", memory="256Gi"),
+        NodeSpec("cpu-1", None, cpu="64", memory="256Gi"),
+    ]

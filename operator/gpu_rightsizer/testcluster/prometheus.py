@@ -1,0 +1,134 @@
+"""A real Prometheus (Debian package) on 127.0.0.1: backfilled history and/or live scrape targets.
+
+History is written with `promtool tsdb create-blocks-from openmetrics` *before* the server starts
+(blocks added to a running server are only seen after compaction or restart); live data comes from
+scrape targets such as the workload-metrics simulator.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not be prepared or started."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class PrometheusServer:
+    """One Prometheus process with its own data directory; `start()` then `stop()` (or a `with`)."""
+
+    workdir: Path
+    prometheus: Path = Path("/usr/bin/prometheus")
+    promtool: Path = Path("/usr/bin/promtool")
+    backfill: Sequence[Path] = ()
+    scrape_targets: Sequence[str] = ()
+    scrape_interval: str = "5s"
+    port: int = field(default_factory=free_port)
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the HTTP API."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        """TSDB directory."""
+        return self.workdir / "data"
+
+    def _write_config(self) -> Path:
+        scrape_configs = []
+        if self.scrape_targets:
+            scrape_configs.append(
+                {
+                    "job_name": "gpu-workloads",
+                    "scrape_interval": self.scrape_interval,
+                    "honor_labels": True,
+                    "static_configs": [{"targets": list(self.scrape_targets)}],
+                }
+            )
+        config = {"global": {"scrape_interval": self.scrape_interval}, "scrape_configs": scrape_configs}
+        path = self.workdir / "prometheus.yml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def _backfill(self) -> None:
+        for source in self.backfill:
+            started = time.monotonic()
+            result = subprocess.run(
+                [str(self.promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(self.data_dir)],
+                capture_output=True, text=True, check=False, timeout=600,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise PrometheusError(f"promtool backfill of {source} failed: {result.stderr.strip()[-2000:]}")
+            print(f"[prometheus] backfilled {source.name} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+    def start(self, *, timeout: float = 60) -> PrometheusServer:
+        """Backfill, start the server and wait until it answers /-/ready."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._backfill()
+        config = self._write_config()
+        log = (self.workdir / "prometheus.log").open("wb")
+        self._process = subprocess.Popen(
+            [
+                str(self.prometheus),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.data_dir}",
+                "--storage.tsdb.retention.time=3650d",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-remote-write-receiver",
+                "--web.enable-lifecycle",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
+                raise PrometheusError(f"prometheus exited with {self._process.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise PrometheusError(f"prometheus not ready after {timeout:.0f} s")
+
+    def stop(self) -> None:
+        """Terminate the server; safe to call twice."""
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+        self._process = None
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
