@@ -1,7 +1,7 @@
 """`gpu-rightsizer` command line: one entry point, one module per subcommand.
 
-Each subcommand module only declares its arguments at import time and keeps heavy imports inside
-`run`, so `gpu-rightsizer analyze` does not pay for kopf and `agent` does not need the Kubernetes client.
+Only the chosen subcommand's module is imported, and it keeps heavy imports inside `run`, so
+`gpu-rightsizer analyze` does not pay for kopf and `agent` does not need the Kubernetes client.
 """
 
 from __future__ import annotations
@@ -22,14 +22,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser; each subcommand adds its own arguments."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the chosen subcommand's module is imported to add its arguments."""
     parser = argparse.ArgumentParser(
         prog="gpu-rightsizer",
         description="Find out why GPU workloads waste their GPUs, and fix it.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"gpu_rightsizer.commands.{module_name}")
         sub_parser = sub.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(sub_parser)
@@ -39,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the chosen subcommand; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in arguments if not a.startswith("-")), None)
+    args = build_parser(command if command in SUBCOMMANDS else None).parse_args(arguments)
     try:
         return int(args._module.run(args))
     except KeyboardInterrupt:

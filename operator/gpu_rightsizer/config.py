@@ -41,10 +41,13 @@ class OperatorConfig:
     all_namespaces: bool = True
     role: Role = "recommender"
     metrics_port: int = 9090
-    metrics_address: str = "0.0.0.0"  # noqa: S104 - in-cluster metrics must be scrapeable
+    metrics_address: str = "0.0.0.0"
     liveness_endpoint: str | None = "http://0.0.0.0:8080/healthz"
     standalone: bool = True
     peering_name: str = "gpu-rightsizer"
+    lease_name: str = "gpu-rightsizer-actuator"
+    lease_namespace: str = "default"
+    lease_seconds: int = 15
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -56,19 +59,32 @@ class OperatorConfig:
         if role not in ("recommender", "actuator", "all"):
             raise ValueError(f"--role must be recommender, actuator or all, not {role!r}")
         liveness = args.liveness or env.get("GPURS_LIVENESS") or "http://0.0.0.0:8080/healthz"
-        metrics_port = args.metrics_port if args.metrics_port is not None else env.get("GPURS_METRICS_PORT", "9090")
+        metrics_port = (
+            args.metrics_port if args.metrics_port is not None else env.get("GPURS_METRICS_PORT", "9090")
+        )
         return cls(
             prometheus_url=args.prometheus_url or env.get("GPURS_PROMETHEUS_URL") or None,
-            prometheus_token_file=args.prometheus_token_file or env.get("GPURS_PROMETHEUS_TOKEN_FILE") or None,
+            prometheus_token_file=args.prometheus_token_file
+            or env.get("GPURS_PROMETHEUS_TOKEN_FILE")
+            or None,
             prometheus_ca_file=args.prometheus_ca_file or env.get("GPURS_PROMETHEUS_CA_FILE") or None,
-            prometheus_insecure=bool(args.prometheus_insecure or env.get("GPURS_PROMETHEUS_INSECURE") == "true"),
+            prometheus_insecure=bool(
+                args.prometheus_insecure or env.get("GPURS_PROMETHEUS_INSECURE") == "true"
+            ),
             interval_seconds=parse_duration(args.interval or env.get("GPURS_INTERVAL", "5m")),
             window_seconds=parse_duration(args.window or env.get("GPURS_WINDOW", "1h")),
             namespaces=namespaces,
             all_namespaces=not namespaces,
             role=role,  # type: ignore[arg-type]
             metrics_port=int(metrics_port),
-            metrics_address=args.metrics_address or env.get("GPURS_METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104
+            metrics_address=args.metrics_address or env.get("GPURS_METRICS_ADDRESS", "0.0.0.0"),
             liveness_endpoint=None if liveness == "off" else liveness,
-            standalone=role == "recommender",
+            standalone=True,  # exactly-one-actuator comes from our own Lease, not kopf peering
+            lease_name=getattr(args, "lease_name", None)
+            or env.get("GPURS_LEASE_NAME", "gpu-rightsizer-actuator"),
+            lease_namespace=getattr(args, "lease_namespace", None)
+            or env.get("GPURS_LEASE_NAMESPACE")
+            or env.get("POD_NAMESPACE")
+            or "default",
+            lease_seconds=int(getattr(args, "lease_seconds", None) or env.get("GPURS_LEASE_SECONDS", "15")),
         )

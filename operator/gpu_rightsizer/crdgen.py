@@ -126,6 +126,9 @@ def _translate(node: JSONSchema, defs: dict[str, JSONSchema], path: str, *, in_s
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
             out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
             out[key] = True
+        elif key == "x-kubernetes-validations":
+            order = ("rule", "message", "fieldPath", "reason", "messageExpression")
+            out[key] = [{k: rule[k] for k in sorted(rule, key=order.index)} for rule in value]
         elif key == "uniqueItems":
             if value:
                 raise SchemaTranslationError(
@@ -160,6 +163,7 @@ def _default_empty_objects(node: JSONSchema, *, in_status: bool) -> None:
             and "default" not in sub
         ):
             sub["default"] = {}
+            node["properties"][name] = {key: sub[key] for key in sorted(sub, key=_key_rank)}
 
 
 def _key_rank(key: str) -> tuple[int, str]:

@@ -162,12 +162,15 @@ def live_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     port = free_port()
     simulator = start_background(
         [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(kube.kubeconfig),
-         "--listen", f"127.0.0.1:{port}"],
+         "--host", "127.0.0.1", "--port", str(port)],
         workdir / "simulator.log",
     )  # fmt: skip
     prometheus = PrometheusServer(workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="2s")
     try:
-        _wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60, process=simulator.process)
+        try:
+            _wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60, process=simulator.process)
+        except RuntimeError as error:
+            pytest.fail(f"{error}; simulator output:\n{simulator.output()[-4000:]}")
         prometheus.workdir.mkdir(parents=True, exist_ok=True)
         prometheus.start()
         yield prometheus.url
@@ -193,7 +196,10 @@ def run_operator(kube: Kube, tmp_path: Path) -> Iterator[Callable[..., Backgroun
         )  # fmt: skip
         background.url = f"http://127.0.0.1:{health}/healthz"
         started.append(background)
-        _wait_http(background.url, timeout=60, process=background.process)
+        try:
+            _wait_http(background.url, timeout=60, process=background.process)
+        except RuntimeError as error:
+            pytest.fail(f"{error}; operator output:\n{background.output()[-4000:]}")
         return background
 
     yield start

@@ -17,7 +17,9 @@ from typing import Any
 
 import celpy
 import pytest
-from jsonschema import Draft4Validator
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
+from jsonschema import Draft4Validator  # type: ignore[import-untyped]
 from pydantic import ValidationError
 
 from gpu_rightsizer.crdgen import build_crds
@@ -45,6 +47,10 @@ def _crd_schema(plural: str) -> dict[str, Any]:
     raise KeyError(plural)
 
 
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
 def _default_and_find_unknown(schema: dict[str, Any], value: Any, path: str, errors: list[str]) -> Any:
     """Apply schema defaults like the API server, recording fields the schema does not know."""
     if isinstance(value, dict) and schema.get("type") == "object":
@@ -54,13 +60,17 @@ def _default_and_find_unknown(schema: dict[str, Any], value: Any, path: str, err
                 value[name] = copy.deepcopy(sub["default"])
         if "additionalProperties" in schema:
             for key in value:
-                value[key] = _default_and_find_unknown(schema["additionalProperties"], value[key], path, errors)
-        elif properties or path != "metadata":
+                value[key] = _default_and_find_unknown(
+                    schema["additionalProperties"], value[key], path, errors
+                )
+        elif path != "metadata":  # metadata is validated by the API server itself
             for key in list(value):
                 if key not in properties:
-                    errors.append(f'unknown field "{path}.{key}"')
+                    errors.append(f'unknown field "{_join(path, key)}"')
                 else:
-                    value[key] = _default_and_find_unknown(properties[key], value[key], f"{path}.{key}", errors)
+                    value[key] = _default_and_find_unknown(
+                        properties[key], value[key], _join(path, key), errors
+                    )
     elif isinstance(value, list) and "items" in schema:
         return [_default_and_find_unknown(schema["items"], item, f"{path}[]", errors) for item in value]
     return value
@@ -72,18 +82,26 @@ def _cel_program(rule: str) -> Any:
     return environment.program(environment.compile(rule))
 
 
+def _rule_holds(rule: str, value: Any) -> bool:
+    """True when the rule evaluates to true; a missing field or type error counts as a violation."""
+    try:
+        result = _cel_program(rule).evaluate({"self": json_to_cel(value)})
+    except CELEvalError:
+        return False
+    return not isinstance(result, Exception) and bool(result)
+
+
 def _cel_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     errors: list[str] = []
     if value is None:
         return errors
     for entry in schema.get("x-kubernetes-validations", []):
-        result = _cel_program(entry["rule"]).evaluate({"self": celpy.json_to_cel(value)})
-        if isinstance(result, Exception) or not bool(result):
+        if not _rule_holds(entry["rule"], value):
             errors.append(f"{path}{entry.get('fieldPath', '')}: {entry['message']}")
     if isinstance(value, dict):
         for name, sub in schema.get("properties", {}).items():
             if name in value:
-                errors += _cel_errors(sub, value[name], f"{path}.{name}")
+                errors += _cel_errors(sub, value[name], _join(path, name))
     elif isinstance(value, list) and "items" in schema:
         for index, item in enumerate(value):
             errors += _cel_errors(schema["items"], item, f"{path}[{index}]")
@@ -100,12 +118,12 @@ def _list_set_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]
     elif isinstance(value, dict):
         for name, sub in schema.get("properties", {}).items():
             if name in value:
-                errors += _list_set_errors(sub, value[name], f"{path}.{name}")
+                errors += _list_set_errors(sub, value[name], _join(path, name))
     return errors
 
 
 def local_server_errors(plural: str, obj: dict[str, Any]) -> list[str]:
-    """Errors the API server would report for `obj` (defaulting, schema, list sets, CEL), as far as we model it."""
+    """Errors the API server would report for `obj`: defaulting, schema, list sets, then CEL."""
     schema = _crd_schema(plural)
     errors: list[str] = []
     defaulted = _default_and_find_unknown(schema, copy.deepcopy(obj), "", errors)
@@ -118,7 +136,12 @@ def local_server_errors(plural: str, obj: dict[str, Any]) -> list[str]:
 
 
 def policy(spec: dict[str, Any], name: str = "p") -> dict[str, Any]:
-    return {"apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURightsizingPolicy", "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "gpurightsizer.io/v1alpha1",
+        "kind": "GPURightsizingPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -141,7 +164,11 @@ VALID_SPECS: dict[str, dict[str, Any]] = {
         "mode": "Apply",
         "dryRun": True,
         "actions": ["cpu", "memory", "gpuCount", "migProfile", "replicas", "releaseIdle"],
-        "observation": {"window": "24h", "minSamples": 100, "thresholds": {"idleBusyP95": 0.05, "lowBusy": 0.4}},
+        "observation": {
+            "window": "24h",
+            "minSamples": 100,
+            "thresholds": {"idleBusyP95": 0.05, "lowBusy": 0.4},
+        },
         "safety": {
             "maxChangesPerHour": {"cluster": 20, "perNamespace": 5},
             "cooldown": "1h30m",
@@ -175,7 +202,9 @@ class InvalidCase:
 INVALID_SPECS: dict[str, InvalidCase] = {
     # --- CEL rules -------------------------------------------------------------------------------
     "apply-without-actions": InvalidCase(
-        {"mode": "Apply"}, "spec.actions", "spec.actions must name at least one action when spec.mode is Apply"
+        {"mode": "Apply"},
+        "spec.actions",
+        "spec.actions must name at least one action when spec.mode is Apply",
     ),
     "off-with-actions": InvalidCase(
         {"mode": "Off", "actions": ["cpu"]},
@@ -221,7 +250,9 @@ INVALID_SPECS: dict[str, InvalidCase] = {
         "spec.safety.maxChangesPerHour.perNamespace must not exceed cluster",
     ),
     "window-too-short": InvalidCase(
-        {"observation": {"window": "4m"}}, "spec.observation.window", "spec.observation.window must be at least 5m"
+        {"observation": {"window": "4m"}},
+        "spec.observation.window",
+        "spec.observation.window must be at least 5m",
     ),
     "idle-not-below-low": InvalidCase(
         {"observation": {"thresholds": {"idleBusyP95": 0.5, "lowBusy": 0.3}}},
@@ -266,6 +297,13 @@ INVALID_SPECS: dict[str, InvalidCase] = {
         "spec.workloadSelector.matchExpressions[0].operator",
     ),
     "unknown-field": InvalidCase({"maxChanges": 3}, "spec.maxChanges"),
+    "label-value-too-long": InvalidCase(
+        {"namespaceSelector": {"matchLabels": {"team": "x" * 64}}}, "spec.namespaceSelector.matchLabels.team"
+    ),
+    "too-many-mig-profiles": InvalidCase(
+        {"safety": {"sharingStrategy": "mig-mixed", "allowedMigProfiles": [f"1g.{n}gb" for n in range(33)]}},
+        "spec.safety.allowedMigProfiles",
+    ),
 }
 
 
@@ -314,8 +352,32 @@ def test_invalid_policies_fail_server_rules_naming_the_field(name: str) -> None:
 def test_every_cel_rule_has_a_rejecting_case_and_names_a_field() -> None:
     messages = [case.message for case in INVALID_SPECS.values() if case.message]
     for rule in ALL_CEL_RULES:
-        assert any(message and message in rule.message for message in messages), f"no case for {rule.message!r}"
+        assert any(message and message in rule.message for message in messages), (
+            f"no case for {rule.message!r}"
+        )
         assert re.search(r"spec\.|matchExpressions\[\]", rule.message), rule.message
+
+
+def _schema_nodes(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, node)]
+    for name, sub in node.get("properties", {}).items():
+        found += _schema_nodes(sub, _join(path, name))
+    if isinstance(node.get("items"), dict):
+        found += _schema_nodes(node["items"], f"{path}[]")
+    return found
+
+
+@pytest.mark.parametrize("plural", ["gpurecommendations", "gpurightsizingpolicies"])
+def test_schema_defaults_pass_their_own_rules_as_written(plural: str) -> None:
+    """The API server checks each `default` against its node's CEL rules *without* nested defaulting,
+    and refuses the whole CRD if one fails; so every rule must cope with absent fields."""
+    checked = 0
+    for path, node in _schema_nodes(_crd_schema(plural)):
+        if "default" in node:
+            for entry in node.get("x-kubernetes-validations", []):
+                checked += 1
+                assert _rule_holds(entry["rule"], node["default"]), f"{path}: {entry['rule']}"
+    assert checked > 0 or plural == "gpurecommendations"
 
 
 def test_empty_policy_gets_documented_defaults() -> None:
@@ -379,15 +441,22 @@ def test_recommendation_status_round_trips_and_validates_against_crd() -> None:
             "apply": {"state": "Applied", "previous": {"cpu": "2"}, "appliedAt": "2026-05-01T12:00:00Z"},
             "summary": {"workload": "Deployment/llm", "action": "cpu 2->6", "gpuBusyP95": "21%"},
             "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-05-01T12:00:00Z", "reason": "Analyzed"}
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "lastTransitionTime": "2026-05-01T12:00:00Z",
+                    "reason": "Analyzed",
+                }
             ],
         },
     }
     parsed = GPURecommendation.model_validate(manifest)
-    assert parsed.status is not None and parsed.status.diagnosis is not None
+    assert parsed.status is not None
+    assert parsed.status.diagnosis is not None
     assert parsed.status.diagnosis.primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
     assert parsed.status.diagnosis.findings[0].severity is Severity.WARNING
-    assert parsed.status.apply is not None and parsed.status.apply.state is ApplyState.APPLIED
+    assert parsed.status.apply is not None
+    assert parsed.status.apply.state is ApplyState.APPLIED
     assert parsed.status.apply.applied_at == now
     dumped = parsed.to_manifest()
     assert dumped["status"]["actions"][0]["from"] == "2"
@@ -403,7 +472,12 @@ def test_recommendation_rejects_bad_condition_status() -> None:
                 "spec": {"targetRef": {"apiVersion": "v1", "kind": "Pod", "name": "p"}},
                 "status": {
                     "conditions": [
-                        {"type": "Ready", "status": "Maybe", "lastTransitionTime": "2026-05-01T12:00:00Z", "reason": "X"}
+                        {
+                            "type": "Ready",
+                            "status": "Maybe",
+                            "lastTransitionTime": "2026-05-01T12:00:00Z",
+                            "reason": "X",
+                        }
                     ]
                 },
             }
@@ -412,9 +486,16 @@ def test_recommendation_rejects_bad_condition_status() -> None:
 
 def test_threshold_overrides_are_understood_by_the_engine() -> None:
     thresholds = Thresholds.model_validate(
-        {"activeBusy": 0.04, "idleBusyP95": 0.03, "lowBusy": 0.4, "cpuSaturation": 1.2, "cpuThrottledRatio": 0.3,
-         "memoryFullShare": 0.9, "minDeltaRatio": 0.15}
-    )  # fmt: skip
+        {
+            "activeBusy": 0.04,
+            "idleBusyP95": 0.03,
+            "lowBusy": 0.4,
+            "cpuSaturation": 1.2,
+            "cpuThrottledRatio": 0.3,
+            "memoryFullShare": 0.9,
+            "minDeltaRatio": 0.15,
+        }
+    )
     settings = EngineSettings().with_overrides(thresholds.overrides())
     assert settings.idle_busy_p95 == 0.03
     assert settings.low_busy == 0.4

@@ -71,7 +71,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{- define "gpurs.actuator.peeringName" -}}
-{{- default (printf "%s-actuator" (include "gpurs.fullname" .)) .Values.actuator.peering.name }}
+{{- .Values.actuator.peering.name }}
 {{- end }}
 
 {{- define "gpurs.metricsServiceName" -}}
@@ -121,7 +121,14 @@ Included once from every template that depends on them (Helm evaluates all templ
 {{/*
 Prometheus connection: container args. Call with the root context.
 */}}
-{{- define "gpurs.prometheusArgs" -}}
+{{- define "gpurs.operatorArgs" -}}
+- --interval={{ .Values.analysis.interval }}
+- --window={{ .Values.analysis.window }}
+- --metrics-port={{ .Values.service.metricsPort }}
+- --liveness=http://0.0.0.0:{{ .Values.service.healthPort }}/healthz
+{{- if eq .Values.logLevel "DEBUG" }}
+- --verbose
+{{- end }}
 - --prometheus-url={{ .Values.prometheus.url }}
 {{- if .Values.prometheus.bearerToken.secretName }}
 - --prometheus-token-file=/var/run/secrets/gpu-rightsizer/prometheus/{{ .Values.prometheus.bearerToken.key }}
@@ -135,14 +142,6 @@ Prometheus connection: container args. Call with the root context.
 Operator environment shared by the recommender and the actuator.
 */}}
 {{- define "gpurs.operatorEnv" -}}
-- name: GPURS_PROMETHEUS_URL
-  value: {{ .Values.prometheus.url | quote }}
-- name: GPURS_ANALYSIS_INTERVAL
-  value: {{ .Values.analysis.interval | quote }}
-- name: GPURS_ANALYSIS_WINDOW
-  value: {{ .Values.analysis.window | quote }}
-- name: GPURS_LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
 - name: GPURS_OPERATOR_NAMESPACE
   valueFrom:
     fieldRef:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
@@ -45,6 +46,13 @@ class ResolvedWorkload:
     obj: Mapping[str, Any]
 
 
+def _as_dict(value: object) -> dict[str, Any]:
+    """A custom-objects API answer, which the client types as `object`, as the dict it is."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object from the API server, got {type(value).__name__}")
+    return value
+
+
 def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -61,6 +69,10 @@ class KubeAdapter:
         self.apps = client.AppsV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+
+    def _plain(self, obj: Any) -> Any:
+        """A client model as the plain JSON-like structure the API server sent."""
+        return self.api_client.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
 
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """Read a workload object as a plain dict; None when it does not exist."""
@@ -82,7 +94,7 @@ class KubeAdapter:
             if error.status == 404:
                 return None
             raise
-        result: dict[str, Any] = self.api_client.sanitize_for_serialization(obj)
+        result: dict[str, Any] = self._plain(obj)
         result.setdefault("kind", kind)
         result.setdefault("apiVersion", _API_VERSIONS[kind])
         return result
@@ -97,24 +109,27 @@ class KubeAdapter:
         namespace = str(metadata.get("namespace", "default"))
         current: Mapping[str, Any] = {**pod, "kind": "Pod", "apiVersion": "v1"}
         for _ in range(5):  # ownership chains are short; the bound protects against cycles
-            ref = _controller_ref(current)
-            if ref is None or ref.get("kind") not in _API_VERSIONS:
+            owner_ref = _controller_ref(current)
+            if owner_ref is None or owner_ref.get("kind") not in _API_VERSIONS:
                 break
-            owner = self.read(str(ref["kind"]), namespace, str(ref["name"]))
+            owner = self.read(str(owner_ref["kind"]), namespace, str(owner_ref["name"]))
             if owner is None:
                 break
             current = owner
         meta = current.get("metadata") or {}
         kind = str(current.get("kind", "Pod"))
         ref = WorkloadRef(
-            namespace=namespace, kind=kind, name=str(meta.get("name")), api_version=_API_VERSIONS.get(kind, "v1")
+            namespace=namespace,
+            kind=kind,
+            name=str(meta.get("name")),
+            api_version=_API_VERSIONS.get(kind, "v1"),
         )
         return ResolvedWorkload(ref=ref, uid=str(meta.get("uid", "")), obj=current)
 
     def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any] | None:
         """The workload's GPURecommendation, or None."""
         try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
                 GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref)
             )
         except ApiException as error:
@@ -150,8 +165,10 @@ class KubeAdapter:
             "spec": {"targetRef": {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}},
         }
         try:
-            created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, ref.namespace, RECOMMENDATIONS, body, field_manager=FIELD_MANAGER
+            created = _as_dict(
+                self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ref.namespace, RECOMMENDATIONS, body, field_manager=FIELD_MANAGER
+                )
             )
             LOG.info("created GPURecommendation %s/%s", ref.namespace, recommendation_name(ref))
             return created
@@ -164,7 +181,234 @@ class KubeAdapter:
 
     def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource of the workload's GPURecommendation."""
-        result: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref), {"status": dict(status)}
+        return _as_dict(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                ref.namespace,
+                RECOMMENDATIONS,
+                recommendation_name(ref),
+                {"status": dict(status)},
+            )
         )
-        return result
+
+    # ----------------------------------------------------------------------------------------------
+    # Recommendations, policies, namespaces, events
+    # ----------------------------------------------------------------------------------------------
+
+    def list_recommendations(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Every GPURecommendation (in `namespaces` when given, else cluster-wide)."""
+        if namespaces:
+            items: list[dict[str, Any]] = []
+            for namespace in namespaces:
+                listed = _as_dict(
+                    self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, RECOMMENDATIONS)
+                )
+                items.extend(listed.get("items", []))
+            return items
+        listed = _as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, RECOMMENDATIONS))
+        return list(listed.get("items", []))
+
+    def delete_recommendation(self, ref: WorkloadRef) -> bool:
+        """Delete the workload's GPURecommendation; False when there was none."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref)
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        LOG.info("deleted GPURecommendation %s/%s", ref.namespace, recommendation_name(ref))
+        return True
+
+    def list_policies(self) -> list[dict[str, Any]]:
+        """Every GPURightsizingPolicy as stored (parsing is the caller's business)."""
+        listed = _as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, POLICIES))
+        return list(listed.get("items", []))
+
+    def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch a policy's status subresource."""
+        self.custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, POLICIES, name, {"status": dict(status)}
+        )
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """Labels of a namespace ({} when it is gone)."""
+        try:
+            found = self.core.read_namespace(namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return {}
+            raise
+        return dict((found.metadata.labels if found.metadata else None) or {})
+
+    def hpa_for(self, ref: WorkloadRef) -> dict[str, Any] | None:
+        """The HorizontalPodAutoscaler that scales the workload, if any."""
+        autoscaling = client.AutoscalingV2Api(self.api_client)
+        listed = autoscaling.list_namespaced_horizontal_pod_autoscaler(ref.namespace)
+        for item in listed.items:
+            target = item.spec.scale_target_ref
+            if target.kind == ref.kind and target.name == ref.name:
+                result: dict[str, Any] = self._plain(item)
+                return result
+        return None
+
+    def pods_of(self, workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The workload's current pods (by its selector), as plain dicts."""
+        metadata = workload.get("metadata") or {}
+        selector = ((workload.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        if not selector:
+            return []
+        label_selector = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+        listed = self.core.list_namespaced_pod(str(metadata.get("namespace")), label_selector=label_selector)
+        return [self._plain(pod) for pod in listed.items]
+
+    def post_event(
+        self, ref: WorkloadRef, uid: str, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """A Kubernetes Event on the workload (what `kubectl describe` shows); failures are only logged."""
+        now = datetime.now(UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=ref.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=ref.api_version,
+                kind=ref.kind,
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=uid or None,
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=FIELD_MANAGER),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            reporting_component=FIELD_MANAGER,
+            reporting_instance=FIELD_MANAGER,
+        )
+        try:
+            self.core.create_namespaced_event(ref.namespace, body)
+        except ApiException as error:
+            LOG.warning("could not post event %s on %s: %s", reason, ref.key, error.reason)
+
+    # ----------------------------------------------------------------------------------------------
+    # Workload writes (actuator only)
+    # ----------------------------------------------------------------------------------------------
+
+    def _patcher(self, kind: str) -> Any:
+        patchers = {
+            "Deployment": self.apps.patch_namespaced_deployment,
+            "StatefulSet": self.apps.patch_namespaced_stateful_set,
+            "ReplicaSet": self.apps.patch_namespaced_replica_set,
+            "CronJob": self.batch.patch_namespaced_cron_job,
+        }
+        patcher = patchers.get(kind)
+        if patcher is None:
+            raise ValueError(f"the actuator does not patch {kind} objects")
+        return patcher
+
+    def server_side_apply(self, ref: WorkloadRef, body: Mapping[str, Any]) -> None:
+        """Server-side apply as `gpu-rightsizer`, never forced: a conflict raises ApiException 409."""
+        self._patcher(ref.kind)(
+            ref.name, ref.namespace, dict(body), field_manager=FIELD_MANAGER,
+            _content_type="application/apply-patch+yaml",
+        )  # fmt: skip
+
+    def strategic_patch(self, ref: WorkloadRef, body: Mapping[str, Any]) -> None:
+        """Strategic-merge patch as `gpu-rightsizer` (needed to remove fields other managers set)."""
+        self._patcher(ref.kind)(
+            ref.name, ref.namespace, dict(body), field_manager=FIELD_MANAGER,
+            _content_type="application/strategic-merge-patch+json",
+        )  # fmt: skip
+
+    def patch_hpa(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Merge-patch a HorizontalPodAutoscaler's bounds."""
+        client.AutoscalingV2Api(self.api_client).patch_namespaced_horizontal_pod_autoscaler(
+            name, namespace, dict(body), field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+
+
+class LeaseElector:
+    """Leader election on a coordination.k8s.io Lease: exactly one actuator acts at a time.
+
+    Optimistic concurrency (resourceVersion) decides races; a holder that stops renewing loses the
+    lease after `duration`. `is_leader()` answers from the last successful renewal, so a process cut
+    off from the API server stops acting before another may take over.
+    """
+
+    def __init__(
+        self, kube: KubeAdapter, *, name: str, namespace: str, identity: str, duration_seconds: int = 15
+    ) -> None:
+        self.coordination = client.CoordinationV1Api(kube.api_client)
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.duration = timedelta(seconds=duration_seconds)
+        self._renewed_at: datetime | None = None
+
+    def is_leader(self, now: datetime | None = None) -> bool:
+        """True while our last renewal is younger than the lease duration (minus a safety margin)."""
+        moment = now or datetime.now(UTC)
+        return self._renewed_at is not None and moment - self._renewed_at < self.duration * 0.8
+
+    def try_acquire(self) -> bool:
+        """Take or renew the lease; False when another holder's lease is still valid."""
+        now = datetime.now(UTC)
+        spec = client.V1LeaseSpec(
+            holder_identity=self.identity,
+            lease_duration_seconds=int(self.duration.total_seconds()),
+            renew_time=now,
+            acquire_time=now,
+        )
+        try:
+            lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace), spec=spec
+            )
+            try:
+                self.coordination.create_namespaced_lease(self.namespace, body)
+            except ApiException as create_error:
+                if create_error.status == 409:
+                    return False
+                raise
+            self._renewed_at = now
+            return True
+        current = lease.spec or client.V1LeaseSpec()
+        holder = current.holder_identity
+        renewed = current.renew_time
+        duration = timedelta(seconds=current.lease_duration_seconds or int(self.duration.total_seconds()))
+        if holder and holder != self.identity and renewed is not None and now - renewed < duration:
+            self._renewed_at = None
+            return False
+        if holder == self.identity and current.acquire_time is not None:
+            spec.acquire_time = current.acquire_time
+        lease.spec = spec
+        try:
+            self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as error:
+            if error.status == 409:  # someone else wrote first
+                self._renewed_at = None
+                return False
+            raise
+        self._renewed_at = now
+        return True
+
+    def release(self) -> None:
+        """Give the lease up on shutdown so a standby takes over at once."""
+        if self._renewed_at is None:
+            return
+        try:
+            lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec is not None and lease.spec.holder_identity == self.identity:
+                lease.spec.holder_identity = None
+                lease.spec.renew_time = None
+                self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as error:
+            LOG.warning("could not release lease %s: %s", self.name, error.reason)
+        self._renewed_at = None

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate the CRDs and print, write or check them; returns the exit code."""
-    from gpu_rightsizer.crdgen import render_all  # noqa: PLC0415 (keeps `gpu-rightsizer --help` fast)
+    from gpu_rightsizer.crdgen import render_all  # imported here: keeps `gpu-rightsizer --help` fast
 
     files = render_all()
     output_dirs: list[Path] = args.output_dir

@@ -1,8 +1,8 @@
 """Run the operator: watch GPU pods, keep one GPURecommendation per workload current.
 
 `--role recommender` (default) only reads workloads and writes GPURecommendations and Events;
-`--role actuator` also patches workloads under `Apply` policies, with leader election so that
-exactly one actuator acts at a time.
+`--role actuator` also patches workloads under `Apply` policies, with leader election on a
+coordination.k8s.io Lease so that exactly one actuator acts at a time (any number may run).
 """
 
 from __future__ import annotations
@@ -18,16 +18,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     scope.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces (default)")
     parser.add_argument("--prometheus-url", help="Prometheus base URL (env GPURS_PROMETHEUS_URL)")
-    parser.add_argument("--prometheus-token-file", help="file holding a bearer token (env GPURS_PROMETHEUS_TOKEN_FILE)")
-    parser.add_argument("--prometheus-ca-file", help="CA bundle for Prometheus TLS (env GPURS_PROMETHEUS_CA_FILE)")
-    parser.add_argument("--prometheus-insecure", action="store_true", help="skip TLS verification (testing only)")
+    parser.add_argument(
+        "--prometheus-token-file", help="file holding a bearer token (env GPURS_PROMETHEUS_TOKEN_FILE)"
+    )
+    parser.add_argument(
+        "--prometheus-ca-file", help="CA bundle for Prometheus TLS (env GPURS_PROMETHEUS_CA_FILE)"
+    )
+    parser.add_argument(
+        "--prometheus-insecure", action="store_true", help="skip TLS verification (testing only)"
+    )
     parser.add_argument("--interval", help="analysis interval, e.g. 5m (env GPURS_INTERVAL; default 5m)")
     parser.add_argument("--window", help="observation window, e.g. 1h (env GPURS_WINDOW; default 1h)")
     parser.add_argument("--role", choices=["recommender", "actuator", "all"], help="what this process does")
-    parser.add_argument("--metrics-port", type=int, help="port of the operator's own /metrics (default 9090; 0 = off)")
+    parser.add_argument(
+        "--metrics-port", type=int, help="port of the operator's own /metrics (default 9090; 0 = off)"
+    )
     parser.add_argument("--metrics-address", help="address of the operator's own /metrics (default 0.0.0.0)")
     parser.add_argument(
         "--liveness", help="kopf liveness endpoint URL (default http://0.0.0.0:8080/healthz; 'off' disables)"
+    )
+    parser.add_argument(
+        "--lease-name", help="Lease the actuators elect a leader on (default gpu-rightsizer-actuator)"
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        help="namespace of that Lease (env GPURS_LEASE_NAMESPACE or POD_NAMESPACE; default default)",
+    )
+    parser.add_argument(
+        "--lease-seconds", type=int, help="lease duration: a dead leader is replaced after it (default 15)"
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 

@@ -1,7 +1,8 @@
 """The periodic analysis cycle: one batch of metric queries for all workloads, then one status patch each.
 
 Queries are aggregated server-side for the whole cluster per cycle (SPEC §4), so their number does
-not grow with the number of workloads; only the status writes do.
+not grow with the number of workloads; only the status writes do. The same cycle drives the
+actuator (when this process has that role and holds the lease), so both act on one analysis.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import asyncio
 import logging
 import time
 from collections import Counter as Tally
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import kopf
 from kubernetes import client, config
@@ -19,8 +23,19 @@ from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.logic.policy import (
+    EffectiveSettings,
+    count_governed,
+    find_overlaps,
+    policy_problems,
+    settings_for_workload,
+)
 from gpu_rightsizer.logic.status import analysed_status
-from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import DiagnosisCode, PolicyMode, SharingStrategy
+from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
+from gpu_rightsizer.model.result import Analysis
 
 LOG = logging.getLogger(__name__)
 
@@ -28,23 +43,252 @@ LOG = logging.getLogger(__name__)
 def api_client() -> client.ApiClient:
     """A Kubernetes client from the in-cluster service account, else from KUBECONFIG."""
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
     return client.ApiClient()
 
 
 def fetch_windows(cfg: OperatorConfig, start: datetime, end: datetime) -> list[WorkloadWindow]:
-    """All workload windows from the configured Prometheus (imported lazily: optional at startup)."""
-    from gpu_rightsizer.adapters.prometheus import PrometheusSource
+    """All workload windows over [start, end] from the configured Prometheus, in one batch of queries.
 
+    The step follows the window (about 60 points, between 1 s and 60 s), so short windows used in
+    tests and demos still carry enough samples.
+    """
+    from pathlib import Path
+
+    from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
+
+    token = Path(cfg.prometheus_token_file).read_text().strip() if cfg.prometheus_token_file else None
     source = PrometheusSource(
-        cfg.prometheus_url or "",
-        token_file=cfg.prometheus_token_file,
-        ca_file=cfg.prometheus_ca_file,
-        insecure=cfg.prometheus_insecure,
+        PrometheusConfig(
+            url=cfg.prometheus_url or "",
+            bearer_token=token,
+            ca_file=cfg.prometheus_ca_file,
+            insecure=cfg.prometheus_insecure,
+        )
     )
-    return source.windows(start=start, end=end)
+    window_seconds = max(1.0, (end - start).total_seconds())
+    step = max(1.0, min(60.0, window_seconds / 60.0))
+    namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
+    return source.read(window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace)
+
+
+def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
+    """Every policy the operator can read; unreadable ones are logged and left out (never guessed)."""
+    policies = []
+    for raw in kube.list_policies():
+        try:
+            policies.append(GPURightsizingPolicy.model_validate(raw))
+        except ValueError as error:
+            metrics.ERRORS.labels("policy").inc()
+            LOG.warning(
+                "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
+            )
+    return policies
+
+
+def ref_of(recommendation: Mapping[str, Any]) -> WorkloadRef:
+    """The workload a GPURecommendation targets."""
+    target = (recommendation.get("spec") or {}).get("targetRef") or {}
+    return WorkloadRef(
+        namespace=str((recommendation.get("metadata") or {}).get("namespace")),
+        kind=str(target.get("kind")),
+        name=str(target.get("name")),
+        api_version=str(target.get("apiVersion", "apps/v1")),
+    )
+
+
+def engine_settings(settings: EffectiveSettings) -> EngineSettings:
+    """Engine thresholds with the governing policy's overrides (minSamples included)."""
+    overrides: dict[str, object] = dict(settings.threshold_overrides)
+    if settings.policy is not None:
+        overrides["minSamples"] = settings.min_samples
+    return EngineSettings().with_overrides(overrides)
+
+
+def analyse(window: WorkloadWindow, settings: EffectiveSettings, now: datetime) -> Analysis:
+    """Run the engine with the policy's sharing strategy, MIG profiles and thresholds."""
+    sharing = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
+    return analyze_window(
+        window,
+        engine_settings(settings),
+        sharing=sharing,
+        now=now,
+        allowed_mig_profiles=list(settings.allowed_mig_profiles) or None,
+    )
+
+
+def with_hpa(window: WorkloadWindow, hpa: Mapping[str, Any] | None) -> WorkloadWindow:
+    """The window with the workload's HPA in its allocation (the engine then recommends HPA bounds)."""
+    if hpa is None:
+        return window
+    spec = hpa.get("spec") or {}
+    info = HPAInfo(
+        name=str((hpa.get("metadata") or {}).get("name")),
+        min_replicas=int(spec.get("minReplicas") or 1),
+        max_replicas=int(spec.get("maxReplicas") or 1),
+    )
+    return window.model_copy(update={"allocation": window.allocation.model_copy(update={"hpa": info})})
+
+
+@dataclass
+class CycleState:
+    """What one cycle learns once and shares across workloads."""
+
+    now: datetime
+    policies: list[GPURightsizingPolicy]
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    governed: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
+    recent_changes: list[tuple[str, datetime]] = field(default_factory=list)
+
+    def labels_of(self, kube: KubeAdapter, namespace: str) -> dict[str, str]:
+        if namespace not in self.namespace_labels:
+            self.namespace_labels[namespace] = kube.namespace_labels(namespace)
+        return self.namespace_labels[namespace]
+
+
+def _has_role(cfg: OperatorConfig, role: str) -> bool:
+    return cfg.role in (role, "all")
+
+
+def _merge_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """New conditions replace old ones of the same type (keeping lastTransitionTime when unchanged);
+    other types (written by the other role) stay."""
+    by_type = {c.get("type"): c for c in old}
+    merged = {c.get("type"): c for c in old}
+    for fresh in new:
+        before = by_type.get(fresh.get("type"))
+        kept = fresh
+        if before is not None and before.get("status") == fresh.get("status"):
+            kept = {**fresh, "lastTransitionTime": before.get("lastTransitionTime")}
+        merged[fresh.get("type")] = kept
+    return list(merged.values())
+
+
+def write_recommendation(
+    kube: KubeAdapter,
+    ref: WorkloadRef,
+    uid: str,
+    recommendation: Mapping[str, Any],
+    analysis: Analysis,
+    window: WorkloadWindow,
+    settings: EffectiveSettings,
+    now: datetime,
+) -> None:
+    """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
+
+    `status.apply` belongs to the actuator for workloads under an Apply policy, so the recommender
+    leaves it alone there (a merge patch without the field keeps it).
+    """
+    old_status = recommendation.get("status") or {}
+    status = analysed_status(
+        analysis,
+        window.allocation,
+        window_start=window.start,
+        window_end=window.end,
+        workload=ref,
+        now=now,
+        generation=(recommendation.get("metadata") or {}).get("generation"),
+    )
+    body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if settings.mode == PolicyMode.APPLY and old_status.get("apply", {}).get("policy") == settings.policy:
+        body.pop("apply", None)
+    elif settings.mode == PolicyMode.APPLY:
+        body["apply"] = {"state": "Pending", "reason": "waiting for the actuator", "policy": settings.policy}
+    else:
+        body.setdefault("apply", {})["policy"] = settings.policy
+    body["conditions"] = _merge_conditions(
+        list(old_status.get("conditions") or []), body.get("conditions", [])
+    )
+    kube.patch_recommendation_status(ref, body)
+    before = (old_status.get("diagnosis") or {}).get("primary")
+    if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
+        warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
+        kube.post_event(
+            ref,
+            uid,
+            "DiagnosisChanged",
+            f"{before or 'none'} -> {analysis.primary.value}: {analysis.summary}",
+            warning=warning,
+        )
+
+
+def remove_recommendation(kube: KubeAdapter, memo: kopf.Memo, ref: WorkloadRef, why: str) -> None:
+    """Delete a recommendation the workload no longer wants (opt-out annotation or an Off policy)."""
+    if kube.delete_recommendation(ref):
+        LOG.info("removed the recommendation of %s: %s", ref.key, why)
+    with memo.lock:
+        memo.known.discard(ref.key)
+
+
+def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
+    """matchedWorkloads (workloads each policy wins for), overlaps, problems, observedGeneration."""
+    if not state.policies:
+        return
+    counts = count_governed(state.policies, state.governed)
+    overlaps = find_overlaps(state.policies)
+    stamp = state.now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    for policy in state.policies:
+        problems = policy_problems(policy)
+        old = policy.status.model_dump(mode="json", by_alias=True) if policy.status else {}
+        old_conditions = {c["type"]: c for c in old.get("conditions", [])}
+        ready = "False" if problems else "True"
+        previous_ready = old_conditions.get("Ready")
+        condition = {
+            "type": "Ready",
+            "status": ready,
+            "reason": "Invalid" if problems else "Active",
+            "message": "; ".join(problems)
+            or f"governs {counts[policy.name]} workload(s) in {policy.spec.mode.value} mode",
+            "lastTransitionTime": previous_ready["lastTransitionTime"]
+            if previous_ready and previous_ready.get("status") == ready
+            else stamp,
+            "observedGeneration": policy.metadata.get("generation"),
+        }
+        status = {
+            "observedGeneration": policy.metadata.get("generation"),
+            "matchedWorkloads": counts[policy.name],
+            "overlaps": overlaps.get(policy.name, []),
+            "conditions": [condition],
+        }
+        comparable_old = {
+            **{k: old.get(k) for k in status if k != "conditions"},
+            "message": (previous_ready or {}).get("message"),
+        }
+        comparable_new = {
+            **{k: status[k] for k in status if k != "conditions"},
+            "message": condition["message"],
+        }
+        if comparable_old == comparable_new and previous_ready and previous_ready.get("status") == ready:
+            continue
+        try:
+            kube.patch_policy_status(policy.name, status)
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("status update of policy %s failed", policy.name)
+
+
+def _recent_changes(recommendations: list[dict[str, Any]], now: datetime) -> list[tuple[str, datetime]]:
+    """(namespace, time) of changes the actuator made in the last hour, from recommendation statuses
+    (persistent, so a restarted actuator still knows its rate budget)."""
+    changes = []
+    for recommendation in recommendations:
+        apply = (recommendation.get("status") or {}).get("apply") or {}
+        at = apply.get("appliedAt")
+        if (
+            not at
+            or apply.get("dryRun")
+            or apply.get("state") not in ("Pending", "Applied", "Verified", "RolledBack")
+        ):
+            continue
+        try:
+            moment = datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if now - moment < timedelta(hours=1):
+            changes.append((str((recommendation.get("metadata") or {}).get("namespace")), moment))
+    return changes
 
 
 def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
@@ -59,49 +303,95 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         metrics.ERRORS.labels("metrics_source").inc()
         LOG.warning("metrics source failed, nothing analysed this cycle: %s", error)
         return 0
+    by_key = {window.workload.key: window for window in windows}
+    try:
+        recommendations = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
+        state = CycleState(now=end, policies=load_policies(kube))
+    except Exception:
+        metrics.ERRORS.labels("kubernetes").inc()
+        LOG.exception("listing recommendations or policies failed")
+        return 0
+    state.recent_changes = _recent_changes(recommendations, end)
+    memo.policies = state.policies
+    acting = (
+        _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()
+    )
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
-    for window in windows:
-        if cfg.namespaces and window.workload.namespace not in cfg.namespaces:
-            continue
-        recommendation = kube.get_recommendation(window.workload)
-        if recommendation is None:  # not a workload the pod watcher has registered (gone or ignored)
-            continue
+    for recommendation in recommendations:
+        ref = ref_of(recommendation)
         try:
-            analysis = analyze_window(window)
-        except Exception:
-            metrics.ERRORS.labels("analysis").inc()
-            LOG.exception("analysis of %s failed", window.workload.key)
-            continue
-        metrics.WORKLOADS_ANALYZED.inc()
-        status = analysed_status(
-            analysis,
-            window.allocation,
-            window_start=window.start,
-            window_end=window.end,
-            workload=window.workload,
-            now=end,
-            generation=(recommendation.get("metadata") or {}).get("generation"),
-        )
-        try:
-            kube.patch_recommendation_status(
-                window.workload, status.model_dump(mode="json", by_alias=True, exclude_none=True)
+            updated += _one_workload(
+                memo, kube, cfg, state, ref, recommendation, by_key.get(ref.key), acting, by_diagnosis, wasted
             )
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("status update of %s failed", window.workload.key)
-            continue
-        by_diagnosis[(analysis.primary.value, window.workload.namespace)] += 1
-        wasted[window.workload.namespace] = wasted.get(window.workload.namespace, 0.0) + analysis.savings.gpu_hours_per_day
-        updated += 1
-    metrics.RECOMMENDATIONS.clear()
-    for (diagnosis, namespace), count in by_diagnosis.items():
-        metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
-    metrics.WASTED_GPU_HOURS.clear()
-    for namespace, hours in wasted.items():
-        metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+            LOG.exception("cycle step for %s failed", ref.key)
+    if _has_role(cfg, "recommender"):
+        update_policy_statuses(kube, state)
+        metrics.RECOMMENDATIONS.clear()
+        for (diagnosis, namespace), count in by_diagnosis.items():
+            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
+        metrics.WASTED_GPU_HOURS.clear()
+        for namespace, hours in wasted.items():
+            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+    memo.last_cycle = time.monotonic()
     return updated
+
+
+def _one_workload(
+    memo: kopf.Memo,
+    kube: KubeAdapter,
+    cfg: OperatorConfig,
+    state: CycleState,
+    ref: WorkloadRef,
+    recommendation: dict[str, Any],
+    window: WorkloadWindow | None,
+    acting: bool,
+    by_diagnosis: Tally[tuple[str, str]],
+    wasted: dict[str, float],
+) -> int:
+    workload = kube.read(ref.kind, ref.namespace, ref.name)
+    if workload is None:  # the workload is gone; garbage collection removes the recommendation
+        return 0
+    metadata = workload.get("metadata") or {}
+    namespace_labels = state.labels_of(kube, ref.namespace)
+    settings = settings_for_workload(
+        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
+    )
+    state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
+    if not settings.recommends:
+        if _has_role(cfg, "recommender"):
+            why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
+            remove_recommendation(kube, memo, ref, why)
+        return 0
+    if window is None:
+        return 0
+    hpa = kube.hpa_for(ref) if ref.kind in ("Deployment", "StatefulSet", "ReplicaSet") else None
+    window = with_hpa(window, hpa)
+    try:
+        analysis = analyse(window, settings, state.now)
+    except Exception:
+        metrics.ERRORS.labels("analysis").inc()
+        LOG.exception("analysis of %s failed", ref.key)
+        return 0
+    metrics.WORKLOADS_ANALYZED.inc()
+    uid = str(metadata.get("uid", ""))
+    if _has_role(cfg, "recommender"):
+        write_recommendation(kube, ref, uid, recommendation, analysis, window, settings, state.now)
+        by_diagnosis[(analysis.primary.value, ref.namespace)] += 1
+        wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + analysis.savings.gpu_hours_per_day
+    if acting:
+        from gpu_rightsizer.handlers.actuator import WorkloadCase, step
+
+        fresh = kube.get_recommendation(ref) or recommendation
+        case = WorkloadCase(
+            ref=ref, uid=uid, workload=workload, recommendation=fresh, settings=settings,
+            analysis=analysis, window=window, hpa=hpa, now=state.now,
+        )  # fmt: skip
+        step(memo, case, state.recent_changes)
+    return 1
 
 
 async def analysis_loop(memo: kopf.Memo) -> None:
@@ -111,7 +401,7 @@ async def analysis_loop(memo: kopf.Memo) -> None:
         LOG.warning("no --prometheus-url: recommendations stay InsufficientData until one is configured")
         return
     stop: asyncio.Event = memo.stop
-    delay = min(10.0, cfg.interval_seconds)
+    delay = min(5.0, cfg.interval_seconds)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=delay)
@@ -121,10 +411,11 @@ async def analysis_loop(memo: kopf.Memo) -> None:
         started = time.monotonic()
         try:
             updated = await asyncio.to_thread(run_cycle, memo)
-            LOG.info("analysis cycle: %d recommendations updated in %.1f s", updated, time.monotonic() - started)
+            LOG.info(
+                "analysis cycle: %d recommendations updated in %.1f s", updated, time.monotonic() - started
+            )
         except Exception:
             metrics.ERRORS.labels("cycle").inc()
             LOG.exception("analysis cycle failed")
         metrics.CYCLE_DURATION.observe(time.monotonic() - started)
         delay = cfg.interval_seconds
-

@@ -24,5 +24,7 @@ CYCLE_DURATION = Histogram(
 )
 ERRORS = Counter("gpu_rightsizer_errors", "Errors by kind (metrics source, kubernetes, analysis).", ["kind"])
 ACTIONS_APPLIED = Counter(
-    "gpu_rightsizer_actions_applied", "Changes carried out by the actuator, by action and result.", ["action", "result"]
+    "gpu_rightsizer_actions_applied",
+    "Changes carried out by the actuator, by action and result.",
+    ["action", "result"],
 )

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +20,10 @@ import kopf
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.status import waiting_status
 from gpu_rightsizer.logic.workloads import allocation_from_pod_spec, is_ignored, requests_gpu
+from gpu_rightsizer.model.codes import PolicyMode
 
 LOG = logging.getLogger(__name__)
 
@@ -45,6 +48,8 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
     memo.config = CONFIG
     memo.kube = KubeAdapter(cycle.api_client())
     memo.known = set()
+    memo.policies = []
+    memo.last_cycle = time.monotonic()
     memo.lock = threading.Lock()
     memo.stop = asyncio.Event()
     memo.cycle_task = asyncio.create_task(cycle.analysis_loop(memo))
@@ -63,16 +68,30 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
             await task
 
 
+@kopf.on.probe(id="secondsSinceLastCycle")
+def last_cycle_age(memo: kopf.Memo, **_: Any) -> float:
+    """Readiness/liveness detail: how long ago the analysis cycle last completed (or started waiting)."""
+    return round(time.monotonic() - float(getattr(memo, "last_cycle", time.monotonic())), 1)
+
+
 @kopf.on.event("", "v1", "pods", when=_uses_gpu)
-def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002 - kopf's name
+def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A GPU pod appeared or changed: make sure its workload has a GPURecommendation."""
     if type == "DELETED" or is_ignored(body) or (body.get("metadata") or {}).get("deletionTimestamp"):
         return
+    config: OperatorConfig = memo.config
+    if config.role == "actuator":  # the recommender creates recommendations; the actuator only acts
+        return
     kube: KubeAdapter = memo.kube
     workload = kube.resolve_owner(body)
-    if is_ignored(workload.obj):
-        return
     key = workload.ref.key
+    if is_ignored(workload.obj) or _switched_off(memo, kube, workload.ref.namespace, workload.obj):
+        with memo.lock:
+            forget = key in memo.known or True
+            memo.known.discard(key)
+        if forget:
+            kube.delete_recommendation(workload.ref)
+        return
     with memo.lock:
         if key in memo.known:
             return
@@ -80,7 +99,6 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
     if not recommendation.get("status"):
         replicas = int(((workload.obj.get("spec") or {}).get("replicas")) or 1)
         allocation = allocation_from_pod_spec(dict(body.get("spec") or {}), replicas=replicas)
-        config: OperatorConfig = memo.config
         reason = (
             "Waiting for the first observation window of metrics"
             if config.prometheus_url
@@ -93,6 +111,18 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
             now=datetime.now(UTC),
             generation=(recommendation.get("metadata") or {}).get("generation"),
         )
-        kube.patch_recommendation_status(workload.ref, status.model_dump(mode="json", by_alias=True, exclude_none=True))
+        kube.patch_recommendation_status(
+            workload.ref, status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
     with memo.lock:
         memo.known.add(key)
+
+
+def _switched_off(memo: kopf.Memo, kube: KubeAdapter, namespace: str, workload: Any) -> bool:
+    """True when the winning policy (as of the last cycle) is in Off mode."""
+    policies = list(getattr(memo, "policies", []) or [])
+    if not policies:
+        return False
+    metadata = workload.get("metadata") or {}
+    settings = settings_for_workload(policies, kube.namespace_labels(namespace), metadata.get("labels") or {})
+    return settings.mode == PolicyMode.OFF

@@ -1,6 +1,6 @@
-"""Rule set of gpu-signals §4.3: from one workload window to findings and a primary diagnosis.
+"""The diagnosis rule set (docs/diagnosis.md): from one workload window to findings and a primary diagnosis.
 
-Order (SPEC §1, gpu-signals "Rule ordering"): health gates (HardwareFault, Throttled) block everything;
+Order (docs/diagnosis.md): health gates (HardwareFault, Throttled) block everything;
 then InsufficientData; then IdleAllocation; then data-path causes (CPU, I/O, host transfer,
 communication), which explain a low busy figure; then in-GPU efficiency (occupancy, bandwidth, tensor
 cores); then sizing (oversized, memory capacity); then serving (replicas). Healthy when nothing fires.
@@ -72,7 +72,9 @@ _RANK = {code: rank for rank, code in enumerate(PRIMARY_ORDER)}
 #: No finding claims certainty: window statistics can always miss what happened between samples.
 MAX_CONFIDENCE = 0.95
 
-_PCIE_FALLBACK_BYTES_PER_S = 16 * 1.97e9  # PCIe Gen4 x16, one direction (gpu-signals §4.2)
+_PCIE_FALLBACK_BYTES_PER_S = (
+    16 * 1.97e9
+)  # PCIe Gen4 x16, one direction (PCIe doubling rule over DCGM's Gen3 985 MB/s/lane)
 _SERVING_TYPES = frozenset({"inference", "serving"})
 
 
@@ -149,7 +151,7 @@ class WorkloadFigures:
     cpu_saturation: float | None
     cpu_throttled: float | None
     memory_ws_p99_bytes: float | None
-    io_bytes_p95: float | None
+    io_bytes_p50: float | None
     gpu_cpu_correlation: float | None
     restarts: int
     oom_killed: bool
@@ -309,7 +311,7 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         read = pod.stats.get(Signal.FS_READ_BYTES_PER_S)
         net = pod.stats.get(Signal.NET_RX_BYTES_PER_S)
         if read is not None or net is not None:
-            io_values.append((read.p95 if read else 0.0) + (net.p95 if net else 0.0))
+            io_values.append((read.p50 if read else 0.0) + (net.p50 if net else 0.0))
     correlations = [p.gpu_cpu_correlation for p in pods if p.gpu_cpu_correlation is not None]
 
     requests = _workload_stat(window, Signal.REQUESTS_PER_S)
@@ -365,7 +367,7 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         cpu_saturation=cpu_saturation,
         cpu_throttled=cpu_throttled,
         memory_ws_p99_bytes=memory_ws,
-        io_bytes_p95=max(io_values) if io_values else None,
+        io_bytes_p50=max(io_values) if io_values else None,
         gpu_cpu_correlation=_fmean(correlations),
         restarts=sum(p.restarts for p in pods),
         oom_killed=any(p.oom_killed for p in pods),
@@ -474,13 +476,15 @@ def _data_problems(figures: WorkloadFigures, settings: EngineSettings, now: date
         )
     if figures.coverage is not None and figures.coverage < settings.min_coverage:
         problems.append(
-            f"samples cover {_pct(figures.coverage)} of the window, below the {_pct(settings.min_coverage)} minimum "
+            f"samples cover {_pct(figures.coverage)} of the window, below the {_pct(settings.min_coverage)} "
+            "minimum "
             "(gaps in the data)"
         )
     if now is not None and (now - window.end).total_seconds() > settings.max_staleness_seconds:
         age = (now - window.end).total_seconds()
         problems.append(
-            f"the newest data is {age / 60:.0f} min old (stale; limit {settings.max_staleness_seconds / 60:.0f} min)"
+            f"the newest data is {age / 60:.0f} min old (stale; limit "
+            f"{settings.max_staleness_seconds / 60:.0f} min)"
         )
     for gpu in figures.gpus:
         gr, sm = gpu.stat(Signal.GR_ENGINE_ACTIVE), gpu.stat(Signal.SM_ACTIVE)
@@ -492,13 +496,15 @@ def _data_problems(figures: WorkloadFigures, settings: EngineSettings, now: date
         util = gpu.stat(Signal.GPU_UTIL)
         if gr is not None and util is not None and gr.p50 > util.p50 + 2 * settings.contradiction_gap:
             problems.append(
-                f"GPU {gpu.uuid}: GR_ENGINE_ACTIVE p50 {_pct(gr.p50)} far above GPU_UTIL p50 {_pct(util.p50)} "
+                f"GPU {gpu.uuid}: GR_ENGINE_ACTIVE p50 {_pct(gr.p50)} far above GPU_UTIL p50 "
+                f"{_pct(util.p50)} "
                 "(contradictory series)"
             )
         fb = gpu.stat(Signal.FB_USED_MIB)
         if fb is not None and gpu.capacity_gib and fb.p99 * GIB_PER_MIB > gpu.capacity_gib * (1 + tol):
             problems.append(
-                f"GPU {gpu.uuid}: {fb.p99 * GIB_PER_MIB:.1f} GiB used exceeds its {gpu.capacity_gib:.1f} GiB capacity"
+                f"GPU {gpu.uuid}: {fb.p99 * GIB_PER_MIB:.1f} GiB used exceeds its {gpu.capacity_gib:.1f} GiB "
+                "capacity"
             )
     return problems
 
@@ -594,7 +600,7 @@ class SizingNeed:
 
 
 def sizing_need(figures: WorkloadFigures, settings: EngineSettings) -> SizingNeed | None:
-    """Memory/SM/DRAM need for slice selection (gpu-signals §4.4), or None when it cannot be measured."""
+    """Memory/SM/DRAM need for slice selection (docs/diagnosis.md), or None when it cannot be measured."""
     if figures.fb_used_p99_gib is None or figures.capacity_gib is None:
         return None
     sms = next((g.sms for g in figures.gpus if g.sms), None)
@@ -656,7 +662,8 @@ def _idle(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> 
         Severity.WARNING,
         confidence,
         f"Seen: {figures.total_gpus} GPU(s) allocated, busy p95 {_pct(busy)} (idle below "
-        f"{_pct(settings.idle_busy_p95)}) over {window.duration_seconds / 3600:.1f} h; {activity}. Meaning: the "
+        f"{_pct(settings.idle_busy_p95)}) over {window.duration_seconds / 3600:.1f} h; {activity}. Meaning: "
+        "the "
         f"allocation does no useful work. Change: {change}.",
         {
             "gpuBusyP95": busy,
@@ -686,8 +693,10 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
     base = _base_confidence(figures, settings)
 
     # R2: input pipeline CPU-bound
-    if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_low_utilisation * 2):
-        confidence = base * (0.8 if clearly_low else 0.7) + (0.1 if sawtooth else 0.0) + (0.05 if anti else 0.0)
+    if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_utilisation):
+        confidence = (
+            base * (0.8 if clearly_low else 0.7) + (0.1 if sawtooth else 0.0) + (0.05 if anti else 0.0)
+        )
         if not figures.cpu_reference_is_limit:
             confidence *= 0.85
         reference = figures.cpu_reference_cores
@@ -704,7 +713,8 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
             confidence,
             f"Seen: GPU busy p50 {_pct(busy)} while {sat_text}{thr_text}"
             f"{'; busy alternates high/low (sawtooth)' if sawtooth else ''}. Meaning: the GPU waits for the "
-            "CPU-side input pipeline (data loading/preprocessing); training typically needs 3–24 CPU cores per "
+            "CPU-side input pipeline (data loading/preprocessing); training typically needs 3–24 CPU cores "
+            "per "
             "GPU. Change: more DataLoader workers, pinned memory and prefetch; raise the CPU request/limit.",
             {
                 "gpuBusyP50": busy,
@@ -716,8 +726,16 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
             },
         )
     # R2b: fetch stall (storage / network I/O)
-    io = figures.io_bytes_p95
-    if low_busy and not cpu_bound and io is not None and io >= settings.io_bytes_per_s:
+    io = figures.io_bytes_p50
+    # R2b is an input-pipeline (training) pattern: a service's network receive is its request traffic.
+    # The median, not p95, so counter resets and bursts do not pass for a sustained fetch stall.
+    if (
+        low_busy
+        and not cpu_bound
+        and not figures.is_serving
+        and io is not None
+        and io >= settings.io_bytes_per_s
+    ):
         confidence = base * (0.7 if clearly_low else 0.6) + (0.1 if sawtooth else 0.0)
         out.add(
             DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
@@ -725,11 +743,11 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
             confidence,
             f"Seen: GPU busy p50 {_pct(busy)}, CPU not saturated"
             f"{f' ({_pct(cpu_sat)} of its cores)' if cpu_sat is not None else ''}, while the pod reads "
-            f"{io / 2**20:.0f} MiB/s (p95) from disk and network. Meaning: the GPU waits for data to arrive "
+            f"{io / 2**20:.0f} MiB/s (median) from disk and network. Meaning: the GPU waits for data to arrive "
             "(fetch stall). Change: cache the data set locally or in RAM, prefetch more, use faster storage.",
             {
                 "gpuBusyP50": busy,
-                "ioBytesP95": io,
+                "ioBytesP50": io,
                 "cpuSaturation": cpu_sat,
                 "busySawtooth": figures.busy_sawtooth,
             },
@@ -754,7 +772,8 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
             Severity.WARNING,
             base * 0.75,
             f"Seen: PCIe transfers at {_pct(pcie)} of link capacity (p95) while {compute_name} p50 is "
-            f"{_pct(compute or 0.0)}. Meaning: the GPU waits for host↔device copies. Change: pinned memory and "
+            f"{_pct(compute or 0.0)}. Meaning: the GPU waits for host↔device copies. Change: pinned memory "
+            "and "
             "asynchronous copies, keep data resident on the GPU, larger batches; avoid co-locating "
             "transfer-heavy pods on MIG slices of one GPU (they share PCIe).",
             {"pcieUtilisation": pcie, "computeP50": compute},
@@ -794,8 +813,10 @@ def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builde
                 base * (0.8 if low_sm and (low_occ or occ is None) else 0.65),
                 f"Seen: GPU busy p50 {_pct(busy)} but SM activity p50 "
                 f"{_pct(sm) if sm is not None else 'unknown'}"
-                f"{f', occupancy p50 {_pct(occ)}' if occ is not None else ''}. Meaning: kernels run all the time "
-                "but keep most SMs idle (small kernels, small batch, launch-bound). Change: larger (micro-)batch, "
+                f"{f', occupancy p50 {_pct(occ)}' if occ is not None else ''}. Meaning: kernels run all the "
+                "time "
+                "but keep most SMs idle (small kernels, small batch, launch-bound). Change: larger "
+                "(micro-)batch, "
                 "CUDA Graphs / torch.compile to fuse kernels; or share the GPU (MIG/MPS).",
                 {"gpuBusyP50": busy, "smActiveP50": sm, "smOccupancyP50": occ},
             )
@@ -814,8 +835,10 @@ def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builde
             Severity.INFO,
             confidence,
             f"Seen: DRAM activity p95 {_pct(dram)} (practical peak ~80%), tensor activity p95 "
-            f"{_pct(tensor) if tensor is not None else 'unknown'}, SM activity p50 {_pct(sm_or_busy)}. Meaning: "
-            "memory bandwidth, not compute, limits the work (typical of LLM decode and element-wise kernels). "
+            f"{_pct(tensor) if tensor is not None else 'unknown'}, SM activity p50 {_pct(sm_or_busy)}. "
+            "Meaning: "
+            "memory bandwidth, not compute, limits the work (typical of LLM decode and element-wise "
+            "kernels). "
             "Change: batch more (continuous batching), quantise weights/KV cache, or a higher-bandwidth GPU; "
             "do not shrink to a MIG slice (bandwidth scales with memory slices).",
             {"dramActiveP95": dram, "tensorActiveP95": tensor, "smActiveP50": sm_or_busy},
@@ -840,7 +863,8 @@ def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builde
             base * (0.8 if fp32 is not None else 0.5),
             f"Seen: SM activity p50 {_pct(sm)}, tensor-core activity p95 {_pct(tensor)}"
             f"{f', FP32 pipe p50 {_pct(fp32)}' if fp32 is not None else ''}. Meaning: the math runs on the "
-            "FP32 pipes and skips the tensor cores. Change: enable mixed precision (AMP with BF16/FP16) or TF32.",
+            "FP32 pipes and skips the tensor cores. Change: enable mixed precision (AMP with BF16/FP16) or "
+            "TF32.",
             {"smActiveP50": sm, "tensorActiveP95": tensor, "fp32ActiveP50": fp32},
         )
 
@@ -886,8 +910,10 @@ def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -
             confidence,
             f"Seen: p99 GPU memory {need.memory_gib:.1f} GiB of {figures.capacity_gib or 0:.0f} GiB "
             f"({_pct(share)}), {'GPU busy' if need.sm_from_busy else 'SM activity'} p95 "
-            f"{_pct(figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95_max or 0.0)} on a {device}. "
-            f"Meaning: the work needs about {_pct(need.share_of_device)} of this device. Change: a smaller MIG "
+            f"{_pct(figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95_max or 0.0)} on a "
+            f"{device}. "
+            f"Meaning: the work needs about {_pct(need.share_of_device)} of this device. Change: a smaller "
+            "MIG "
             f"slice or a shared GPU (time-slicing/MPS).{cpu_hint}",
             {
                 "memoryUsedP99GiB": need.memory_gib,
@@ -917,9 +943,11 @@ def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -
                 DiagnosisCode.MEMORY_CAPACITY_BOUND,
                 Severity.WARNING,
                 base * (0.8 if crashed else 0.65),
-                f"Seen: p99 GPU memory {figures.fb_used_p99_gib or 0:.1f} GiB of {figures.capacity_gib or 0:.0f} GiB "
+                f"Seen: p99 GPU memory {figures.fb_used_p99_gib or 0:.1f} GiB of "
+                f"{figures.capacity_gib or 0:.0f} GiB "
                 f"({_pct(share)}) and {symptom}. Meaning: GPU memory capacity, not compute, limits the work. "
-                "Change: activation checkpointing, gradient accumulation or ZeRO; else a bigger-memory GPU (or "
+                "Change: activation checkpointing, gradient accumulation or ZeRO; else a bigger-memory GPU "
+                "(or "
                 "MIG slice), and tensor parallelism across GPUs last.",
                 {
                     "memoryShareP99": share,
@@ -948,7 +976,8 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
             DiagnosisCode.UNDER_REPLICATED,
             Severity.WARNING,
             base * (0.85 if figures.sm_p95 is not None else 0.7),
-            f"Seen: requests queue for {_pct(queue_active) if queue_active is not None else 'most'} of the window "
+            f"Seen: requests queue for {_pct(queue_active) if queue_active is not None else 'most'} of the "
+            "window "
             f"(queue p50 {queue_p50 or 0:.1f}) while {saturation_name} p95 is {_pct(saturation)} across "
             f"{figures.replicas} replica(s). Meaning: too few replicas; latency grows at peak. Change: "
             f"{'raise the HPA maximum (it owns the replica count)' if hpa else 'add replicas'}; scale on SM "
@@ -977,7 +1006,8 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
             f"{'no queue' if figures.queue_length_p95 is not None else 'no queue signal'}"
             f"{f', {figures.requests_per_s:.1f} requests/s' if figures.requests_per_s is not None else ''}. "
             "Meaning: the traffic fits on fewer replicas. Change: "
-            f"{'lower the HPA minimum' if hpa else 'scale in'}, or consolidate onto MIG slices / time-sliced GPUs.",
+            f"{'lower the HPA minimum' if hpa else 'scale in'}, or consolidate onto MIG slices / time-sliced "
+            "GPUs.",
             {
                 "gpuBusyP95Max": busy,
                 "replicas": float(figures.replicas),

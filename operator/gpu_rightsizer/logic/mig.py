@@ -1,6 +1,6 @@
 """GPU models, their MIG profile tables, Kubernetes resource names and slice selection.
 
-Tables come from gpu-signals §3.1 (NVIDIA MIG user guide plus `nvidia-smi mig -lgip` outputs). Where a
+Tables come from the NVIDIA MIG user guide ("Supported MIG Profiles") plus published `nvidia-smi mig -lgip` outputs. Where a
 source gives a range of GiB, the lower bound is used so a chosen slice really holds the workload. SM
 counts marked `sms_estimated` were not found in the sources (B200 3g/4g/7g) and are estimates; a runtime
 NVML table (`nvmlDeviceGetGpuInstanceProfileInfo`) passed as an override replaces the static one.
@@ -33,7 +33,7 @@ class MigProfile:
 
     @property
     def memory_fraction(self) -> float:
-        """Share of the GPU's memory (and DRAM bandwidth: it scales with memory slices, gpu-signals §3.3)."""
+        """Share of the GPU's memory (and DRAM bandwidth: it scales with memory slices: NVIDIA MIG blog)."""
         return self.memory_slices / 8.0
 
     @property
@@ -75,7 +75,7 @@ def _p(
     return MigProfile(name, memory_gib, sms, compute, memory, max_instances, media, estimated)
 
 
-_PCIE_GEN4_X16 = 16 * 1.97e9  # gpu-signals §4.2: ≈1.97 GB/s per lane per direction (Gen4)
+_PCIE_GEN4_X16 = 16 * 1.97e9  # ≈1.97 GB/s per lane per direction (Gen4)
 _PCIE_GEN5_X16 = 16 * 3.94e9  # ≈3.94 GB/s per lane per direction (Gen5)
 
 A100_40GB = GPUModelSpec(
@@ -181,7 +181,7 @@ H200 = GPUModelSpec(
         _p("7g.141gb", 140.0, 132, 7, 8, 1),
     ),
 )
-# B200: 3g/4g/7g SM counts and GiB were not found (gpu-signals §3.1 "?"); estimated conservatively
+# B200: 3g/4g/7g SM counts and GiB were not published; estimated conservatively
 # from the 1g figures and memory fractions. Prefer the runtime NVML table.
 B200 = GPUModelSpec(
     "B200",
@@ -205,7 +205,7 @@ GPU_MODELS: dict[str, GPUModelSpec] = {
     spec.key: spec for spec in (A100_40GB, A100_80GB, A30, H100_80GB, H100_NVL, H200, B200)
 }
 
-#: Bigger-memory upgrade path for memory-capacity-bound work (gpu-signals R9: 80 → 141/180 GB).
+#: Bigger-memory upgrade path for memory-capacity-bound work (rule R9: 80 → 141/180 GB).
 MEMORY_UPGRADE_PATH: tuple[str, ...] = (
     "A30",
     "A100-40GB",
@@ -216,7 +216,7 @@ MEMORY_UPGRADE_PATH: tuple[str, ...] = (
     "B200",
 )
 
-#: Higher-bandwidth upgrade path for memory-bandwidth-bound work (gpu-signals R6: A100 → H100 → H200/B200).
+#: Higher-bandwidth upgrade path for memory-bandwidth-bound work (rule R6: A100 → H100 → H200/B200).
 BANDWIDTH_UPGRADE_PATH: tuple[str, ...] = (
     "A30",
     "A100-40GB",
@@ -317,7 +317,7 @@ def smallest_fitting_profile(
 ) -> MigProfile | None:
     """Smallest profile P with mem(P) ≥ headroom × need, SMs(P) ≥ SM need / target, DRAM need fits.
 
-    gpu-signals §4.4: mem(P) ≥ 1.2 × p99 used; SMs(P) ≥ p95(sm_active) × SMs_full / 0.8;
+    docs/diagnosis.md, slice selection: mem(P) ≥ 1.2 × p99 used; SMs(P) ≥ p95(sm_active) × SMs_full / 0.8;
     dram_need ≤ mem_fraction(P) × 0.8. '+me' profiles are chosen only when media engines are needed.
     "Smallest" = least share of the GPU, then least memory, then fewest SMs, then name (deterministic).
     """

@@ -209,7 +209,8 @@ def _slice_action(
                 from_value=_current_gpu(figures),
                 to_value=request.describe(),
                 reason=f"{reason_prefix} {profile.name} holds {profile.memory_gib:g} GiB ≥ "
-                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (p99) and {profile.sms} SMs ≥ "
+                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (p99) and {profile.sms} SMs "
+                "≥ "
                 f"{need.sm_equivalents:.1f} busy SMs / {settings.sm_target_utilisation:g}.",
                 resource=request.resource,
                 automatic=True,
@@ -337,7 +338,8 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                 from_value=str(replicas),
                 to_value=str(needed),
                 reason=f"Every replica's busy p95 is at most {busy:.0%} with no queue; {needed} replica(s) carry "
-                f"the load at {settings.replica_target_utilisation:.0%} (the policy's minReplicas still applies).",
+                f"the load at {settings.replica_target_utilisation:.0%} (the policy's minReplicas still "
+                "applies).",
                 resource="replicas",
                 automatic=True,
             ),
@@ -387,7 +389,8 @@ def _memory_capacity(
 ) -> list[PlannedAction]:
     actions = [
         _software(
-            "activation checkpointing, gradient accumulation with a smaller micro-batch, or ZeRO/FSDP sharding",
+            "activation checkpointing, gradient accumulation with a smaller micro-batch, or ZeRO/FSDP "
+            "sharding",
             "GPU memory is full; these trade a little compute for memory without new hardware.",
         )
     ]
@@ -500,7 +503,8 @@ def recommend(
         elif code is DiagnosisCode.HOST_TRANSFER_BOUND:
             planned.append(
                 _software(
-                    "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the GPU, "
+                    "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the "
+                    "GPU, "
                     "larger batches",
                     "Host↔device copies dominate.",
                 )

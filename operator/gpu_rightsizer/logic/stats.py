@@ -15,7 +15,7 @@ from gpu_rightsizer.model.metric_names import DCGM_BLANK_SENTINEL_MIN, THROTTLE_
 from gpu_rightsizer.model.observation import SignalStats
 
 #: Smallest p95 - p5 spread for which a sawtooth is scored; below it a signal counts as flat.
-DEFAULT_SAWTOOTH_FLOOR = 0.05
+DEFAULT_SAWTOOTH_FLOOR = 0.1
 
 Sample = tuple[float, float]  # (unix seconds, value)
 
@@ -79,9 +79,12 @@ def summarize(
     samples: Iterable[Sample],
     *,
     activity_floor: float | None = None,
-    sawtooth_floor: float = DEFAULT_SAWTOOTH_FLOOR,
+    sawtooth_floor: float | None = DEFAULT_SAWTOOTH_FLOOR,
 ) -> SignalStats | None:
-    """Distribution of one signal over the window; None when no sample survives cleaning."""
+    """Distribution of one signal over the window; None when no sample survives cleaning.
+
+    `sawtooth_floor` None skips the sawtooth score (it is meaningful for 0..1 activity ratios).
+    """
     kept = clean(samples)
     if not kept:
         return None
@@ -100,7 +103,7 @@ def summarize(
         min=ordered[0],
         active_fraction=active,
         trend_per_hour=trend_per_hour(kept),
-        sawtooth=sawtooth_score(values, sawtooth_floor),
+        sawtooth=sawtooth_score(values, sawtooth_floor) if sawtooth_floor is not None else None,
     )
 
 
@@ -141,8 +144,8 @@ def coverage(samples: int, window_seconds: float, step_seconds: float) -> float:
 
 
 def bucket(timestamp: float, step_seconds: float) -> int:
-    """Index of the step a timestamp falls in (aligns series scraped at slightly different instants)."""
-    return math.floor(timestamp / step_seconds)
+    """Index of the nearest step (aligns series scraped at slightly different instants)."""
+    return round(timestamp / step_seconds)
 
 
 def sum_aligned(series: Iterable[Sequence[Sample]], step_seconds: float) -> list[Sample]:

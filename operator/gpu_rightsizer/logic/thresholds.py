@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-#: Xid codes that mean a hardware or driver fault (gpu-signals §4.3 H0 and §5, NVIDIA Xid catalog):
+#: Xid codes that mean a hardware or driver fault (rule H0 in docs/diagnosis.md; NVIDIA Xid catalog):
 #: 48 DBE, 63/64 row-remap / page-retirement event or failure, 74 NVLink, 79 fallen off the bus,
 #: 92 high SBE rate, 94/95 contained/uncontained ECC, 109 context-switch timeout, 119/120 GSP RPC,
 #: 140 unrecovered ECC, 143 init failure, 144-150 NVLink. 63/64 are treated as critical because the
@@ -31,7 +31,7 @@ DEFAULT_APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45})
 
 
 class EngineSettings(BaseModel):
-    """Thresholds and margins of the rule set in gpu-signals §4.3 / §4.4, one field per number."""
+    """Thresholds and margins of the rule set in docs/diagnosis.md, one field per number."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
@@ -39,19 +39,19 @@ class EngineSettings(BaseModel):
     window_seconds: float = Field(
         default=3600.0,
         gt=0,
-        description="Observation window the sources read. Heur; gpu-signals §4.3 asks for ≥ 30 min "
+        description="Observation window the sources read. Heur; the rule set asks for ≥ 30 min "
         "(training) and ≥ 24 h (inference).",
     )
     min_window_seconds: float = Field(
         default=1800.0,
         ge=0,
-        description="Shorter windows yield InsufficientData. gpu-signals §4.3: at least 30 min for training.",
+        description="Shorter windows yield InsufficientData. Heur: at least 30 min for training.",
     )
     inference_window_seconds: float = Field(
         default=86400.0,
         gt=0,
         description="Window that covers a diurnal cycle; shorter serving windows lower confidence. "
-        "gpu-signals §4.3 (24 h for inference).",
+        "Heur (24 h for inference).",
     )
     min_samples: int = Field(
         default=20, ge=1, description="Fewer busy samples than this yield InsufficientData. Heur."
@@ -86,7 +86,7 @@ class EngineSettings(BaseModel):
     # --- health gates (H0/H1) ----------------------------------------------------------------------
     critical_xids: frozenset[int] = Field(
         default=DEFAULT_CRITICAL_XIDS,
-        description="Xid codes that gate every action as a hardware fault. NV (Xid catalog, gpu-signals §5).",
+        description="Xid codes that gate every action as a hardware fault. NV (NVIDIA Xid catalog).",
     )
     application_xids: frozenset[int] = Field(
         default=DEFAULT_APPLICATION_XIDS,
@@ -97,39 +97,39 @@ class EngineSettings(BaseModel):
         ge=0,
         le=1,
         description="Share of the window with HW/SW thermal, HW slowdown or power-brake clock events above "
-        "which the window is 'throttled'. Heur 5 % (gpu-signals §4.3 H1).",
+        "which the window is 'throttled'. Heur 5 % (rule H1).",
     )
     throttle_clock_ratio: float = Field(
         default=0.9,
         gt=0,
         le=1,
         description="SM clock p50 below this share of the window's max clock corroborates throttling. "
-        "Heur (gpu-signals H1; HW slowdown halves clocks, nvml.h).",
+        "Heur (rule H1; HW slowdown halves clocks, nvml.h).",
     )
     # --- busy signal -------------------------------------------------------------------------------
     active_busy: float = Field(
         default=0.05,
         ge=0,
         le=1,
-        description="Busy above this counts as 'job active'. Heur (gpu-signals §4.3 preamble).",
+        description="Busy above this counts as 'job active'. Heur (rule set preamble).",
     )
     # --- R1 idle allocation ------------------------------------------------------------------------
     idle_busy_p95: float = Field(
         default=0.05,
         ge=0,
         le=1,
-        description="Every GPU's busy p95 below this → IdleAllocation. Heur (gpu-signals R1).",
+        description="Every GPU's busy p95 below this → IdleAllocation. Heur (rule R1).",
     )
     idle_max_active_fraction: float = Field(
         default=0.10,
         ge=0,
         le=1,
-        description="Idle means busy under the floor for ≥ 90 % of the window. Heur (gpu-signals R1).",
+        description="Idle means busy under the floor for ≥ 90 % of the window. Heur (rule R1).",
     )
     idle_min_window_seconds: float = Field(
         default=3600.0,
         ge=0,
-        description="Idle over a shorter window lowers confidence. Heur (gpu-signals R1: ≥ 1 h).",
+        description="Idle over a shorter window lowers confidence. Heur (rule R1: ≥ 1 h).",
     )
     release_max_busy: float = Field(
         default=0.01,
@@ -152,13 +152,13 @@ class EngineSettings(BaseModel):
         le=1,
         description="Input-pipeline rules (CPU, I/O) fire while busy p50 is below this; a starved GPU "
         "alternates bursts and stalls, so its median busy often sits between 0.5 and 0.8. Below `low_busy` "
-        "raises confidence. Heur (gpu-signals R2 uses 0.5 with a sawtooth).",
+        "raises confidence. Heur (rule R2 uses 0.5 with a sawtooth).",
     )
     cpu_saturation: float = Field(
         default=0.9,
         ge=0,
         le=2,
-        description="CPU usage p95 / CPU limit at or above this = CPU saturated. Heur (gpu-signals R2).",
+        description="CPU usage p95 / CPU limit at or above this = CPU saturated. Heur (rule R2).",
     )
     cpu_throttled_ratio: float = Field(
         default=0.25,
@@ -171,12 +171,12 @@ class EngineSettings(BaseModel):
         default=0.3,
         ge=0,
         le=1,
-        description="Busy sawtooth score above this supports an input-pipeline stall. Heur (gpu-signals R2).",
+        description="Busy sawtooth score above this supports an input-pipeline stall. Heur (rule R2).",
     )
     io_bytes_per_s: float = Field(
         default=100.0 * 1024 * 1024,
         ge=0,
-        description="File-system read + network receive p95 per pod at or above this = I/O busy (fetch "
+        description="File-system read + network receive median per pod at or above this = I/O busy (fetch "
         "stall). Heur; Lit for the pattern (Mohan et al. fetch stalls).",
     )
     pcie_utilisation: float = Field(
@@ -184,13 +184,7 @@ class EngineSettings(BaseModel):
         ge=0,
         le=1,
         description="PCIe bytes p95 / link capacity (one direction) at or above this = transfer-bound. "
-        "Heur 0.6 (gpu-signals R3).",
-    )
-    pcie_low_utilisation: float = Field(
-        default=0.3,
-        ge=0,
-        le=1,
-        description="PCIe utilisation below this counts as 'PCIe RX low' for the CPU-bound rule. Heur.",
+        "Heur 0.6 (rule R3).",
     )
     nvlink_utilisation: float = Field(
         default=0.5,
@@ -223,7 +217,7 @@ class EngineSettings(BaseModel):
         ge=0,
         le=1,
         description="DRAM activity p95 at or above this = memory-bandwidth-bound (practical peak 0.8). "
-        "NV peak, Heur 0.6 (gpu-signals R6).",
+        "NV peak, Heur 0.6 (rule R6).",
     )
     dram_bound_max_tensor: float = Field(
         default=0.2, ge=0, le=1, description="Tensor activity p95 below this for R6. Heur."
@@ -232,7 +226,7 @@ class EngineSettings(BaseModel):
         default=0.05,
         ge=0,
         le=1,
-        description="Tensor-pipe activity p95 below this = tensor cores unused. Heur (gpu-signals R7).",
+        description="Tensor-pipe activity p95 below this = tensor cores unused. Heur (rule R7).",
     )
     no_tensor_min_fp32: float = Field(
         default=0.3,
@@ -253,18 +247,19 @@ class EngineSettings(BaseModel):
         ge=0,
         le=1,
         description="Share of the current device the work needs (max of memory × headroom, SM p95 / target, "
-        "DRAM p95 / target) at or below this = oversized. Heur (half a GPU or less frees at least one slice).",
+        "DRAM p95 / target) at or below this = oversized. Heur (half a GPU or less frees at least one "
+        "slice).",
     )
     memory_headroom: float = Field(
         default=1.2,
         ge=1,
-        description="A slice must hold p99 used memory × this. Heur (gpu-signals §4.4 step 2).",
+        description="A slice must hold p99 used memory × this. Heur (slice selection step 2).",
     )
     sm_target_utilisation: float = Field(
         default=0.8,
         gt=0,
         le=1,
-        description="SMs(profile) ≥ p95(SM_ACTIVE) × SMs_full / this. NV (0.8 necessary), gpu-signals §4.4.",
+        description="SMs(profile) ≥ p95(SM_ACTIVE) × SMs_full / this. NV (0.8 necessary); slice selection.",
     )
     dram_target_utilisation: float = Field(
         default=0.8,
@@ -283,7 +278,7 @@ class EngineSettings(BaseModel):
         default=0.95,
         ge=0,
         le=1,
-        description="p99 GPU memory at or above this share of capacity = memory full. Heur (gpu-signals R9).",
+        description="p99 GPU memory at or above this share of capacity = memory full. Heur (rule R9).",
     )
     # --- serving (R10, R11) ------------------------------------------------------------------------
     queue_sustained_fraction: float = Field(
@@ -368,7 +363,8 @@ class EngineSettings(BaseModel):
         ge=0,
         le=1,
         description="Confidence factor for GPUs shared by time-slicing/MPS: device series are duplicated "
-        "per pod and include neighbours' work (dcgm-exporter KUBERNETES_VIRTUAL_GPUS, gpu-signals S1).",
+        "per pod and include neighbours' work. NV (dcgm-exporter KUBERNETES_VIRTUAL_GPUS, rule S1); "
+        "factor Heur.",
     )
     missing_profiling_confidence: float = Field(
         default=0.8,

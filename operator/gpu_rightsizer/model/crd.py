@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.config import JsonDict, JsonValue
 
 from gpu_rightsizer.model.codes import (
@@ -71,9 +71,13 @@ def _with_cel(*rules: CelRule) -> ConfigDict:
     return ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule.to_schema() for rule in rules]})
 
 
-def _set_list(max_items: int) -> JsonDict:
-    """Schema extras for a list of unique scalars (the API server rejects duplicates)."""
-    return {"x-kubernetes-list-type": "set", "maxItems": max_items}
+#: Schema extra for a list of unique scalars (the API server rejects duplicates, pydantic twins check too).
+_SET_LIST: JsonDict = {"x-kubernetes-list-type": "set"}
+
+#: A label value (and a label selector value): at most 63 characters.
+LabelValue = Annotated[str, StringConstraints(max_length=63)]
+#: A MIG profile name as the device plugin spells it.
+MigProfile = Annotated[str, StringConstraints(max_length=32, pattern=MIG_PROFILE_PATTERN)]
 
 
 def _string_enum(values: list[str]) -> JsonDict:
@@ -113,11 +117,11 @@ class LabelSelectorRequirement(CamelModel):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="How the key relates to the values."
     )
-    values: list[str] = Field(
+    values: list[LabelValue] = Field(
         default_factory=list,
         max_length=64,
         description="Label values; non-empty for In and NotIn, empty for Exists and DoesNotExist.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "items": {"type": "string", "maxLength": 63}},
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
 
     @model_validator(mode="after")
@@ -131,10 +135,10 @@ class LabelSelectorRequirement(CamelModel):
 class LabelSelector(CamelModel):
     """metav1.LabelSelector: `matchLabels` and every `matchExpressions` entry must hold; empty selects all."""
 
-    match_labels: dict[str, str] = Field(
+    match_labels: dict[str, LabelValue] = Field(
         default_factory=dict,
+        max_length=64,
         description="Labels that must be present with exactly these values.",
-        json_schema_extra={"maxProperties": 64},
     )
     match_expressions: list[LabelSelectorRequirement] = Field(
         default_factory=list,
@@ -360,7 +364,7 @@ class Thresholds(CamelModel):
 
 
 _WINDOW_MIN_RULE = CelRule(
-    "duration(self.window) >= duration('5m')",
+    "!has(self.window) || duration(self.window) >= duration('5m')",
     "spec.observation.window must be at least 5m",
     field_path=".window",
 )
@@ -391,7 +395,7 @@ class Observation(CamelModel):
 
 
 _CLUSTER_CAP_RULE = CelRule(
-    "self.perNamespace <= self.cluster",
+    "!has(self.perNamespace) || !has(self.cluster) || self.perNamespace <= self.cluster",
     "spec.safety.maxChangesPerHour.perNamespace must not exceed cluster",
     field_path=".perNamespace",
 )
@@ -428,8 +432,9 @@ class MaintenanceWindow(CamelModel):
 
     days: list[Weekday] = Field(
         default_factory=list,
+        max_length=7,
         description="Days the window starts on; empty means every day.",
-        json_schema_extra=_set_list(7),
+        json_schema_extra=_SET_LIST,
     )
     start: str = Field(max_length=5, pattern=CLOCK_PATTERN, description="Start, HH:MM (24-hour clock).")
     end: str = Field(
@@ -453,14 +458,14 @@ class MaintenanceWindow(CamelModel):
 
 _MIG_PROFILES_NEED_MIG_RULE = CelRule(
     "!has(self.allowedMigProfiles) || size(self.allowedMigProfiles) == 0"
-    " || self.sharingStrategy in ['mig-mixed', 'mig-single']",
+    " || (has(self.sharingStrategy) && self.sharingStrategy in ['mig-mixed', 'mig-single'])",
     "spec.safety.allowedMigProfiles may only be set when sharingStrategy is mig-mixed or mig-single",
     field_path=".allowedMigProfiles",
 )
 
 
 class Safety(CamelModel):
-    """Guards around applying changes (SPEC §6)."""
+    """Guards around applying changes: rate limits, cooldown, maintenance windows, verification, sharing."""
 
     model_config = _with_cel(_MIG_PROFILES_NEED_MIG_RULE)
 
@@ -491,20 +496,16 @@ class Safety(CamelModel):
         default=SharingStrategy.NONE,
         description="How this cluster shares GPUs (device plugin configuration).",
     )
-    allowed_mig_profiles: list[str] = Field(
+    allowed_mig_profiles: list[MigProfile] = Field(
         default_factory=list,
+        max_length=32,
         description="MIG profiles the actuator may move workloads to, e.g. 1g.10gb; empty allows none.",
-        json_schema_extra={**_set_list(32), "items": {"type": "string", "pattern": MIG_PROFILE_PATTERN}},
+        json_schema_extra=_SET_LIST,
     )
 
     @field_validator("allowed_mig_profiles")
     @classmethod
-    def _valid_profiles(cls, profiles: list[str]) -> list[str]:
-        for profile in profiles:
-            if not re.fullmatch(MIG_PROFILE_PATTERN.strip("^$"), profile):
-                raise ValueError(
-                    f"spec.safety.allowedMigProfiles has {profile!r}, which is not a MIG profile like 1g.10gb"
-                )
+    def _unique_profiles(cls, profiles: list[str]) -> list[str]:
         return _no_duplicates(profiles, "spec.safety.allowedMigProfiles")
 
     @model_validator(mode="after")
@@ -519,17 +520,17 @@ class Safety(CamelModel):
 
 _POLICY_SPEC_RULES: tuple[CelRule, ...] = (
     CelRule(
-        "self.mode != 'Apply' || (has(self.actions) && size(self.actions) > 0)",
+        "!has(self.mode) || self.mode != 'Apply' || (has(self.actions) && size(self.actions) > 0)",
         "spec.actions must name at least one action when spec.mode is Apply",
         field_path=".actions",
     ),
     CelRule(
-        "self.mode != 'Off' || !has(self.actions) || size(self.actions) == 0",
+        "!has(self.mode) || self.mode != 'Off' || !has(self.actions) || size(self.actions) == 0",
         "spec.actions may only be non-empty when spec.mode is Recommend or Apply",
         field_path=".actions",
     ),
     CelRule(
-        "!has(self.dryRun) || !self.dryRun || self.mode == 'Apply'",
+        "!has(self.dryRun) || !self.dryRun || (has(self.mode) && self.mode == 'Apply')",
         "spec.dryRun may only be true when spec.mode is Apply",
         field_path=".dryRun",
     ),
@@ -585,11 +586,9 @@ class GPURightsizingPolicySpec(CamelModel):
     )
     actions: list[ActionType] = Field(
         default_factory=list,
+        max_length=len(POLICY_ACTIONS),
         description="Changes the operator may apply: " + ", ".join(a.value for a in POLICY_ACTIONS) + ".",
-        json_schema_extra={
-            **_set_list(len(POLICY_ACTIONS)),
-            "items": _string_enum([a.value for a in POLICY_ACTIONS]),
-        },
+        json_schema_extra={**_SET_LIST, "items": _string_enum([a.value for a in POLICY_ACTIONS])},
     )
     observation: Observation = Field(default_factory=Observation)
     safety: Safety = Field(default_factory=Safety)

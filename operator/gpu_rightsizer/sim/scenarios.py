@@ -398,8 +398,8 @@ def levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
             pcie_rx=1e9,
             cpu_cores=min(limit * 0.4, 2.0 * gpus),
             throttled_ratio=0.01,
-            net_rx=2e8,
-            net_tx=2e8,
+            net_rx=2e7,
+            net_tx=2e7,
         )
     if shape is Shape.LOW_OCCUPANCY:
         return Levels(busy=0.92, sm=0.3, occupancy=0.08, tensor=0.1, fp32=0.15, dram=0.15, cpu_cores=limit * 0.3)

@@ -1,0 +1,402 @@
+"""Run the controlled workloads one at a time while the agent samples the GPU at 1 s, and record.
+
+For each workload: start it pinned to its CPU set, wait for its warm-up, record `--duration` seconds of
+OpenMetrics through the agent's own sampler and exporter (dcgm-exporter names), and add the
+kube-state-metrics-like and cAdvisor-like series the offline analyzer needs (there is no Kubernetes on
+the GPU machine): pod/namespace labels come from the workload name, the CPU limit is the CPU-set size,
+CPU usage is the process tree's CPU time from /proc. Also measures the agent CLI's own CPU cost and the
+starved loader's throughput at several CPU-set sizes.
+
+Run from the repository root:  python3 hack/gpu-proof/run_proof.py --out DIR [--workloads a,b] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent / "operator"))
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric  # noqa: E402
+
+from gpu_rightsizer.adapters.nvml import PynvmlLibrary  # noqa: E402
+from gpu_rightsizer.agent.cgroups import PodIdentity  # noqa: E402
+from gpu_rightsizer.agent.runner import AgentRunner  # noqa: E402
+from gpu_rightsizer.agent.sampler import NodeSnapshot, ProcessSample  # noqa: E402
+from gpu_rightsizer.model import metric_names as mn  # noqa: E402
+
+log = logging.getLogger("gpu-proof")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+NAMESPACE = "gpu-proof"
+NODE = "h200-proof-node"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One workload: its script name, CPU-set size, owner kind and kind of work."""
+
+    name: str
+    script: str
+    cores: int
+    owner_kind: str
+    workload_type: str
+    extra: tuple[str, ...] = ()
+
+
+SPECS: dict[str, Spec] = {
+    "starved-loader": Spec("starved-loader", "starved-loader", 2, "Job", "training"),
+    "fed-loader": Spec("fed-loader", "fed-loader", 14, "Job", "training"),
+    "tiny-inference": Spec("tiny-inference", "tiny-inference", 2, "StatefulSet", "inference"),
+    "idle-holder": Spec("idle-holder", "idle-holder", 1, "StatefulSet", "inference"),
+    "membw": Spec("membw", "membw", 2, "Job", "training"),
+    "pageable-h2d": Spec("pageable-h2d", "pageable-h2d", 2, "Job", "training"),
+    "bf16-train": Spec("bf16-train", "bf16-train", 4, "Job", "training"),
+}
+
+
+def proc_stat(pid: int) -> tuple[int, float, float, int] | None:
+    """(ppid, own CPU s, reaped children's CPU s, rss bytes) of one process, None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    ppid = int(fields[1])
+    own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    children = (int(fields[13]) + int(fields[14])) / CLK_TCK
+    rss = int(fields[21]) * PAGE
+    return ppid, own, children, rss
+
+
+def process_tree(root: int) -> set[int]:
+    """`root` and all its live descendants."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None:
+                parents[int(entry.name)] = stat[0]
+    tree = {root}
+    changed = True
+    while changed:
+        changed = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                changed = True
+    return tree
+
+
+@dataclass
+class PodRun:
+    """A running workload seen as a pod."""
+
+    spec: Spec
+    process: subprocess.Popen[bytes]
+    cores: list[int]
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    tree: set[int] = field(default_factory=set)
+    nvml_pids_seen: set[int] = field(default_factory=set)
+    ticks_without_process: int = 0
+    requests_file: Path | None = None
+
+    @property
+    def pod(self) -> str:
+        return f"{self.spec.name}-0"
+
+    def identity(self) -> PodIdentity:
+        return PodIdentity(pod_uid=self.uid, namespace=NAMESPACE, pod=self.pod, container="main")
+
+    def cpu_and_rss(self) -> tuple[float, int]:
+        """CPU seconds of the whole tree (live + reaped children) and summed RSS."""
+        self.tree = process_tree(self.process.pid)
+        cpu = 0.0
+        rss = 0
+        for pid in self.tree:
+            stat = proc_stat(pid)
+            if stat is None:
+                continue
+            cpu += stat[1]
+            rss += stat[3]
+            if pid == self.process.pid:
+                cpu += stat[2]
+        return cpu, rss
+
+
+def ksm_and_cadvisor(run: PodRun, timestamp: float) -> list[Metric]:
+    """kube-state-metrics-like and cAdvisor-like series of the workload's pod at one tick."""
+    pod = {"namespace": NAMESPACE, "pod": run.pod}
+    container = {**pod, "container": "main"}
+    out: list[Metric] = []
+
+    def gauge(name: str, labels: dict[str, str], value: float) -> None:
+        family = GaugeMetricFamily(name, name)
+        family.add_sample(name, labels, value, timestamp)
+        out.append(family)
+
+    owner_name = run.spec.name
+    gauge(
+        mn.KSM_POD_OWNER,
+        {**pod, "owner_kind": run.spec.owner_kind, "owner_name": owner_name, "owner_is_controller": "true"},
+        1.0,
+    )
+    gauge(mn.KSM_POD_INFO, {**pod, "node": NODE, "uid": run.uid}, 1.0)
+    gauge(mn.KSM_POD_LABELS, {**pod, mn.POD_LABEL_WORKLOAD_TYPE: run.spec.workload_type}, 1.0)
+    gauge(
+        mn.KSM_NODE_LABELS,
+        {"node": NODE, mn.NODE_LABEL_GPU_PRODUCT: "NVIDIA-H200", mn.NODE_LABEL_GPU_MEMORY: "143771"},
+        1.0,
+    )
+    cores = float(len(run.cores))
+    for family_name in (mn.KSM_POD_REQUESTS, mn.KSM_POD_LIMITS):
+        family = GaugeMetricFamily(family_name, family_name)
+        family.add_sample(
+            family_name, {**container, "node": NODE, "resource": "cpu", "unit": "core"}, cores, timestamp
+        )
+        family.add_sample(
+            family_name,
+            {**container, "node": NODE, "resource": "memory", "unit": "byte"},
+            32.0 * 2**30,
+            timestamp,
+        )
+        family.add_sample(
+            family_name,
+            {**container, "node": NODE, "resource": "nvidia_com_gpu", "unit": "integer"},
+            1.0,
+            timestamp,
+        )
+        out.append(family)
+    cpu, rss = run.cpu_and_rss()
+    usage = CounterMetricFamily(mn.CADVISOR_CPU_USAGE, "CPU time of the pod's processes (from /proc).")
+    usage.add_sample(mn.CADVISOR_CPU_USAGE, {**container, "cpu": "total"}, cpu, timestamp)
+    out.append(usage)
+    gauge(mn.CADVISOR_MEMORY_WORKING_SET, container, float(rss))
+    if run.requests_file is not None:
+        try:
+            served = float(run.requests_file.read_text() or 0)
+        except (OSError, ValueError):
+            served = 0.0
+        # Triton's counter name, exposed as Triton does (no _total suffix), so typed 'unknown' here.
+        requests = Metric(
+            mn.SERVING_REQUEST_COUNTERS[1], "Requests served by the inference server.", "unknown"
+        )
+        requests.add_sample(mn.SERVING_REQUEST_COUNTERS[1], {**pod, "model": "mlp"}, served, timestamp)
+        out.append(requests)
+    return out
+
+
+def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict[str, object]:
+    """Start, warm up, record, stop one workload; returns its summary."""
+    cores = list(range(args.first_core, args.first_core + spec.cores))
+    ready = workdir / f"{spec.name}.ready"
+    result = workdir / f"{spec.name}.json"
+    command = [
+        sys.executable,
+        str(HERE / "workloads.py"),
+        spec.script,
+        "--cores",
+        ",".join(map(str, cores)),
+        "--duration",
+        str(args.duration + 60),
+        "--ready",
+        str(ready),
+        "--result",
+        str(result),
+        *spec.extra,
+    ]
+    requests_file = None
+    if spec.workload_type == "inference" and spec.name == "tiny-inference":
+        requests_file = workdir / "requests.count"
+        command += ["--requests-file", str(requests_file)]
+    log.info("start %s on cores %s", spec.name, cores)
+    process = subprocess.Popen(command)
+    run = PodRun(spec=spec, process=process, cores=cores, requests_file=requests_file)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{spec.name} did not get ready (exit {process.poll()})")
+        time.sleep(0.2)
+
+    def resolve(pid: int) -> PodIdentity | None:
+        return run.identity() if pid in run.tree or pid == process.pid else None
+
+    runner = AgentRunner(nvml=PynvmlLibrary(), resolve=resolve, hostname=NODE, interval=args.interval)
+    original_sample = runner.sampler.sample
+
+    def sample_with_pod() -> NodeSnapshot:
+        snapshot = original_sample()
+        run.tree = process_tree(process.pid)
+        for device in snapshot.devices:
+            pids = {p.pid for p in device.processes}
+            run.nvml_pids_seen |= pids & run.tree
+            if not pids & run.tree:
+                # NVML did not list the process (PID namespace); the GPU runs only this workload.
+                run.ticks_without_process += 1
+                device.processes.append(
+                    ProcessSample(pid=process.pid, used_memory_mib=None, sm_util_percent=None)
+                )
+        return snapshot
+
+    runner.sampler.sample = sample_with_pod  # type: ignore[method-assign]
+    output = workdir / f"{spec.name}.om"
+
+    def hook(snapshot: NodeSnapshot) -> Iterable[Metric]:
+        return ksm_and_cadvisor(run, snapshot.timestamp)
+
+    started = time.monotonic()
+    runner.record_to_file(output, args.duration, hook=hook)
+    recorded = time.monotonic() - started
+    runner.close()
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    summary: dict[str, object] = {
+        "workload": spec.name,
+        "cores": cores,
+        "recorded_seconds": recorded,
+        "nvml_listed_process": bool(run.nvml_pids_seen),
+        "ticks_without_nvml_process": run.ticks_without_process,
+        "nvml_errors": dict(runner.sampler.errors),
+    }
+    if result.exists():
+        summary["result"] = json.loads(result.read_text())
+    log.info("done %s: %s", spec.name, summary)
+    return summary
+
+
+def throughput_sweep(
+    core_counts: list[int],
+    args: argparse.Namespace,
+    workdir: Path,
+    results: list[dict[str, object]],
+    save: Callable[[], None],
+) -> None:
+    """Starved-loader steps/s at several CPU-set sizes (no recording), appended to `results`."""
+    for count in core_counts:
+        cores = list(range(args.first_core, args.first_core + count))
+        result = workdir / f"sweep-{count}.json"
+        ready = workdir / f"sweep-{count}.ready"
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "workloads.py"),
+                "starved-loader",
+                "--cores",
+                ",".join(map(str, cores)),
+                "--duration",
+                str(args.sweep_duration),
+                "--ready",
+                str(ready),
+                "--result",
+                str(result),
+            ],
+            check=False,
+            timeout=args.sweep_duration + 120,
+        )
+        if result.exists():
+            results.append(json.loads(result.read_text()))
+            log.info("sweep %d cores: %s", count, results[-1])
+        save()
+
+
+def agent_cpu_cost(pid: int, start_cpu: float, start_wall: float) -> dict[str, float]:
+    stat = proc_stat(pid)
+    if stat is None:
+        return {}
+    wall = time.monotonic() - start_wall
+    cpu = stat[1] - start_cpu
+    return {"cpu_seconds": cpu, "wall_seconds": wall, "cpu_seconds_per_second": cpu / wall if wall else 0.0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workloads", default=",".join(SPECS))
+    parser.add_argument("--duration", type=float, default=45.0)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--first-core", type=int, default=0)
+    parser.add_argument("--agent-core", type=int, default=15)
+    parser.add_argument("--sweep", default="", help="comma-separated core counts for the loader sweep")
+    parser.add_argument("--sweep-duration", type=float, default=20.0)
+    parser.add_argument(
+        "--agent-cost", action="store_true", help="run the agent CLI alongside and measure it"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    workdir = Path("/tmp/gpu-proof")
+    workdir.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, object] = {"workloads": [], "sweep": []}
+
+    agent_process = None
+    if args.agent_cost:
+        names = [n for n in args.workloads.split(",") if n]
+        total = len(names) * (args.duration + 25)
+        agent_process = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "agent_cli.py"),
+                "agent",
+                "--record",
+                f"{total:.0f}s",
+                "--interval",
+                f"{args.interval}s",
+                "--node-name",
+                NODE,
+                "--output",
+                str(workdir / "agent-cli.om"),
+            ],
+            env={**os.environ, "GPU_PROOF_CPU": str(args.agent_core)},
+        )
+        time.sleep(5)  # past imports and NVML init: measure the steady state
+        stat = proc_stat(agent_process.pid)
+        agent_start = (stat[1] if stat else 0.0, time.monotonic())
+
+    def save() -> None:
+        """Write what exists so far, so a run cut short still returns its results."""
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        with tarfile.open(args.out / "recordings.tar.gz", "w:gz") as tar:
+            for path in sorted(workdir.glob("*.om")):
+                tar.add(path, arcname=path.name)
+
+    for name in [n for n in args.workloads.split(",") if n]:
+        try:
+            summary["workloads"].append(record_workload(SPECS[name], args, workdir))  # type: ignore[union-attr]
+        except Exception as exc:
+            log.exception("workload %s failed", name)
+            summary["workloads"].append({"workload": name, "error": str(exc)})  # type: ignore[union-attr]
+        save()
+
+    if agent_process is not None:
+        summary["agent_cli_cost"] = agent_cpu_cost(agent_process.pid, *agent_start)
+        agent_process.send_signal(signal.SIGTERM)
+        agent_process.wait(timeout=60)
+        summary["agent_cli_exit"] = agent_process.returncode
+
+    if args.sweep:
+        save()
+        throughput_sweep([int(c) for c in args.sweep.split(",")], args, workdir, summary["sweep"], save)  # type: ignore[arg-type]
+
+    save()
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""Controlled GPU workloads with known bottlenecks, for recording real signals on one GPU.
+
+Each workload pins itself to the CPU set given by --cores (standing in for a pod's CPU limit), warms
+up, touches --ready, runs until --duration passes or SIGTERM arrives, and writes its own throughput to
+--result as JSON. Run: python workloads.py NAME --cores 0,1 --duration 45 --ready R --result J
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STOP = False
+
+
+def _on_term(_signum: int, _frame: Any) -> None:
+    global STOP  # noqa: PLW0603
+    STOP = True
+
+
+def _ready(path: str | None) -> None:
+    if path:
+        Path(path).write_text(str(os.getpid()))
+
+
+class _Timer:
+    """Counts steps after the warm-up and reports steps/s at the end."""
+
+    def __init__(self, duration: float) -> None:
+        self.start = time.monotonic()
+        self.deadline = self.start + duration
+        self.steps = 0
+        self.extra: dict[str, float] = {}
+
+    def running(self) -> bool:
+        return not STOP and time.monotonic() < self.deadline
+
+    def result(self) -> dict[str, float]:
+        elapsed = time.monotonic() - self.start
+        return {"steps": self.steps, "seconds": elapsed, "steps_per_s": self.steps / elapsed, **self.extra}
+
+
+# --- (1)/(2) training with a CPU-heavy input pipeline ---------------------------------------------------
+
+
+class HeavyPreprocessDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """Synthetic images whose 'decode + augment' costs a fixed amount of CPU time per sample."""
+
+    def __init__(self, cpu_ms_per_sample: float, size: int = 10_000_000) -> None:
+        self.cpu_seconds = cpu_ms_per_sample / 1000.0
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        rng = np.random.default_rng(index)
+        image = rng.integers(0, 255, size=(224, 224, 3), dtype=np.uint8)
+        started = time.thread_time()
+        work = image[:64, :64].astype(np.float32)
+        while time.thread_time() - started < self.cpu_seconds:  # augmentation stand-in: real CPU work
+            work = np.tanh(work * 0.5 + 0.1)
+        image[0, 0, 0] = int(abs(float(work[0, 0, 0])) * 100) % 255
+        return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))), index % 1000
+
+
+def _worker_init(_worker_id: int) -> None:
+    torch.set_num_threads(1)
+
+
+def train_with_loader(args: argparse.Namespace) -> dict[str, float]:
+    import torchvision
+
+    workers = max(1, len(os.sched_getaffinity(0)))
+    torch.set_num_threads(1)
+    model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = torch.utils.data.DataLoader(
+        HeavyPreprocessDataset(args.cpu_ms),
+        batch_size=args.batch,
+        num_workers=workers,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=4,
+        worker_init_fn=_worker_init,
+    )
+    mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1) * 255
+    timer: _Timer | None = None
+    warm = 0
+    for images, labels in loader:
+        x = ((images.cuda(non_blocking=True).float() - mean) / std).contiguous(
+            memory_format=torch.channels_last
+        )
+        y = labels.cuda(non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        if timer is None:
+            warm += 1
+            if warm == 5:
+                torch.cuda.synchronize()
+                _ready(args.ready)
+                timer = _Timer(args.duration)
+            continue
+        timer.steps += 1
+        if not timer.running():
+            break
+    torch.cuda.synchronize()
+    assert timer is not None
+    timer.extra.update({"loader_workers": workers, "batch": args.batch, "cpu_ms_per_sample": args.cpu_ms})
+    return timer.result()
+
+
+# --- (3) tiny inference server -----------------------------------------------------------------------
+
+
+def tiny_inference(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(1)
+    layers: list[torch.nn.Module] = []
+    for _ in range(6):
+        layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).cuda().eval()
+    period = 1.0 / args.rate
+    latencies: list[float] = []
+    with torch.inference_mode():
+        for _ in range(50):
+            model(torch.randn(1, 2048, device="cuda")).sum().item()
+        _ready(args.ready)
+        timer = _Timer(args.duration)
+        next_at = time.monotonic()
+        while timer.running():
+            request = torch.randn(1, 2048)  # arrives on the host, batch 1
+            started = time.monotonic()
+            model(request.cuda()).argmax().item()
+            latencies.append(time.monotonic() - started)
+            timer.steps += 1
+            if args.requests_file and timer.steps % 20 == 0:
+                Path(args.requests_file).write_text(str(timer.steps))
+            next_at += period
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    if args.requests_file:
+        Path(args.requests_file).write_text(str(timer.steps))
+    timer.extra.update(
+        {
+            "latency_p50_ms": float(np.percentile(latencies, 50) * 1000),
+            "latency_p99_ms": float(np.percentile(latencies, 99) * 1000),
+            "max_memory_allocated_mib": torch.cuda.max_memory_allocated() / 2**20,
+            "max_memory_reserved_mib": torch.cuda.max_memory_reserved() / 2**20,
+        }
+    )
+    return timer.result()
+
+
+# --- (4) idle process holding memory -------------------------------------------------------------------
+
+
+def idle_holder(args: argparse.Namespace) -> dict[str, float]:
+    hold = torch.ones(args.hold_gib * 2**28, dtype=torch.float32, device="cuda")  # GiB of float32
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        time.sleep(0.2)
+    timer.extra["held_gib"] = hold.numel() * 4 / 2**30
+    return timer.result()
+
+
+# --- (5) memory-bandwidth-bound loop -------------------------------------------------------------------
+
+
+def membw(args: argparse.Namespace) -> dict[str, float]:
+    n = 2**30  # 4 GiB per fp32 tensor
+    a = torch.rand(n, device="cuda")
+    b = torch.rand(n, device="cuda")
+    c = torch.empty_like(a)
+    for _ in range(3):
+        torch.add(a, b, alpha=0.5, out=c)
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        for _ in range(10):
+            torch.add(a, b, alpha=0.5, out=c)  # 12 bytes moved per element, no reuse
+            a, c = c, a
+        torch.cuda.synchronize()
+        timer.steps += 10
+    timer.extra["bytes_per_step"] = 12.0 * n
+    timer.extra["achieved_tb_per_s"] = timer.steps * 12.0 * n / (time.monotonic() - timer.start) / 1e12
+    return timer.result()
+
+
+# --- (6) pageable host-to-device copy loop -------------------------------------------------------------
+
+
+def pageable_h2d(args: argparse.Namespace) -> dict[str, float]:
+    host = torch.rand(2**28)  # 1 GiB, pageable (not pinned)
+    device = torch.empty(2**28, device="cuda")
+    device.copy_(host)
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        device.copy_(host)  # staged through a driver bounce buffer
+        device.mul_(1.0001)
+        torch.cuda.synchronize()
+        timer.steps += 1
+    timer.extra["achieved_gb_per_s"] = timer.steps * host.numel() * 4 / (time.monotonic() - timer.start) / 1e9
+    return timer.result()
+
+
+# --- (7) healthy compute-bound bf16 training -------------------------------------------------------------
+
+
+def bf16_train(args: argparse.Namespace) -> dict[str, float]:
+    width = 8192
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width, bias=False),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, width, bias=False),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, width, bias=False),
+    ).cuda()
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x = torch.randn(8192, width, device="cuda")
+    for _ in range(3):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        optimiser.step()
+        optimiser.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        optimiser.step()
+        optimiser.zero_grad(set_to_none=True)
+        timer.steps += 1
+        if timer.steps % 10 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    flops_per_step = 3 * 2 * 3 * 8192 * width * width
+    timer.extra["tflops"] = timer.steps * flops_per_step / (time.monotonic() - timer.start) / 1e12
+    return timer.result()
+
+
+WORKLOADS = {
+    "starved-loader": train_with_loader,
+    "fed-loader": train_with_loader,
+    "tiny-inference": tiny_inference,
+    "idle-holder": idle_holder,
+    "membw": membw,
+    "pageable-h2d": pageable_h2d,
+    "bf16-train": bf16_train,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--cores", required=True, help="comma-separated CPU ids (the pod's CPU set)")
+    parser.add_argument("--duration", type=float, default=45.0)
+    parser.add_argument("--ready")
+    parser.add_argument("--result")
+    parser.add_argument("--cpu-ms", type=float, default=1.5, help="CPU ms of preprocessing per sample")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--rate", type=float, default=200.0, help="requests/s of the inference server")
+    parser.add_argument("--requests-file", help="where the inference server keeps its request count")
+    parser.add_argument("--hold-gib", type=int, default=20)
+    args = parser.parse_args()
+    os.sched_setaffinity(0, [int(c) for c in args.cores.split(",")])
+    signal.signal(signal.SIGTERM, _on_term)
+    result = WORKLOADS[args.workload](args)
+    result["cores"] = len(os.sched_getaffinity(0))
+    text = json.dumps({"workload": args.workload, **result})
+    print(text, flush=True)
+    if args.result:
+        Path(args.result).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

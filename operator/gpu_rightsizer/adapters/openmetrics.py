@@ -1,0 +1,740 @@
+"""OpenMetrics / Prometheus text files → `WorkloadWindow`s.
+
+Reads what a scrape, `promtool tsdb dump-openmetrics` or the simulator's backfill writes, parsed by
+`prometheus_client`'s own parsers. Pods are grouped by their owning workload through
+kube-state-metrics (`kube_pod_owner`, `kube_replicaset_owner`, `kube_job_owner`); allocation comes from
+the resource request/limit series and the GPU model from GPU feature discovery node labels or the
+exporter's `modelName`. Every label variant of gpu-signals §0.5/§0.6 is read. Device series that
+several pods see (time-slicing, MPS) are kept once per pod and counted in `shared_by_pods`, never
+summed. Data problems become `WorkloadWindow.warnings`.
+
+`Inventory` and `assemble_windows` are shared with the Prometheus source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import (
+    Allocation,
+    GPUObservation,
+    HPAInfo,
+    PodObservation,
+    Signal,
+    SignalStats,
+    WorkloadRef,
+    WorkloadWindow,
+)
+
+Key = tuple[str, str]  # (namespace, name)
+Samples = list[tuple[float, float]]
+
+_KIND_API = {
+    "Deployment": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "DaemonSet": "apps/v1",
+    "ReplicaSet": "apps/v1",
+    "Job": "batch/v1",
+    "CronJob": "batch/v1",
+    "Pod": "v1",
+}
+
+
+class OpenMetricsError(ValueError):
+    """The file cannot be read as OpenMetrics or Prometheus text."""
+
+
+# --- inventory: who owns which pod, and what it asked for ------------------------------------------------
+@dataclass
+class PodInfo:
+    """What kube-state-metrics says about one pod."""
+
+    namespace: str
+    pod: str
+    node: str | None = None
+    owner_kind: str | None = None
+    owner_name: str | None = None
+    cpu_request: float | None = None
+    cpu_limit: float | None = None
+    memory_request: float | None = None
+    memory_limit: float | None = None
+    gpu_resource: str | None = None
+    gpu_count: float = 0.0
+    gpu_amounts: dict[tuple[str, str, bool], float] = field(default_factory=dict)  # (resource, container, limit)
+    workload_type: str | None = None
+    restarts: float = 0.0
+    oom_killed: bool = False
+
+
+@dataclass
+class Inventory:
+    """kube-state-metrics facts, fed one sample (latest value in the window) at a time."""
+
+    pods: dict[Key, PodInfo] = field(default_factory=dict)
+    replicaset_owner: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    job_owner: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    node_product: dict[str, str] = field(default_factory=dict)
+    node_memory_mib: dict[str, float] = field(default_factory=dict)
+    node_sharing: dict[str, str] = field(default_factory=dict)
+    replicas: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    hpa_target: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    hpa_bounds: dict[Key, dict[str, int]] = field(default_factory=dict)
+
+    def pod(self, namespace: str, name: str) -> PodInfo:
+        """The record of a pod, created on first use."""
+        return self.pods.setdefault((namespace, name), PodInfo(namespace, name))
+
+    def add(self, metric: str, labels: dict[str, str], value: float) -> None:
+        """Take one kube-state-metrics sample into account (unknown metrics are ignored)."""
+        if math.isnan(value):
+            return
+        namespace = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
+        pod_name = mn.first_label(labels, mn.POD_LABELS)
+        if metric == mn.KSM_POD_OWNER and pod_name and value > 0:
+            info = self.pod(namespace, pod_name)
+            kind = labels.get("owner_kind", mn.KSM_NO_OWNER)
+            if kind != mn.KSM_NO_OWNER or info.owner_kind is None:
+                info.owner_kind, info.owner_name = kind, labels.get("owner_name", mn.KSM_NO_OWNER)
+        elif metric == mn.KSM_REPLICASET_OWNER and value > 0 and labels.get("owner_kind", mn.KSM_NO_OWNER) != mn.KSM_NO_OWNER:
+            self.replicaset_owner[(namespace, labels.get("replicaset", ""))] = (labels["owner_kind"], labels["owner_name"])
+        elif metric == mn.KSM_JOB_OWNER and value > 0 and labels.get("owner_kind", mn.KSM_NO_OWNER) != mn.KSM_NO_OWNER:
+            self.job_owner[(namespace, labels.get("job_name", ""))] = (labels["owner_kind"], labels["owner_name"])
+        elif metric == mn.KSM_POD_INFO and pod_name:
+            self.pod(namespace, pod_name).node = labels.get(mn.NODE_LABEL) or None
+        elif metric == mn.KSM_POD_LABELS and pod_name and labels.get(mn.POD_LABEL_WORKLOAD_TYPE):
+            self.pod(namespace, pod_name).workload_type = labels[mn.POD_LABEL_WORKLOAD_TYPE]
+        elif metric in (mn.KSM_POD_REQUESTS, mn.KSM_POD_LIMITS) and pod_name:
+            self._add_resource(self.pod(namespace, pod_name), metric == mn.KSM_POD_LIMITS, labels, value)
+        elif metric == mn.KSM_POD_RESTARTS and pod_name:
+            self.pod(namespace, pod_name).restarts += value
+        elif metric == mn.KSM_POD_LAST_TERMINATED and pod_name and value > 0:
+            if labels.get("reason") == "OOMKilled":
+                self.pod(namespace, pod_name).oom_killed = True
+        elif metric == mn.KSM_NODE_LABELS and labels.get(mn.NODE_LABEL):
+            node = labels[mn.NODE_LABEL]
+            if labels.get(mn.NODE_LABEL_GPU_PRODUCT):
+                self.node_product[node] = labels[mn.NODE_LABEL_GPU_PRODUCT]
+            if labels.get(mn.NODE_LABEL_GPU_MEMORY):
+                try:
+                    self.node_memory_mib[node] = float(labels[mn.NODE_LABEL_GPU_MEMORY])
+                except ValueError:
+                    pass
+            if labels.get(mn.NODE_LABEL_GPU_SHARING):
+                self.node_sharing[node] = labels[mn.NODE_LABEL_GPU_SHARING]
+        elif metric == mn.KSM_DEPLOYMENT_REPLICAS and labels.get("deployment"):
+            self.replicas[(namespace, "Deployment", labels["deployment"])] = int(value)
+        elif metric == mn.KSM_STATEFULSET_REPLICAS and labels.get("statefulset"):
+            self.replicas[(namespace, "StatefulSet", labels["statefulset"])] = int(value)
+        elif metric == mn.KSM_HPA_INFO and labels.get("horizontalpodautoscaler"):
+            self.hpa_target[(namespace, labels["horizontalpodautoscaler"])] = (
+                labels.get("scaletargetref_kind", ""),
+                labels.get("scaletargetref_name", ""),
+            )
+        elif metric in (mn.KSM_HPA_MIN_REPLICAS, mn.KSM_HPA_MAX_REPLICAS) and labels.get("horizontalpodautoscaler"):
+            bound = "min" if metric == mn.KSM_HPA_MIN_REPLICAS else "max"
+            self.hpa_bounds.setdefault((namespace, labels["horizontalpodautoscaler"]), {})[bound] = int(value)
+
+    @staticmethod
+    def _add_resource(info: PodInfo, is_limit: bool, labels: dict[str, str], value: float) -> None:
+        resource = mn.resource_from_ksm(labels.get("resource", ""))
+        if resource == "cpu":
+            if is_limit:
+                info.cpu_limit = (info.cpu_limit or 0.0) + value
+            else:
+                info.cpu_request = (info.cpu_request or 0.0) + value
+        elif resource == "memory":
+            if is_limit:
+                info.memory_limit = (info.memory_limit or 0.0) + value
+            else:
+                info.memory_request = (info.memory_request or 0.0) + value
+        elif mn.is_gpu_resource(resource):
+            # Extended resources have request == limit; prefer limits, count each container once.
+            container = labels.get("container", "")
+            info.gpu_amounts[(resource, container, is_limit)] = value
+            limits = {k: v for k, v in info.gpu_amounts.items() if k[2]}
+            chosen = limits or info.gpu_amounts
+            info.gpu_resource = max(chosen, key=lambda k: chosen[k])[0]
+            info.gpu_count = sum(v for k, v in chosen.items() if k[0] == info.gpu_resource)
+
+    def workload_of(self, namespace: str, pod: str) -> WorkloadRef:
+        """The top-level owner of a pod (ReplicaSet → Deployment, Job → CronJob); bare pods own themselves."""
+        info = self.pods.get((namespace, pod))
+        kind, name = (info.owner_kind, info.owner_name) if info else (None, None)
+        if not kind or kind == mn.KSM_NO_OWNER or not name:
+            return WorkloadRef(namespace=namespace, kind="Pod", name=pod, api_version="v1")
+        if kind == "ReplicaSet":
+            kind, name = self.replicaset_owner.get((namespace, name), (kind, name))
+        elif kind == "Job":
+            kind, name = self.job_owner.get((namespace, name), (kind, name))
+        return WorkloadRef(namespace=namespace, kind=kind, name=name, api_version=_KIND_API.get(kind, "apps/v1"))
+
+    def hpa_for(self, ref: WorkloadRef) -> HPAInfo | None:
+        """The HPA that targets the workload, if any."""
+        for (namespace, hpa_name), (kind, name) in self.hpa_target.items():
+            if namespace == ref.namespace and kind == ref.kind and name == ref.name:
+                bounds = self.hpa_bounds.get((namespace, hpa_name), {})
+                if "max" in bounds:
+                    return HPAInfo(name=hpa_name, min_replicas=bounds.get("min", 1), max_replicas=max(1, bounds["max"]))
+        return None
+
+
+# --- per-pod raw series --------------------------------------------------------------------------------
+@dataclass
+class DeviceSeries:
+    """Raw samples of one GPU (or MIG instance) as seen by one pod."""
+
+    uuid: str
+    index: str | None = None
+    node: str | None = None
+    model_name: str | None = None
+    mig_profile: str | None = None
+    signals: dict[Signal, Samples] = field(default_factory=lambda: defaultdict(list))
+    clock_events: Samples = field(default_factory=list)
+    xid_codes: set[int] = field(default_factory=set)
+
+
+@dataclass
+class PodSeries:
+    """Raw samples of one pod: its devices, its containers' counters and its serving series."""
+
+    namespace: str
+    pod: str
+    devices: dict[str, DeviceSeries] = field(default_factory=dict)
+    #: (metric, container or "" for pod level, extra label key) → samples
+    cadvisor: dict[tuple[str, str, str], Samples] = field(default_factory=lambda: defaultdict(list))
+    serving: dict[str, Samples] = field(default_factory=lambda: defaultdict(list))
+
+
+def device_key(labels: dict[str, str]) -> tuple[str, str | None] | None:
+    """(device id, MIG profile) of a dcgm-exporter series: UUID, or '<UUID>-<GPU_I_ID>' for a MIG slice."""
+    uuid = mn.first_label(labels, mn.UUID_LABELS)
+    index = labels.get(mn.GPU_INDEX_LABEL)
+    base = uuid or (f"gpu{index}" if index is not None else None)
+    if base is None:
+        return None
+    instance = labels.get(mn.MIG_INSTANCE_LABEL)
+    profile = labels.get(mn.MIG_PROFILE_LABEL) or None
+    if instance:
+        return f"{base}-{instance}", profile
+    return base, profile
+
+
+class SeriesCollector:
+    """Sorts raw samples into pods, devices and the inventory."""
+
+    def __init__(self) -> None:
+        self.inventory = Inventory()
+        self.pods: dict[Key, PodSeries] = {}
+        #: board-level series without pod labels (MIG, unmapped GPUs): (node, uuid) → signal → samples
+        self.boards: dict[tuple[str, str], DeviceSeries] = {}
+        self.ksm_latest: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, float]] = {}
+        self.gpu_metrics_seen: set[str] = set()
+
+    def _pod(self, namespace: str, pod: str) -> PodSeries:
+        return self.pods.setdefault((namespace, pod), PodSeries(namespace, pod))
+
+    def add(self, name: str, labels: dict[str, str], timestamp: float, value: float) -> None:
+        """Route one sample."""
+        if name.startswith("kube_"):
+            key = (name, tuple(sorted(labels.items())))
+            previous = self.ksm_latest.get(key)
+            if previous is None or timestamp >= previous[0]:
+                self.ksm_latest[key] = (timestamp, value)
+            return
+        namespace = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
+        pod = mn.first_label(labels, mn.POD_LABELS)
+        if name in mn.GPU_SIGNAL_BY_METRIC or name in (mn.DCGM_CLOCKS_EVENT_REASONS, mn.DCGM_XID_ERRORS):
+            self._add_gpu(name, labels, namespace, pod, timestamp, value)
+        elif name in mn.POD_SIGNAL_BY_METRIC or name in (mn.CADVISOR_CPU_PERIODS, mn.CADVISOR_CPU_THROTTLED_PERIODS):
+            if pod:
+                container = mn.first_label(labels, mn.CONTAINER_LABELS) or ""
+                extra = labels.get("interface") or labels.get("device") or ""
+                self._pod(namespace, pod).cadvisor[(name, container, extra)].append((timestamp, value))
+        elif name in mn.SERVING_SIGNAL_BY_METRIC and pod:
+            self._pod(namespace, pod).serving[name].append((timestamp, value))
+
+    def _add_gpu(
+        self, name: str, labels: dict[str, str], namespace: str, pod: str | None, timestamp: float, value: float
+    ) -> None:
+        key = device_key(labels)
+        if key is None:
+            return
+        uuid, profile = key
+        node = mn.first_label(labels, mn.HOSTNAME_LABELS)
+        if pod:
+            pod_series = self._pod(namespace, pod)
+            device = pod_series.devices.get(uuid)
+            if device is None:
+                device = pod_series.devices[uuid] = DeviceSeries(uuid=uuid)
+        else:
+            board_key = (node or "", mn.first_label(labels, mn.UUID_LABELS) or uuid)
+            device = self.boards.setdefault(board_key, DeviceSeries(uuid=uuid))
+        device.index = labels.get(mn.GPU_INDEX_LABEL, device.index)
+        device.node = node or device.node
+        device.model_name = mn.first_label(labels, mn.MODEL_NAME_LABELS) or device.model_name
+        device.mig_profile = profile or device.mig_profile
+        self.gpu_metrics_seen.add(name)
+        if name == mn.DCGM_CLOCKS_EVENT_REASONS:
+            device.clock_events.append((timestamp, value))
+        elif name == mn.DCGM_XID_ERRORS:
+            if not st.is_missing(value) and value > 0:
+                device.xid_codes.add(int(value))
+        else:
+            source = mn.GPU_SIGNAL_BY_METRIC[name]
+            device.signals[source.signal].append((timestamp, value * source.scale))
+
+    def finish_inventory(self) -> None:
+        """Feed the latest kube-state-metrics values into the inventory."""
+        for (name, label_items), (_, value) in self.ksm_latest.items():
+            self.inventory.add(name, dict(label_items), value)
+
+
+# --- statistics --------------------------------------------------------------------------------------
+def _stats(samples: Samples, signal: Signal) -> SignalStats | None:
+    floor = st.DEFAULT_SAWTOOTH_FLOOR if signal in mn.RATIO_SIGNALS else None
+    return st.summarize(samples, activity_floor=mn.ACTIVITY_FLOORS.get(signal), sawtooth_floor=floor)
+
+
+def _busy_samples(device: DeviceSeries) -> Samples:
+    return device.signals.get(Signal.GR_ENGINE_ACTIVE) or device.signals.get(Signal.GPU_UTIL) or []
+
+
+def _cadvisor_rate(series: PodSeries, metric: str, step: float) -> Samples:
+    """Rate (or gauge) of a cAdvisor metric for the pod: its app containers summed, else the pod level."""
+    is_counter = metric != mn.CADVISOR_MEMORY_WORKING_SET
+    app: list[Samples] = []
+    pod_level: list[Samples] = []
+    for (name, container, _extra), samples in series.cadvisor.items():
+        if name != metric:
+            continue
+        values = st.counter_rates(samples) if is_counter else st.clean(samples)
+        (pod_level if container in mn.CADVISOR_NON_APP_CONTAINERS else app).append(values)
+    chosen = pod_level if metric in mn.CADVISOR_NETWORK_METRICS or not app else app
+    if metric in mn.CADVISOR_NETWORK_METRICS and not pod_level:
+        chosen = app
+    return st.sum_aligned(chosen, step) if chosen else []
+
+
+def pod_observation(
+    series: PodSeries,
+    info: PodInfo | None,
+    shared: dict[tuple[str | None, str], int],
+    boards: dict[tuple[str, str], DeviceSeries],
+    step: float,
+    warnings: list[str],
+) -> PodObservation:
+    """Statistics of one pod from its raw samples."""
+    gpus: list[GPUObservation] = []
+    node = info.node if info and info.node else None
+    for device in series.devices.values():
+        node = node or device.node
+        signals = dict(device.signals)
+        clock_events = device.clock_events
+        board = boards.get((device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid))
+        if board is not None:
+            for signal, samples in board.signals.items():
+                signals.setdefault(signal, samples)
+            clock_events = clock_events or board.clock_events
+        gpu_stats: dict[Signal, SignalStats] = {}
+        for signal, samples in signals.items():
+            summary = _stats(samples, signal)
+            if summary is not None:
+                gpu_stats[signal] = summary
+            elif samples:
+                warnings.append(
+                    f"{series.namespace}/{series.pod}: {signal.value} on {device.uuid} has only NaN or DCGM "
+                    "blank values"
+                )
+        if clock_events:
+            throttle = _stats(st.throttle_flags(clock_events), Signal.THROTTLE_FRACTION)
+            if throttle is not None:
+                gpu_stats[Signal.THROTTLE_FRACTION] = throttle
+        memory_total = None
+        used, free = gpu_stats.get(Signal.FB_USED_MIB), gpu_stats.get(Signal.FB_FREE_MIB)
+        if used is not None and free is not None:
+            totals = st.sum_aligned([signals[Signal.FB_USED_MIB], signals[Signal.FB_FREE_MIB]], step)
+            memory_total = max(v for _, v in totals) if totals else None
+        gpus.append(
+            GPUObservation(
+                uuid=device.uuid,
+                index=device.index,
+                node=device.node,
+                model_name=device.model_name,
+                mig_profile=device.mig_profile,
+                shared_by_pods=max(1, shared.get((device.node, device.uuid), 1)),
+                stats=gpu_stats,
+                xid_codes=sorted(device.xid_codes),
+                memory_total_mib=memory_total,
+            )
+        )
+    pod_stats: dict[Signal, SignalStats] = {}
+    rates: dict[Signal, Samples] = {}
+    for source in mn.POD_SIGNAL_SOURCES:
+        rates[source.signal] = _cadvisor_rate(series, source.metric, step)
+        summary = _stats(rates[source.signal], source.signal)
+        if summary is not None:
+            pod_stats[source.signal] = summary
+    throttled = st.ratio_series(
+        _cadvisor_rate(series, mn.CADVISOR_CPU_THROTTLED_PERIODS, step),
+        _cadvisor_rate(series, mn.CADVISOR_CPU_PERIODS, step),
+        step,
+    )
+    throttled_stats = _stats(throttled, Signal.CPU_THROTTLED_RATIO)
+    if throttled_stats is not None:
+        pod_stats[Signal.CPU_THROTTLED_RATIO] = throttled_stats
+    for signal, samples in _serving_rates(series).items():
+        summary = _stats(samples, signal)
+        if summary is not None:
+            pod_stats[signal] = summary
+    correlation = None
+    busy = st.mean_aligned([_busy_samples(d) for d in series.devices.values()], step)
+    cpu = rates.get(Signal.CPU_USAGE_CORES) or []
+    if busy and cpu:
+        limit = info.cpu_limit if info and info.cpu_limit else None
+        saturation = [(t, v / limit) for t, v in cpu] if limit else cpu
+        correlation = st.aligned_correlation(busy, saturation, step)
+    return PodObservation(
+        name=series.pod,
+        node=node,
+        stats=pod_stats,
+        gpus=gpus,
+        restarts=int(info.restarts) if info else 0,
+        oom_killed=info.oom_killed if info else False,
+        gpu_cpu_correlation=correlation,
+    )
+
+
+def _serving_rates(series: PodSeries) -> dict[Signal, Samples]:
+    out: dict[Signal, Samples] = {}
+    for metric, samples in series.serving.items():
+        source = mn.SERVING_SIGNAL_BY_METRIC[metric]
+        values = st.counter_rates(samples) if source.counter else st.clean(samples)
+        out.setdefault(source.signal, values)
+    return out
+
+
+# --- assembly ------------------------------------------------------------------------------------------
+def allocation_for(
+    ref: WorkloadRef, infos: list[PodInfo], pods: list[PodObservation], inventory: Inventory
+) -> Allocation:
+    """The workload's current allocation (per pod) from its pods' requests and limits."""
+    gpu_pods = [i for i in infos if i.gpu_resource] or infos
+    first = gpu_pods[0] if gpu_pods else None
+    node = first.node if first else None
+    if node is None:
+        node = next((p.node for p in pods if p.node), None)
+    product = inventory.node_product.get(node or "")
+    mig_profile = None
+    gpu_resource = first.gpu_resource if first and first.gpu_resource else "nvidia.com/gpu"
+    if gpu_resource.startswith("nvidia.com/mig-"):
+        mig_profile = gpu_resource.removeprefix("nvidia.com/mig-")
+    elif gpu_resource == "nvidia.com/gpu" and product and "-MIG-" in product:
+        mig_profile = product.split("-MIG-", 1)[1]
+    if mig_profile is None:
+        mig_profile = next((g.mig_profile for p in pods for g in p.gpus if g.mig_profile), None)
+    model_name = next((g.model_name for p in pods for g in p.gpus if g.model_name), None)
+    gpu_count = int(first.gpu_count) if first and first.gpu_count else max((len(p.gpus) for p in pods), default=0)
+    memory = next((g.memory_total_mib for p in pods for g in p.gpus if g.memory_total_mib), None)
+    if memory is None and node in inventory.node_memory_mib and mig_profile is None:
+        memory = inventory.node_memory_mib[node or ""]
+    shared = any(g.shared_by_pods > 1 for p in pods for g in p.gpus)
+    sharing_label = inventory.node_sharing.get(node or "", "none")
+    if mig_profile:
+        sharing = "mig"
+    elif gpu_resource == "nvidia.com/gpu.shared" or shared or sharing_label in ("time-slicing", "mps"):
+        sharing = sharing_label if sharing_label in ("time-slicing", "mps") else "time-slicing"
+    else:
+        sharing = "exclusive"
+    workload_type = next((i.workload_type for i in infos if i.workload_type), None)
+    if workload_type is None and ref.kind in ("Job", "CronJob"):
+        workload_type = "training"
+    if workload_type is None and any(Signal.REQUESTS_PER_S in p.stats for p in pods):
+        workload_type = "inference"
+    replicas = inventory.replicas.get((ref.namespace, ref.kind, ref.name), max(1, len(pods)))
+    return Allocation(
+        gpu_resource=gpu_resource,
+        gpu_count=max(0, gpu_count),
+        gpu_model=product.split("-MIG-", 1)[0] if product else (model_name.replace(" ", "-") if model_name else None),
+        gpu_memory_mib=memory,
+        mig_profile=mig_profile,
+        sharing=sharing,
+        cpu_request_cores=first.cpu_request if first else None,
+        cpu_limit_cores=first.cpu_limit if first else None,
+        memory_request_bytes=first.memory_request if first else None,
+        memory_limit_bytes=first.memory_limit if first else None,
+        replicas=max(0, replicas),
+        hpa=inventory.hpa_for(ref),
+        workload_type=workload_type,
+    )
+
+
+def assemble_windows(
+    inventory: Inventory,
+    pods: dict[Key, PodObservation],
+    workload_stats: dict[str, dict[Signal, SignalStats]],
+    start: datetime,
+    end: datetime,
+    step_seconds: float,
+    source: str,
+    pod_warnings: dict[Key, list[str]] | None = None,
+    namespace: str | None = None,
+    workload: str | None = None,
+) -> list[WorkloadWindow]:
+    """Group pod observations by owning workload into `WorkloadWindow`s (GPU workloads only)."""
+    groups: dict[str, tuple[WorkloadRef, list[Key]]] = {}
+    for key in sorted(pods):
+        ref = inventory.workload_of(*key)
+        groups.setdefault(ref.key, (ref, []))[1].append(key)
+    windows: list[WorkloadWindow] = []
+    for ref_key, (ref, keys) in sorted(groups.items()):
+        if namespace is not None and ref.namespace != namespace:
+            continue
+        if workload is not None and workload not in (ref.name, f"{ref.kind}/{ref.name}"):
+            continue
+        observations = [pods[k] for k in keys]
+        infos = [inventory.pods[k] for k in keys if k in inventory.pods]
+        if not any(o.gpus for o in observations) and not any(i.gpu_resource for i in infos):
+            continue  # not a GPU workload
+        warnings: list[str] = []
+        for k in keys:
+            warnings.extend((pod_warnings or {}).get(k, []))
+            if k not in inventory.pods or inventory.pods[k].owner_kind is None:
+                warnings.append(f"{k[0]}/{k[1]}: no kube_pod_owner series; treated as a bare pod")
+        if not any(o.gpus for o in observations):
+            warnings.append("no GPU series for any pod of this workload (is dcgm-exporter mapping pods?)")
+        windows.append(
+            WorkloadWindow(
+                workload=ref,
+                start=start,
+                end=end,
+                step_seconds=step_seconds,
+                allocation=allocation_for(ref, infos, observations, inventory),
+                pods=observations,
+                stats=workload_stats.get(ref_key, {}),
+                source=source,
+                warnings=sorted(set(warnings)),
+            )
+        )
+    return windows
+
+
+# --- parsing -------------------------------------------------------------------------------------------
+ParsedSample = tuple[str, dict[str, str], float, float | None]
+
+
+def _literal(text: str) -> float:
+    """A sample value or timestamp as the text formats spell it (NaN, +Inf, -Inf allowed)."""
+    return float(text)
+
+
+def _split_series_lines(text: str) -> tuple[str, list[tuple[str, str, str | None]], int]:
+    """Reduce the text to its first sample line per series (plus every comment line).
+
+    Returns the reduced text, the (series prefix, value, timestamp) of every sample line in order, and
+    the number of distinct series. Label parsing is the expensive part of `prometheus_client`'s parsers
+    and a history repeats each label set once per sample, so the library parses each series once and
+    only values and timestamps are read per line.
+    """
+    reduced: list[str] = []
+    rows: list[tuple[str, str, str | None]] = []
+    seen: set[str] = set()
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            reduced.append(line)
+            continue
+        if " # " in line:  # exemplar: let the library handle the whole line
+            raise _SlowPath
+        brace = line.rfind("}")
+        if brace >= 0:
+            prefix, fields = line[: brace + 1], line[brace + 1 :].split()
+        else:
+            parts = line.split()
+            prefix, fields = parts[0], parts[1:]
+        if not 1 <= len(fields) <= 2:
+            raise _SlowPath
+        rows.append((prefix, fields[0], fields[1] if len(fields) == 2 else None))
+        if prefix not in seen:
+            seen.add(prefix)
+            reduced.append(line)
+    return "\n".join(reduced) + "\n", rows, len(seen)
+
+
+class _SlowPath(Exception):
+    """The fast path cannot handle this text; parse it line by line with the library."""
+
+
+def _library_samples(text: str, is_openmetrics: bool) -> Iterator[ParsedSample]:
+    if is_openmetrics:
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+
+        families: Iterable[object] = parse_om(text)
+    else:
+        from prometheus_client.parser import text_string_to_metric_families as parse_prom
+
+        families = parse_prom(text)
+    for family in families:
+        for sample in family.samples:  # type: ignore[attr-defined]
+            timestamp = sample.timestamp
+            ts = float(timestamp) if timestamp is not None else None
+            yield sample.name, dict(sample.labels), float(sample.value), ts
+
+
+def parse_text(text: str, origin: str = "<text>") -> Iterator[ParsedSample]:
+    """(name, labels, value, timestamp) of every sample; OpenMetrics when the text ends in `# EOF`."""
+    stripped = text.rstrip()
+    if not stripped:
+        raise OpenMetricsError(f"{origin}: the file is empty")
+    is_openmetrics = stripped.endswith("# EOF")
+    kind = "OpenMetrics" if is_openmetrics else "Prometheus text format"
+    try:
+        try:
+            reduced, rows, distinct = _split_series_lines(text)
+        except _SlowPath:
+            yield from _library_samples(text, is_openmetrics)
+            return
+        heads = list(_library_samples(reduced, is_openmetrics))
+        if len(heads) != distinct:
+            yield from _library_samples(text, is_openmetrics)
+            return
+        by_prefix: dict[str, tuple[str, dict[str, str]]] = {}
+        order = iter(heads)
+        for number, (prefix, value, timestamp) in enumerate(rows, start=1):
+            known = by_prefix.get(prefix)
+            if known is None:
+                name, labels, _, _ = next(order)
+                known = by_prefix[prefix] = (name, labels)
+            try:
+                ts = _literal(timestamp) if timestamp is not None else None
+                yield known[0], known[1], _literal(value), ts
+            except ValueError as error:
+                raise OpenMetricsError(
+                    f"{origin}: not valid {kind}: sample {number} ({prefix[:80]}): bad number: {error}"
+                ) from error
+    except OpenMetricsError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        raise OpenMetricsError(f"{origin}: not valid {kind}: {error}") from error
+
+
+def infer_step(timestamps: Iterable[float]) -> float:
+    """Median spacing between distinct timestamps (60 s when there are too few to tell)."""
+    ordered = sorted(set(timestamps))
+    if len(ordered) < 2:
+        return 60.0
+    diffs = sorted(b - a for a, b in zip(ordered, ordered[1:], strict=False))
+    return max(1.0, diffs[len(diffs) // 2])
+
+
+def windows_from_samples(
+    samples: Iterable[ParsedSample],
+    *,
+    window_seconds: float | None = None,
+    at: datetime | None = None,
+    step_seconds: float | None = None,
+    namespace: str | None = None,
+    workload: str | None = None,
+    source: str = "openmetrics",
+) -> list[WorkloadWindow]:
+    """Workload windows from parsed samples (the window ends at `at`, else at the newest sample)."""
+    rows = list(samples)
+    now = (at or datetime.now(tz=UTC)).timestamp()
+    stamped = [(n, lab, v, ts if ts is not None else now) for n, lab, v, ts in rows]
+    if not stamped:
+        return []
+    newest = max(ts for *_, ts in stamped)
+    end = at.timestamp() if at is not None else newest
+    start = end - window_seconds if window_seconds is not None else min(ts for *_, ts in stamped)
+    collector = SeriesCollector()
+    step_candidates: list[float] = []
+    for name, labels, value, ts in stamped:
+        if start <= ts <= end:
+            collector.add(name, labels, ts, value)
+            if name == mn.DCGM_GR_ENGINE_ACTIVE or name == mn.DCGM_GPU_UTIL:
+                step_candidates.append(ts)
+    collector.finish_inventory()
+    step = step_seconds or infer_step(step_candidates)
+    shared: dict[tuple[str | None, str], int] = defaultdict(int)
+    for series in collector.pods.values():
+        for device in series.devices.values():
+            shared[(device.node, device.uuid)] += 1
+    # Pods known only from GPU series while kube-state-metrics describes other pods: exporter's own pod
+    # or an unmapped device; their series are board-level data, not a workload.
+    has_ksm = bool(collector.inventory.pods)
+    observations: dict[Key, PodObservation] = {}
+    pod_warnings: dict[Key, list[str]] = {}
+    for key, series in collector.pods.items():
+        if has_ksm and key not in collector.inventory.pods:
+            continue
+        warnings: list[str] = []
+        info = collector.inventory.pods.get(key)
+        observations[key] = pod_observation(series, info, shared, collector.boards, step, warnings)
+        if info and info.gpu_resource and not series.devices:
+            warnings.append(f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU series")
+        pod_warnings[key] = warnings
+    for key, info in collector.inventory.pods.items():
+        if key not in observations and info.gpu_resource:
+            observations[key] = PodObservation(name=key[1], node=info.node, restarts=int(info.restarts))
+            pod_warnings[key] = [f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU or container series"]
+    workload_stats = _workload_serving_stats(collector, step)
+    return assemble_windows(
+        collector.inventory,
+        observations,
+        workload_stats,
+        datetime.fromtimestamp(start, tz=UTC),
+        datetime.fromtimestamp(end, tz=UTC),
+        step,
+        source,
+        pod_warnings,
+        namespace,
+        workload,
+    )
+
+
+def _workload_serving_stats(collector: SeriesCollector, step: float) -> dict[str, dict[Signal, SignalStats]]:
+    """Serving signals of each workload: the sum over its pods at each step (queue time: the mean)."""
+    per_workload: dict[str, dict[Signal, list[Samples]]] = defaultdict(lambda: defaultdict(list))
+    for key, series in collector.pods.items():
+        ref = collector.inventory.workload_of(*key)
+        for signal, samples in _serving_rates(series).items():
+            per_workload[ref.key][signal].append(samples)
+    out: dict[str, dict[Signal, SignalStats]] = {}
+    for ref_key, signals in per_workload.items():
+        for signal, parts in signals.items():
+            combined = st.mean_aligned(parts, step) if signal is Signal.QUEUE_TIME_MS else st.sum_aligned(parts, step)
+            summary = _stats(combined, signal)
+            if summary is not None:
+                out.setdefault(ref_key, {})[signal] = summary
+    return out
+
+
+def read_openmetrics(
+    path: Path,
+    *,
+    window_seconds: float | None = None,
+    at: datetime | None = None,
+    step_seconds: float | None = None,
+    namespace: str | None = None,
+    workload: str | None = None,
+) -> list[WorkloadWindow]:
+    """Workload windows from an OpenMetrics (or Prometheus text) file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise OpenMetricsError(f"{path}: cannot read: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise OpenMetricsError(f"{path}: not a text file ({error.reason})") from error
+    return windows_from_samples(
+        parse_text(text, str(path)),
+        window_seconds=window_seconds,
+        at=at,
+        step_seconds=step_seconds,
+        namespace=namespace,
+        workload=workload,
+    )

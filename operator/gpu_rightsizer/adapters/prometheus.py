@@ -1,0 +1,528 @@
+"""Prometheus source: aggregated PromQL over the window → `WorkloadWindow`s.
+
+Every statistic is computed by Prometheus (`*_over_time`, `quantile_over_time` over subqueries at the
+sample step, evaluated at an explicit `time=`), one query per metric with all statistics joined by
+`or` under a `stat` label, so an analysis sends a fixed number of queries whatever the number of pods
+(architecture-anchors §B.4): one per GPU field and per cAdvisor/serving signal, one per
+kube-state-metrics series, and a few coarse range queries for the workload-level serving sums and the
+GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label variants
+(`exported_pod`, `pod_name`, `Hostname`/`hostname`, `uuid`) are folded in PromQL with
+`label_replace`; NaN and DCGM blank sentinels are dropped with a comparison filter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows
+from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import (
+    GPUObservation,
+    PodObservation,
+    Signal,
+    SignalStats,
+    WorkloadWindow,
+)
+
+Progress = Callable[[str], None]
+
+#: Keys that identify one device series after label folding.
+GPU_KEYS = ("namespace", "pod", "hostname", "UUID", "gpu", "GPU_I_ID", "GPU_I_PROFILE", "modelName", "vgpu")
+POD_KEYS = ("namespace", "pod")
+_SENTINEL_FILTER = "< 9.2e18"  # drops NaN (comparisons with NaN are false) and DCGM blank sentinels
+_KSM_METRICS = (
+    mn.KSM_POD_OWNER,
+    mn.KSM_REPLICASET_OWNER,
+    mn.KSM_JOB_OWNER,
+    mn.KSM_POD_INFO,
+    mn.KSM_POD_LABELS,
+    mn.KSM_POD_REQUESTS,
+    mn.KSM_POD_LIMITS,
+    mn.KSM_POD_LAST_TERMINATED,
+    mn.KSM_NODE_LABELS,
+    mn.KSM_DEPLOYMENT_REPLICAS,
+    mn.KSM_STATEFULSET_REPLICAS,
+    mn.KSM_HPA_INFO,
+    mn.KSM_HPA_MIN_REPLICAS,
+    mn.KSM_HPA_MAX_REPLICAS,
+)
+
+
+class PrometheusSourceError(RuntimeError):
+    """Prometheus is unreachable, refused the query, or answered something that is not a PromQL result."""
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """Where Prometheus is and how to talk to it."""
+
+    url: str
+    bearer_token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+    timeout_seconds: float = 30.0
+    max_concurrency: int = 4
+    retries: int = 1
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(1, round(seconds))}s"
+
+
+def fold_labels(expr: str) -> str:
+    """Fold the label variants onto `namespace`, `pod`, `container`, `hostname`, `UUID` in PromQL."""
+    folds = (
+        ("pod", "pod_name"),
+        ("pod", "exported_pod"),
+        ("namespace", "pod_namespace"),
+        ("namespace", "exported_namespace"),
+        ("container", "exported_container"),
+        ("hostname", "Hostname"),
+        ("UUID", "uuid"),
+    )
+    for target, source in folds:
+        expr = f'label_replace({expr}, "{target}", "$1", "{source}", "(.+)")'
+    return expr
+
+
+def stats_query(inner: Callable[[str], str], window: float, step: float, activity_floor: float | None) -> str:
+    """One query returning every statistic of the instant-vector expression `inner(offset)`.
+
+    `inner("")` is the expression, `inner(" offset 60s")` the same one step earlier (for the mean
+    absolute step, the sawtooth numerator). Each result carries a `stat` label.
+    """
+    current = inner("")
+    previous = inner(f" offset {_duration(step)}")
+    span = f"[{_duration(window)}:{_duration(step)}]"
+    parts = {
+        "mean": f"avg_over_time(({current}){span})",
+        "p05": f"quantile_over_time(0.05, ({current}){span})",
+        "p50": f"quantile_over_time(0.5, ({current}){span})",
+        "p95": f"quantile_over_time(0.95, ({current}){span})",
+        "p99": f"quantile_over_time(0.99, ({current}){span})",
+        "max": f"max_over_time(({current}){span})",
+        "min": f"min_over_time(({current}){span})",
+        "count": f"count_over_time(({current}){span})",
+        "trend": f"deriv(({current}){span}) * 3600",
+        "absstep": f"avg_over_time(abs(({current}) - ({previous})){span})",
+    }
+    if activity_floor is not None:
+        parts["active"] = f"avg_over_time((({current}) > bool {activity_floor}){span})"
+    return " or ".join(f'label_replace({expr}, "stat", "{name}", "", "")' for name, expr in parts.items())
+
+
+def _gpu_expr(metric: str, keys: Sequence[str] = GPU_KEYS) -> Callable[[str], str]:
+    by = ", ".join(keys)
+    return lambda offset: f"max by ({by}) ({fold_labels(f'{metric}{offset} {_SENTINEL_FILTER}')})"
+
+
+def _throttle_expr(offset: str) -> str:
+    raw = f"{mn.DCGM_CLOCKS_EVENT_REASONS}{offset} {_SENTINEL_FILTER}"
+    bits = " + ".join(f"(floor(({raw}) / {bit}) % 2)" for bit in mn.THROTTLE_CLOCK_EVENT_BITS)
+    return f"max by ({', '.join(GPU_KEYS)}) ({fold_labels(f'clamp_max({bits}, 1)')})"
+
+
+def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Callable[[str], str]:
+    selector = f'{metric}{{container!="",container!="POD"}}' if app_containers else metric
+    if metric in mn.CADVISOR_NETWORK_METRICS:
+        return lambda offset: (
+            "sum by (namespace, pod) (max by (namespace, pod, interface) "
+            f"({fold_labels(f'rate({metric}[{_duration(rate_window)}]{offset})')}))"
+        )
+    return lambda offset: (
+        f"sum by (namespace, pod) ({fold_labels(f'rate({selector}[{_duration(rate_window)}]{offset})')})"
+    )
+
+
+def _gauge_by_pod(selector: str) -> Callable[[str], str]:
+    return lambda offset: f"sum by (namespace, pod) ({fold_labels(f'{selector}{offset} {_SENTINEL_FILTER}')})"
+
+
+class PrometheusSource:
+    """Reads workload windows from one Prometheus server."""
+
+    def __init__(self, config: PrometheusConfig) -> None:
+        self.config = config
+        session = requests.Session()
+        session.verify = False if config.insecure else (config.ca_file or True)
+        headers = {"Authorization": f"Bearer {config.bearer_token}"} if config.bearer_token else None
+        auth = (config.username, config.password or "") if config.username else None
+        self.client = PrometheusConnect(
+            url=config.url.rstrip("/"),
+            headers=headers,
+            auth=auth,
+            session=session,
+            retry=Retry(total=config.retries, backoff_factor=0.2, status_forcelist=(502, 503, 504)),
+            timeout=int(math.ceil(config.timeout_seconds)),
+            method="POST",
+        )
+        self.queries_sent = 0
+
+    # -- transport ----------------------------------------------------------------------------------
+    def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
+        self.queries_sent += 1
+        try:
+            result = send()
+        except requests.exceptions.SSLError as error:
+            raise PrometheusSourceError(f"TLS error talking to {self.config.url}: {error}") from error
+        except requests.exceptions.Timeout as error:
+            raise PrometheusSourceError(
+                f"Prometheus at {self.config.url} did not answer within {self.config.timeout_seconds:.0f}s ({what})"
+            ) from error
+        except requests.exceptions.RequestException as error:
+            raise PrometheusSourceError(f"cannot reach Prometheus at {self.config.url}: {error}") from error
+        except PrometheusApiClientException as error:
+            raise PrometheusSourceError(f"Prometheus refused the query for {what}: {error}") from error
+        except (ValueError, KeyError, TypeError) as error:
+            raise PrometheusSourceError(
+                f"{self.config.url} did not answer like Prometheus ({what}): {error}"
+            ) from error
+        if not isinstance(result, list) or not all(isinstance(r, dict) and "metric" in r for r in result):
+            raise PrometheusSourceError(f"{self.config.url} returned something that is not a PromQL vector ({what})")
+        return result
+
+    def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
+        """An instant query at `at`."""
+        return self._call(what, lambda: self.client.custom_query(query, params={"time": f"{at:.3f}"}))
+
+    def range(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """A range query."""
+        return self._call(
+            what,
+            lambda: self.client.custom_query_range(
+                query,
+                start_time=datetime.fromtimestamp(start, tz=UTC),
+                end_time=datetime.fromtimestamp(end, tz=UTC),
+                step=_duration(step),
+            ),
+        )
+
+    def check(self, at: float) -> None:
+        """Fail early, with a clear message, when the server is unreachable or not Prometheus."""
+        result = self.instant("connectivity check", "vector(1)", at)
+        if not result or not isinstance(result[0].get("value"), list):
+            raise PrometheusSourceError(f"{self.config.url} answered `vector(1)` with {result!r}")
+
+    # -- reading ------------------------------------------------------------------------------------
+    def read(
+        self,
+        *,
+        window_seconds: float,
+        at: datetime | None = None,
+        step_seconds: float | None = None,
+        namespace: str | None = None,
+        workload: str | None = None,
+        progress: Progress | None = None,
+    ) -> list[WorkloadWindow]:
+        """Workload windows over [at - window, at]."""
+        end = (at or datetime.now(tz=UTC)).timestamp()
+        start = end - window_seconds
+        step = step_seconds or 60.0
+        rate_window = max(3 * step, 180.0)
+        say = progress or (lambda _message: None)
+        self.check(end)
+        jobs: dict[str, tuple[str, str]] = {}  # name → (kind, query)
+        for source in mn.GPU_SIGNAL_SOURCES:
+            floor = mn.ACTIVITY_FLOORS.get(source.signal)
+            raw_floor = floor / source.scale if floor is not None else None
+            jobs[f"gpu:{source.metric}"] = ("gpu", stats_query(_gpu_expr(source.metric), window_seconds, step, raw_floor))
+        jobs["gpu:throttle"] = ("gpu", stats_query(_throttle_expr, window_seconds, step, 0.0))
+        xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
+        jobs["xid"] = (
+            "xid",
+            f"max_over_time(({_gpu_expr(mn.DCGM_XID_ERRORS, xid_keys)('')})[{_duration(window_seconds)}:{_duration(step)}]) > 0",
+        )
+        for pod_source in mn.POD_SIGNAL_SOURCES:
+            if pod_source.counter:
+                expr = _rate_by_pod(pod_source.metric, rate_window, True)
+            else:
+                expr = _gauge_by_pod(f'{pod_source.metric}{{container!="",container!="POD"}}')
+            floor = mn.ACTIVITY_FLOORS.get(pod_source.signal)
+            jobs[f"pod:{pod_source.signal.value}"] = ("pod", stats_query(expr, window_seconds, step, floor))
+        throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)
+        periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)
+        jobs[f"pod:{Signal.CPU_THROTTLED_RATIO.value}"] = (
+            "pod",
+            stats_query(lambda o: f"({throttled(o)}) / ({periods(o)} > 0)", window_seconds, step, 0.0),
+        )
+        serving = self._serving_exprs(rate_window)
+        for signal, expr in serving.items():
+            jobs[f"pod:{signal.value}"] = ("pod", stats_query(expr, window_seconds, step, mn.ACTIVITY_FLOORS.get(signal)))
+        for metric in _KSM_METRICS:
+            jobs[f"ksm:{metric}"] = ("ksm", f"last_over_time({metric}[{_duration(window_seconds)}])")
+        jobs[f"ksm:{mn.KSM_POD_RESTARTS}"] = (
+            "ksm",
+            f"increase({mn.KSM_POD_RESTARTS}[{_duration(window_seconds)}])",
+        )
+        coarse = max(step, window_seconds / 240.0)
+        ranges: dict[str, str] = {f"range:{s.value}": e("") for s, e in serving.items()}
+        ranges["range:busy"] = (
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
+        )
+        ranges["range:cpu"] = _rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True)("")
+        total = len(jobs) + len(ranges)
+        say(f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})")
+        results: dict[str, list[dict[str, Any]]] = {}
+        done = 0
+        with ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency)) as pool:
+            futures = {name: pool.submit(self.instant, name, query, end) for name, (_, query) in jobs.items()}
+            futures.update(
+                {name: pool.submit(self.range, name, query, start, end, coarse) for name, query in ranges.items()}
+            )
+            for name, future in futures.items():
+                results[name] = future.result()
+                done += 1
+                if done % 10 == 0 or done == total:
+                    say(f"{done}/{total} queries answered")
+        return self._assemble(results, start, end, step, coarse, namespace, workload)
+
+    @staticmethod
+    def _serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
+        requests_selector = '{__name__=~"' + "|".join(mn.SERVING_REQUEST_COUNTERS) + '"}'
+        queue_selector = '{__name__=~"' + "|".join(mn.SERVING_QUEUE_GAUGES) + '"}'
+        queue_time_selector = '{__name__=~"' + "|".join(mn.SERVING_QUEUE_TIME_MS_GAUGES) + '"}'
+        return {
+            Signal.REQUESTS_PER_S: lambda o: (
+                f"sum by (namespace, pod) ({fold_labels(f'rate({requests_selector}[{_duration(rate_window)}]{o})')})"
+            ),
+            Signal.QUEUE_LENGTH: _gauge_by_pod(queue_selector),
+            Signal.QUEUE_TIME_MS: lambda o: (
+                f"avg by (namespace, pod) ({fold_labels(f'{queue_time_selector}{o} {_SENTINEL_FILTER}')})"
+            ),
+        }
+
+    # -- assembly -----------------------------------------------------------------------------------
+    def _assemble(
+        self,
+        results: dict[str, list[dict[str, Any]]],
+        start: float,
+        end: float,
+        step: float,
+        coarse: float,
+        namespace: str | None,
+        workload: str | None,
+    ) -> list[WorkloadWindow]:
+        inventory = Inventory()
+        for name, rows in results.items():
+            if name.startswith("ksm:"):
+                metric = name.removeprefix("ksm:")
+                for row in rows:
+                    inventory.add(metric, dict(row["metric"]), _value(row))
+        # device stats: (ns, pod) → device id → signal → stats; board-level series have no pod
+        devices: dict[Key, dict[str, dict[str, Any]]] = defaultdict(dict)
+        boards: dict[tuple[str, str], dict[str, Any]] = {}
+        pod_stats: dict[Key, dict[Signal, SignalStats]] = defaultdict(dict)
+        warnings: dict[Key, list[str]] = defaultdict(list)
+        for name, rows in results.items():
+            kind, _, what = name.partition(":")
+            if kind == "gpu":
+                signal, scale = _gpu_signal(what)
+                for labels, summary in _stats_by_series(rows, GPU_KEYS, scale, signal).items():
+                    label_map = dict(labels)
+                    uuid = label_map.get("UUID") or f"gpu{label_map.get('gpu', '?')}"
+                    device_id = f"{uuid}-{label_map['GPU_I_ID']}" if label_map.get("GPU_I_ID") else uuid
+                    if label_map.get("pod"):
+                        key = (label_map.get("namespace", ""), label_map["pod"])
+                        entry = devices[key].setdefault(device_id, {"labels": label_map, "stats": {}, "xids": set()})
+                    else:
+                        entry = boards.setdefault(
+                            (label_map.get("hostname", ""), uuid), {"labels": label_map, "stats": {}, "xids": set()}
+                        )
+                    entry["stats"][signal] = summary
+            elif kind == "pod":
+                signal = Signal(what)
+                for labels, summary in _stats_by_series(rows, POD_KEYS, 1.0, signal).items():
+                    label_map = dict(labels)
+                    pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = summary
+        for row in results.get("xid", []):
+            labels = dict(row["metric"])
+            if not labels.get("pod"):
+                continue
+            key = (labels.get("namespace", ""), labels["pod"])
+            uuid = labels.get("UUID") or f"gpu{labels.get('gpu', '?')}"
+            device_id = f"{uuid}-{labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else uuid
+            entry = devices[key].setdefault(device_id, {"labels": labels, "stats": {}, "xids": set()})
+            value = _value(row)
+            if not st.is_missing(value):
+                entry["xids"].add(int(value))
+        shared: dict[tuple[str, str], int] = defaultdict(int)
+        for per_pod in devices.values():
+            for device_id, entry in per_pod.items():
+                shared[(entry["labels"].get("hostname", ""), device_id)] += 1
+        busy_series = _range_by_pod(results.get("range:busy", []))
+        cpu_series = _range_by_pod(results.get("range:cpu", []))
+        has_ksm = bool(inventory.pods)
+        observations: dict[Key, PodObservation] = {}
+        for key in set(devices) | set(pod_stats) | {k for k, i in inventory.pods.items() if i.gpu_resource}:
+            if has_ksm and key not in inventory.pods:
+                continue
+            info = inventory.pods.get(key)
+            gpus = []
+            for device_id, entry in sorted(devices.get(key, {}).items()):
+                labels = entry["labels"]
+                gpu_stats: dict[Signal, SignalStats] = dict(entry["stats"])
+                board = boards.get((labels.get("hostname", ""), labels.get("UUID", "")))
+                if board is not None:
+                    for signal, summary in board["stats"].items():
+                        gpu_stats.setdefault(signal, summary)
+                used, free = gpu_stats.get(Signal.FB_USED_MIB), gpu_stats.get(Signal.FB_FREE_MIB)
+                gpus.append(
+                    GPUObservation(
+                        uuid=device_id,
+                        index=labels.get("gpu"),
+                        node=labels.get("hostname") or None,
+                        model_name=labels.get("modelName") or None,
+                        mig_profile=labels.get("GPU_I_PROFILE") or None,
+                        shared_by_pods=max(1, shared[(labels.get("hostname", ""), device_id)]),
+                        stats=gpu_stats,
+                        xid_codes=sorted(entry["xids"]),
+                        memory_total_mib=(used.max + free.min) if used and free else None,
+                    )
+                )
+            correlation = None
+            if key in busy_series and key in cpu_series:
+                limit = info.cpu_limit if info and info.cpu_limit else None
+                cpu = [(t, v / limit) for t, v in cpu_series[key]] if limit else cpu_series[key]
+                correlation = st.aligned_correlation(busy_series[key], cpu, coarse)
+            if info and info.gpu_resource and not gpus:
+                warnings[key].append(f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU series")
+            observations[key] = PodObservation(
+                name=key[1],
+                node=(info.node if info else None) or next((g.node for g in gpus if g.node), None),
+                stats=pod_stats.get(key, {}),
+                gpus=gpus,
+                restarts=int(info.restarts) if info else 0,
+                oom_killed=info.oom_killed if info else False,
+                gpu_cpu_correlation=correlation,
+            )
+        workload_stats = self._workload_serving(results, inventory, coarse)
+        return assemble_windows(
+            inventory,
+            observations,
+            workload_stats,
+            datetime.fromtimestamp(start, tz=UTC),
+            datetime.fromtimestamp(end, tz=UTC),
+            step,
+            "prometheus",
+            dict(warnings),
+            namespace,
+            workload,
+        )
+
+    @staticmethod
+    def _workload_serving(
+        results: dict[str, list[dict[str, Any]]], inventory: Inventory, coarse: float
+    ) -> dict[str, dict[Signal, SignalStats]]:
+        out: dict[str, dict[Signal, SignalStats]] = {}
+        for signal in (Signal.REQUESTS_PER_S, Signal.QUEUE_LENGTH, Signal.QUEUE_TIME_MS):
+            per_workload: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
+            for key, samples in _range_by_pod(results.get(f"range:{signal.value}", [])).items():
+                per_workload[inventory.workload_of(*key).key].append(samples)
+            for ref_key, parts in per_workload.items():
+                combined = st.mean_aligned(parts, coarse) if signal is Signal.QUEUE_TIME_MS else st.sum_aligned(parts, coarse)
+                summary = st.summarize(combined, activity_floor=mn.ACTIVITY_FLOORS.get(signal), sawtooth_floor=None)
+                if summary is not None:
+                    out.setdefault(ref_key, {})[signal] = summary
+        return out
+
+
+def _gpu_signal(what: str) -> tuple[Signal, float]:
+    if what == "throttle":
+        return Signal.THROTTLE_FRACTION, 1.0
+    source = mn.GPU_SIGNAL_BY_METRIC[what]
+    return source.signal, source.scale
+
+
+def _value(row: dict[str, Any]) -> float:
+    try:
+        return float(row["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise PrometheusSourceError(f"malformed sample in a Prometheus answer: {row!r}") from error
+
+
+def _stats_by_series(
+    rows: list[dict[str, Any]], keys: Sequence[str], scale: float, signal: Signal
+) -> dict[tuple[tuple[str, str], ...], SignalStats]:
+    """Group `stat`-labelled rows by series and build one `SignalStats` per series."""
+    grouped: dict[tuple[tuple[str, str], ...], dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        labels = row["metric"]
+        stat = labels.get("stat")
+        if stat is None:
+            continue
+        identity = tuple((k, labels[k]) for k in keys if labels.get(k))
+        grouped[identity][stat] = _value(row)
+    out: dict[tuple[tuple[str, str], ...], SignalStats] = {}
+    for identity, values in grouped.items():
+        count = values.get("count", 0.0)
+        needed = ("mean", "p50", "p95", "p99", "max", "min")
+        if count < 1 or any(k not in values or math.isnan(values[k]) for k in needed):
+            continue
+        spread = (values.get("p95", 0.0) - values.get("p05", 0.0)) * abs(scale)
+        sawtooth = None
+        if signal in mn.RATIO_SIGNALS and count >= 3 and "absstep" in values and not math.isnan(values["absstep"]):
+            sawtooth = 0.0 if spread < st.DEFAULT_SAWTOOTH_FLOOR else min(1.0, values["absstep"] * abs(scale) / spread)
+        active = values.get("active")
+        trend = values.get("trend")
+        out[identity] = SignalStats(
+            samples=int(count),
+            mean=values["mean"] * scale,
+            p50=values["p50"] * scale,
+            p95=values["p95"] * scale,
+            p99=values["p99"] * scale,
+            max=values["max"] * scale,
+            min=values["min"] * scale,
+            active_fraction=None if active is None or math.isnan(active) else min(1.0, max(0.0, active)),
+            trend_per_hour=None if trend is None or math.isnan(trend) else trend * scale,
+            sawtooth=sawtooth,
+        )
+    return out
+
+
+def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, float]]]:
+    out: dict[Key, list[tuple[float, float]]] = {}
+    for row in rows:
+        labels = row.get("metric", {})
+        if not labels.get("pod"):
+            continue
+        try:
+            samples = [(float(t), float(v)) for t, v in row.get("values", [])]
+        except (TypeError, ValueError) as error:
+            raise PrometheusSourceError(f"malformed range answer from Prometheus: {error}") from error
+        out[(labels.get("namespace", ""), labels["pod"])] = samples
+    return out
+
+
+def read_prometheus(
+    config: PrometheusConfig,
+    *,
+    window_seconds: float,
+    at: datetime | None = None,
+    step_seconds: float | None = None,
+    namespace: str | None = None,
+    workload: str | None = None,
+    progress: Progress | None = None,
+) -> list[WorkloadWindow]:
+    """Workload windows from Prometheus (see `PrometheusSource.read`)."""
+    return PrometheusSource(config).read(
+        window_seconds=window_seconds,
+        at=at,
+        step_seconds=step_seconds,
+        namespace=namespace,
+        workload=workload,
+        progress=progress,
+    )

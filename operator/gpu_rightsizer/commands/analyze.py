@@ -1,0 +1,149 @@
+"""One-shot report: why do the GPU workloads waste their GPUs, and what to change.
+
+gpu-rightsizer analyze --prometheus http://127.0.0.1:9090 --window 1h
+gpu-rightsizer analyze --openmetrics dump.om -n team-a -o json
+gpu-rightsizer analyze --prometheus URL --at 2026-05-01T12:00:00Z --workload trainer -o csv
+
+The exit code reflects errors only (0 whatever the diagnoses; 1 when the source cannot be read, 2 for
+bad arguments). Progress goes to stderr, the report to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from datetime import UTC, datetime
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Prometheus-style duration ('90s', '30m', '1h30m', '7d')."""
+    position, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if position != len(text) or total <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 90s, 30m, 1h30m, 7d)")
+    return total
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time ('2026-05-01T12:00:00Z') or Unix seconds."""
+    try:
+        return datetime.fromtimestamp(float(text), tz=UTC)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"invalid time {text!r}: use RFC 3339 or Unix seconds") from error
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the `analyze` options."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
+    source.add_argument("--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file")
+    parser.add_argument("--window", type=parse_duration, default=3600.0, help="observation window (default 1h)")
+    parser.add_argument("--at", type=parse_time, default=None, help="end of the window (default: now / newest sample)")
+    parser.add_argument("--step", type=parse_duration, default=None, help="sample step (default: inferred, 60s)")
+    parser.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    parser.add_argument("--workload", default=None, help="only this workload (NAME or KIND/NAME)")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
+    parser.add_argument(
+        "--sharing",
+        choices=("mig-mixed", "mig-single", "time-slicing", "mps", "none"),
+        default="mig-mixed",
+        help="the cluster's GPU-sharing strategy (what a smaller allocation may be)",
+    )
+    auth = parser.add_argument_group("Prometheus connection")
+    auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
+    auth.add_argument("--bearer-token-file", default=None, help="file holding the bearer token")
+    auth.add_argument("--username", default=None, help="basic-auth user (env PROMETHEUS_USERNAME)")
+    auth.add_argument("--password", default=None, help="basic-auth password (env PROMETHEUS_PASSWORD)")
+    auth.add_argument("--ca-file", default=None, help="CA bundle to verify the server's TLS certificate")
+    auth.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates")
+    auth.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
+    auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
+
+
+def _progress(message: str) -> None:
+    print(f"[analyze] {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the source, run the engine on every workload window, print the report; returns the exit code."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics  # noqa: PLC0415
+    from gpu_rightsizer.adapters.prometheus import (  # noqa: PLC0415
+        PrometheusConfig,
+        PrometheusSourceError,
+        read_prometheus,
+    )
+    from gpu_rightsizer.logic.engine import analyze_window  # noqa: PLC0415
+    from gpu_rightsizer.model.codes import SharingStrategy  # noqa: PLC0415
+    from gpu_rightsizer.report import ReportRow, render  # noqa: PLC0415
+
+    started = time.monotonic()
+    try:
+        if args.openmetrics:
+            _progress(f"reading {args.openmetrics}")
+            windows = read_openmetrics(
+                Path(args.openmetrics),
+                window_seconds=args.window,
+                at=args.at,
+                step_seconds=args.step,
+                namespace=args.namespace,
+                workload=args.workload,
+            )
+        else:
+            token = args.bearer_token or os.environ.get("PROMETHEUS_BEARER_TOKEN")
+            if args.bearer_token_file:
+                with open(args.bearer_token_file, encoding="utf-8") as handle:
+                    token = handle.read().strip()
+            config = PrometheusConfig(
+                url=args.prometheus,
+                bearer_token=token,
+                username=args.username or os.environ.get("PROMETHEUS_USERNAME"),
+                password=args.password or os.environ.get("PROMETHEUS_PASSWORD"),
+                ca_file=args.ca_file,
+                insecure=args.insecure_skip_tls_verify,
+                timeout_seconds=args.timeout,
+                max_concurrency=max(1, args.max_concurrency),
+            )
+            windows = read_prometheus(
+                config,
+                window_seconds=args.window,
+                at=args.at,
+                step_seconds=args.step,
+                namespace=args.namespace,
+                workload=args.workload,
+                progress=_progress,
+            )
+    except (OpenMetricsError, PrometheusSourceError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    _progress(f"{len(windows)} GPU workload(s) read in {time.monotonic() - started:.1f}s; diagnosing")
+    sharing = SharingStrategy(args.sharing)
+    rows = []
+    for index, window in enumerate(windows, start=1):
+        analysis = analyze_window(window, sharing=sharing)
+        span = f"{window.start.isoformat()}/{window.end.isoformat()}"
+        rows.append(ReportRow(analysis=analysis, warnings=list(window.warnings), window=span))
+        if len(windows) > 50 and index % 50 == 0:
+            _progress(f"diagnosed {index}/{len(windows)}")
+    sys.stdout.write(render(rows, args.output))
+    return 0

@@ -1,0 +1,550 @@
+"""One test (or more) per rule and per diagnosis code: each builds the pattern and checks the primary."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from tests.unit.logic.logic_builders import (
+    START,
+    allocation,
+    busy_gpu,
+    gpu,
+    pod,
+    stat,
+    window,
+)
+
+from gpu_rightsizer.logic.diagnose import PRIMARY_ORDER, diagnose
+from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import HEALTH_CODES, DiagnosisCode, Severity
+from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
+
+
+def primary(w: WorkloadWindow, **kwargs: object) -> DiagnosisCode:
+    return analyze_window(w, **kwargs).primary  # type: ignore[arg-type]
+
+
+def codes(w: WorkloadWindow) -> set[DiagnosisCode]:
+    return {finding.code for finding in diagnose(w)}
+
+
+# --- windows, one per code -----------------------------------------------------------------------
+def healthy() -> WorkloadWindow:
+    return window([pod(gpus=[busy_gpu()], cpu_usage_cores=stat(3.0, 0.5))])
+
+
+def idle() -> WorkloadWindow:
+    return window([pod(gpus=[gpu(gr_engine_active=stat(0.0), fb_used_mib=stat(3000))])])
+
+
+def cpu_bound() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[busy_gpu(gr_engine_active=stat(0.35, 0.3, sawtooth=0.6), sm_active=stat(0.3, 0.25))],
+                cpu_usage_cores=stat(7.8, 0.1),
+                cpu_throttled_ratio=stat(0.6, 0.1),
+            )
+        ]
+    )
+
+
+def io_bound() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[busy_gpu(gr_engine_active=stat(0.28, 0.2), sm_active=stat(0.24, 0.15))],
+                cpu_usage_cores=stat(2.0, 0.2),
+                cpu_throttled_ratio=stat(0.01),
+                fs_read_bytes_per_s=stat(4.5e8, 2e7),
+                net_rx_bytes_per_s=stat(3e8, 1e7),
+            )
+        ]
+    )
+
+
+def host_transfer() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    busy_gpu(
+                        gr_engine_active=stat(0.55),
+                        sm_active=stat(0.3),
+                        pcie_rx_bytes_per_s=stat(0.78 * 63e9, 0.03 * 63e9),
+                        pcie_tx_bytes_per_s=stat(0.2 * 63e9),
+                    )
+                ],
+                cpu_usage_cores=stat(4.0),
+            )
+        ]
+    )
+
+
+def communication() -> WorkloadWindow:
+    gpus = [
+        busy_gpu(
+            f"GPU-{i}",
+            gr_engine_active=stat(0.7),
+            sm_active=stat(0.15, 0.3),
+            nvlink_tx_bytes_per_s=stat(3.4e11, 2e10),
+            nvlink_rx_bytes_per_s=stat(3.4e11, 2e10),
+        )
+        for i in range(8)
+    ]
+    return window(
+        [pod(gpus=gpus, cpu_usage_cores=stat(6.0))], alloc=allocation(gpu_count=8, cpu_limit_cores=32.0)
+    )
+
+
+def low_occupancy() -> WorkloadWindow:
+    return window(
+        [pod(gpus=[busy_gpu(gr_engine_active=stat(0.92), sm_active=stat(0.3), sm_occupancy=stat(0.08))])]
+    )
+
+
+def bandwidth_bound() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    busy_gpu(
+                        gr_engine_active=stat(0.95),
+                        sm_active=stat(0.7),
+                        sm_occupancy=stat(0.5),
+                        tensor_active=stat(0.08),
+                        dram_active=stat(0.72, 0.05),
+                    )
+                ]
+            )
+        ]
+    )
+
+
+def no_tensor_cores() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    busy_gpu(
+                        gr_engine_active=stat(0.95),
+                        sm_active=stat(0.8),
+                        tensor_active=stat(0.01),
+                        fp32_active=stat(0.6),
+                        dram_active=stat(0.35),
+                    )
+                ]
+            )
+        ]
+    )
+
+
+def oversized() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    gpu(
+                        gr_engine_active=stat(0.2, 0.1),
+                        sm_active=stat(0.12, 0.06),
+                        dram_active=stat(0.05, 0.02),
+                        fb_used_mib=stat(8000, 500),
+                    )
+                ]
+            )
+        ]
+    )
+
+
+def memory_capacity() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    busy_gpu(gr_engine_active=stat(0.55), sm_active=stat(0.35), fb_used_mib=stat(79000, 500))
+                ],
+                restarts=3,
+            )
+        ]
+    )
+
+
+def under_replicated() -> WorkloadWindow:
+    pods = [
+        pod(
+            f"pod-{i}",
+            gpus=[busy_gpu(f"GPU-{i}", gr_engine_active=stat(0.95, 0.02), sm_active=stat(0.8, 0.04))],
+        )
+        for i in range(2)
+    ]
+    return window(
+        pods,
+        alloc=allocation(replicas=2, workload_type="inference"),
+        stats={
+            Signal.QUEUE_LENGTH: stat(8.0, 4.0, active_fraction=0.9),
+            Signal.REQUESTS_PER_S: stat(50.0),
+        },
+    )
+
+
+def over_replicated() -> WorkloadWindow:
+    pods = [
+        pod(f"pod-{i}", gpus=[busy_gpu(f"GPU-{i}", gr_engine_active=stat(0.08, 0.04), sm_active=stat(0.06))])
+        for i in range(4)
+    ]
+    return window(
+        pods,
+        alloc=allocation(replicas=4, workload_type="inference"),
+        stats={Signal.QUEUE_LENGTH: stat(0.0, active_fraction=0.0), Signal.REQUESTS_PER_S: stat(4.0)},
+    )
+
+
+def throttled() -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    busy_gpu(
+                        throttle_fraction=stat(0.6, 0.4, peak=1.0),
+                        sm_clock_mhz=clock_stats(),
+                    )
+                ]
+            )
+        ]
+    )
+
+
+def clock_stats() -> SignalStats:
+    """SM clock p50 at 55 % of its peak: a throttled GPU."""
+    return SignalStats(samples=60, mean=1400, p50=1089, p95=1920, p99=1920, max=1920, min=1089)
+
+
+def hardware_fault() -> WorkloadWindow:
+    return window([pod(gpus=[busy_gpu().model_copy(update={"xid_codes": [79]})])])
+
+
+def insufficient() -> WorkloadWindow:
+    return window([pod(gpus=[busy_gpu(gr_engine_active=stat(0.9, samples=5))])])
+
+
+CASES = {
+    DiagnosisCode.HEALTHY: healthy,
+    DiagnosisCode.IDLE_ALLOCATION: idle,
+    DiagnosisCode.INPUT_PIPELINE_CPU_BOUND: cpu_bound,
+    DiagnosisCode.INPUT_PIPELINE_IO_BOUND: io_bound,
+    DiagnosisCode.HOST_TRANSFER_BOUND: host_transfer,
+    DiagnosisCode.COMMUNICATION_BOUND: communication,
+    DiagnosisCode.LOW_OCCUPANCY: low_occupancy,
+    DiagnosisCode.MEMORY_BANDWIDTH_BOUND: bandwidth_bound,
+    DiagnosisCode.NO_TENSOR_CORES: no_tensor_cores,
+    DiagnosisCode.OVERSIZED_GPU: oversized,
+    DiagnosisCode.MEMORY_CAPACITY_BOUND: memory_capacity,
+    DiagnosisCode.UNDER_REPLICATED: under_replicated,
+    DiagnosisCode.OVER_REPLICATED: over_replicated,
+    DiagnosisCode.THROTTLED: throttled,
+    DiagnosisCode.HARDWARE_FAULT: hardware_fault,
+    DiagnosisCode.INSUFFICIENT_DATA: insufficient,
+}
+
+
+def test_every_code_has_a_case_and_a_rank() -> None:
+    assert set(CASES) == set(DiagnosisCode)
+    assert set(PRIMARY_ORDER) == set(DiagnosisCode)
+
+
+@pytest.mark.parametrize("code", list(CASES), ids=lambda c: c.value)
+def test_each_pattern_yields_its_code(code: DiagnosisCode) -> None:
+    analysis = analyze_window(CASES[code]())
+    assert analysis.primary is code, [f.message for f in analysis.findings]
+    assert analysis.findings[0].code is code
+    assert 0.0 < analysis.confidence <= 0.95
+
+
+@pytest.mark.parametrize("code", list(CASES), ids=lambda c: c.value)
+def test_messages_carry_numbers_and_advice(code: DiagnosisCode) -> None:
+    finding = analyze_window(CASES[code]()).findings[0]
+    assert "Seen:" in finding.message
+    assert "Change:" in finding.message
+    assert any(ch.isdigit() for ch in finding.message)
+    if code is not DiagnosisCode.INSUFFICIENT_DATA:
+        assert finding.evidence
+
+
+def test_health_findings_are_critical_and_block_actions() -> None:
+    for make in (throttled, hardware_fault):
+        analysis = analyze_window(make())
+        assert analysis.primary in HEALTH_CODES
+        assert analysis.findings[0].severity is Severity.CRITICAL
+        assert analysis.actions == []
+
+
+def test_health_gate_wins_over_every_workload_rule() -> None:
+    faulty = idle().pods[0].gpus[0].model_copy(update={"xid_codes": [48]})
+    w = window([pod(gpus=[faulty])])
+    assert primary(w) is DiagnosisCode.HARDWARE_FAULT
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(w)
+
+
+def test_application_xid_is_not_a_hardware_fault() -> None:
+    w = window([pod(gpus=[busy_gpu().model_copy(update={"xid_codes": [13, 31]})])])
+    assert primary(w) is DiagnosisCode.HEALTHY
+
+
+def test_throttle_below_five_percent_is_ignored() -> None:
+    w = window([pod(gpus=[busy_gpu(throttle_fraction=stat(0.02, 0.1))])])
+    assert primary(w) is DiagnosisCode.HEALTHY
+
+
+# --- insufficient data -----------------------------------------------------------------------------
+def test_nan_statistics_are_insufficient_data() -> None:
+    w = window([pod(gpus=[busy_gpu(gr_engine_active=stat(float("nan")))])])
+    analysis = analyze_window(w)
+    assert analysis.primary is DiagnosisCode.INSUFFICIENT_DATA
+    assert "NaN" in analysis.findings[0].message
+    assert analysis.actions == []
+
+
+def test_missing_busy_signal_is_insufficient_data() -> None:
+    w = window([pod(gpus=[gpu(fb_used_mib=stat(1000))])])
+    assert primary(w) is DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_gpu_util_is_never_used_under_mig() -> None:
+    slice_ = gpu(mig_profile="3g.40gb", memory_mib=40448, gpu_util=stat(0.0), fb_used_mib=stat(1000))
+    w = window(
+        [pod(gpus=[slice_])], alloc=allocation(gpu_resource="nvidia.com/mig-3g.40gb", mig_profile="3g.40gb")
+    )
+    analysis = analyze_window(w)
+    assert analysis.primary is DiagnosisCode.INSUFFICIENT_DATA
+    assert "MIG" in analysis.findings[0].message
+
+
+def test_gpu_util_is_the_fallback_on_whole_gpus_with_lower_confidence() -> None:
+    with_gr = analyze_window(idle())
+    w = window([pod(gpus=[gpu(gpu_util=stat(0.0), fb_used_mib=stat(3000))])])
+    with_util = analyze_window(w)
+    assert with_util.primary is DiagnosisCode.IDLE_ALLOCATION
+    assert with_util.confidence < with_gr.confidence
+
+
+def test_short_window_is_insufficient() -> None:
+    w = window([pod(gpus=[busy_gpu()])], hours=0.25, step=10)
+    assert primary(w) is DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_too_few_samples_is_insufficient() -> None:
+    assert primary(insufficient()) is DiagnosisCode.INSUFFICIENT_DATA
+    relaxed = EngineSettings(min_samples=3, min_coverage=0.0)
+    assert analyze_window(insufficient(), relaxed).primary is not DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_gappy_window_is_insufficient() -> None:
+    w = window([pod(gpus=[busy_gpu(gr_engine_active=stat(0.9, samples=30))])], hours=24, step=60)
+    assert primary(w) is DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_stale_window_is_insufficient_when_now_is_given() -> None:
+    w = healthy()
+    assert analyze_window(w, now=w.end + timedelta(minutes=5)).primary is DiagnosisCode.HEALTHY
+    assert analyze_window(w, now=w.end + timedelta(hours=2)).primary is DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_sm_active_above_engine_active_is_contradictory() -> None:
+    w = window([pod(gpus=[busy_gpu(gr_engine_active=stat(0.2), sm_active=stat(0.8))])])
+    analysis = analyze_window(w)
+    assert analysis.primary is DiagnosisCode.INSUFFICIENT_DATA
+    assert "contradictory" in analysis.findings[0].message
+
+
+def test_ratio_out_of_range_is_contradictory() -> None:
+    w = window([pod(gpus=[busy_gpu(gr_engine_active=stat(0.9, 0.9))])])
+    assert primary(w) is DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_memory_above_capacity_is_contradictory() -> None:
+    w = window([pod(gpus=[busy_gpu(fb_used_mib=stat(90000))])])
+    assert primary(w) is DiagnosisCode.INSUFFICIENT_DATA
+
+
+def test_no_pods_or_no_gpus_is_insufficient() -> None:
+    assert primary(window([])) is DiagnosisCode.INSUFFICIENT_DATA
+    assert primary(window([pod(gpus=[])])) is DiagnosisCode.INSUFFICIENT_DATA
+
+
+# --- idle and live services ------------------------------------------------------------------------
+def test_serving_gpu_is_never_idle() -> None:
+    w = window(
+        [pod(gpus=[gpu(gr_engine_active=stat(0.01), fb_used_mib=stat(3000))])],
+        alloc=allocation(workload_type="inference"),
+        stats={Signal.REQUESTS_PER_S: stat(0.5)},
+    )
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(w)
+
+
+def test_idle_with_sporadic_activity_is_idle_but_not_released() -> None:
+    w = window([pod(gpus=[gpu(gr_engine_active=stat(0.0, 0.02, peak=0.4), fb_used_mib=stat(3000))])])
+    analysis = analyze_window(w)
+    assert analysis.primary is DiagnosisCode.IDLE_ALLOCATION
+    assert "not released" in analysis.findings[0].message
+
+
+def test_idle_over_less_than_an_hour_has_lower_confidence() -> None:
+    long = analyze_window(idle())
+    short = analyze_window(window(idle().pods, hours=0.75, step=30))
+    assert short.primary is DiagnosisCode.IDLE_ALLOCATION
+    assert short.confidence < long.confidence
+
+
+# --- data path -------------------------------------------------------------------------------------
+def test_cpu_bound_needs_saturated_or_throttled_cpu() -> None:
+    relaxed_cpu = (
+        cpu_bound()
+        .pods[0]
+        .model_copy(
+            update={"stats": {Signal.CPU_USAGE_CORES: stat(2.0), Signal.CPU_THROTTLED_RATIO: stat(0.0)}}
+        )
+    )
+    assert DiagnosisCode.INPUT_PIPELINE_CPU_BOUND not in codes(window([relaxed_cpu]))
+
+
+def test_throttling_alone_marks_cpu_bound() -> None:
+    only_throttled = (
+        cpu_bound()
+        .pods[0]
+        .model_copy(
+            update={"stats": {Signal.CPU_USAGE_CORES: stat(4.0), Signal.CPU_THROTTLED_RATIO: stat(0.4)}}
+        )
+    )
+    assert primary(window([only_throttled])) is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+
+
+def test_cpu_bound_wins_over_io_and_oversized() -> None:
+    assert primary(cpu_bound()) is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+    assert DiagnosisCode.INPUT_PIPELINE_IO_BOUND not in codes(cpu_bound())
+
+
+def test_communication_needs_several_gpus() -> None:
+    single = communication().pods[0].model_copy(update={"gpus": communication().pods[0].gpus[:1]})
+    assert DiagnosisCode.COMMUNICATION_BOUND not in codes(window([single]))
+
+
+def test_multi_gpu_without_nvlink_series_reads_pcie_as_communication() -> None:
+    gpus = [
+        busy_gpu(f"GPU-{i}", gr_engine_active=stat(0.7), sm_active=stat(0.2), pcie_rx_bytes_per_s=stat(45e9))
+        for i in range(4)
+    ]
+    w = window([pod(gpus=gpus)], alloc=allocation(gpu_count=4))
+    assert primary(w) is DiagnosisCode.COMMUNICATION_BOUND
+
+
+# --- in-GPU efficiency ------------------------------------------------------------------------------
+def test_no_tensor_cores_not_claimed_on_pre_volta() -> None:
+    w = no_tensor_cores()
+    old_gpu = (
+        w.pods[0].gpus[0].model_copy(update={"model_name": "Tesla P100-PCIE-16GB", "memory_total_mib": 16280})
+    )
+    w2 = window(
+        [pod(gpus=[old_gpu.model_copy(update={"stats": {**old_gpu.stats, Signal.FB_USED_MIB: stat(9000)}})])],
+        alloc=allocation(gpu_model="Tesla-P100-PCIE-16GB"),
+    )
+    assert DiagnosisCode.NO_TENSOR_CORES not in codes(w2)
+
+
+def test_low_occupancy_yields_to_memory_capacity_when_memory_is_full() -> None:
+    w = window(
+        [pod(gpus=[busy_gpu(gr_engine_active=stat(0.92), sm_active=stat(0.3), fb_used_mib=stat(79500))])]
+    )
+    assert primary(w) is DiagnosisCode.MEMORY_CAPACITY_BOUND
+
+
+# --- sizing -----------------------------------------------------------------------------------------
+def test_oversized_never_for_multi_gpu_pods() -> None:
+    gpus = [
+        gpu(f"GPU-{i}", gr_engine_active=stat(0.2), sm_active=stat(0.1), fb_used_mib=stat(5000))
+        for i in range(2)
+    ]
+    w = window([pod(gpus=gpus)], alloc=allocation(gpu_count=2))
+    assert DiagnosisCode.OVERSIZED_GPU not in codes(w)
+
+
+def test_oversized_never_with_nvlink_traffic() -> None:
+    base = oversized().pods[0].gpus[0]
+    busy_link = base.model_copy(update={"stats": {**base.stats, Signal.NVLINK_TX_BYTES_PER_S: stat(5e10)}})
+    assert DiagnosisCode.OVERSIZED_GPU not in codes(window([pod(gpus=[busy_link])]))
+
+
+def test_half_full_memory_is_not_oversized() -> None:
+    base = oversized().pods[0].gpus[0]
+    fuller = base.model_copy(update={"stats": {**base.stats, Signal.FB_USED_MIB: stat(45000)}})
+    assert DiagnosisCode.OVERSIZED_GPU not in codes(window([pod(gpus=[fuller])]))
+
+
+def test_memory_full_without_symptoms_is_not_capacity_bound() -> None:
+    w = window([pod(gpus=[busy_gpu(fb_used_mib=stat(79000))])])
+    assert primary(w) is DiagnosisCode.HEALTHY
+
+
+# --- serving ----------------------------------------------------------------------------------------
+def test_serving_rules_need_a_serving_workload() -> None:
+    training = over_replicated().model_copy(
+        update={"allocation": allocation(replicas=4, workload_type="training"), "stats": {}}
+    )
+    assert DiagnosisCode.OVER_REPLICATED not in codes(training)
+
+
+def test_short_serving_window_lowers_confidence() -> None:
+    day = over_replicated().model_copy(update={"end": START + timedelta(hours=24)})
+    day = day.model_copy(
+        update={
+            "pods": [
+                p.model_copy(
+                    update={
+                        "gpus": [
+                            g.model_copy(
+                                update={
+                                    "stats": {
+                                        k: v.model_copy(update={"samples": 720}) for k, v in g.stats.items()
+                                    }
+                                }
+                            )
+                            for g in p.gpus
+                        ]
+                    }
+                )
+                for p in day.pods
+            ]
+        }
+    )
+    assert analyze_window(day).confidence > analyze_window(over_replicated()).confidence
+
+
+# --- confidence ---------------------------------------------------------------------------------------
+def test_shared_gpu_lowers_confidence() -> None:
+    exclusive = analyze_window(oversized())
+    shared_gpu = oversized().pods[0].gpus[0].model_copy(update={"shared_by_pods": 4})
+    shared = analyze_window(window([pod(gpus=[shared_gpu])]))
+    assert shared.primary is exclusive.primary
+    assert shared.confidence < exclusive.confidence
+
+
+def test_missing_profiling_fields_lower_confidence() -> None:
+    full = analyze_window(oversized())
+    base = oversized().pods[0].gpus[0]
+    no_sm = base.model_copy(
+        update={"stats": {k: v for k, v in base.stats.items() if k is not Signal.SM_ACTIVE}}
+    )
+    partial = analyze_window(window([pod(gpus=[no_sm])]))
+    assert partial.primary is DiagnosisCode.OVERSIZED_GPU
+    assert partial.confidence < full.confidence
+
+
+def test_duplicated_series_of_a_shared_gpu_count_once() -> None:
+    device = oversized().pods[0].gpus[0].model_copy(update={"shared_by_pods": 2})
+    w = window(
+        [pod("a", gpus=[device]), pod("b", gpus=[device])],
+        alloc=allocation(replicas=2, sharing="time-slicing"),
+    )
+    analysis = analyze_window(w)
+    assert analysis.findings[0].evidence.get("memoryUsedP99GiB") == pytest.approx(8500 / 1024, abs=0.01)

@@ -1,0 +1,122 @@
+"""MIG tables, product-label mapping, resource names and slice selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_rightsizer.logic.mig import (
+    GPU_MODELS,
+    MigProfile,
+    SliceNeed,
+    find_profile,
+    mig_request,
+    model_key_for_product,
+    profiles_for,
+    shared_request,
+    smallest_fitting_profile,
+    spec_for_product,
+)
+from gpu_rightsizer.model.codes import SharingStrategy
+
+
+@pytest.mark.parametrize(
+    ("label", "key"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", "H100-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+        ("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "H100-80GB"),
+        ("NVIDIA-H100-NVL", "H100-NVL"),
+        ("NVIDIA-H200", "H200"),
+        ("NVIDIA H200 NVL", "H200"),
+        ("NVIDIA-A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA-A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA-A100-PCIE-40GB-SHARED", "A100-40GB"),
+        ("NVIDIA-A30", "A30"),
+        ("NVIDIA-B200", "B200"),
+        ("NVIDIA-GH200-480GB", None),
+        ("NVIDIA-L4", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_product_labels_map_to_tables(label: str | None, key: str | None) -> None:
+    assert model_key_for_product(label) == key
+
+
+def test_tables_have_the_documented_shapes() -> None:
+    for spec in GPU_MODELS.values():
+        names = [p.name for p in spec.mig_profiles]
+        assert len(names) == len(set(names)), spec.key
+        full = [p for p in spec.mig_profiles if p.compute_slices == 7 and not p.media_extensions]
+        assert len(full) == 1, spec.key
+        for profile in spec.mig_profiles:
+            assert profile.memory_gib <= spec.memory_gib
+            assert profile.sms <= spec.sms
+            assert 1 <= profile.memory_slices <= 8
+    h100 = {p.name: p for p in GPU_MODELS["H100-80GB"].mig_profiles}
+    assert (h100["1g.20gb"].sms, h100["3g.40gb"].sms, h100["7g.80gb"].sms) == (26, 60, 132)
+    h200 = {p.name: p for p in GPU_MODELS["H200"].mig_profiles}
+    assert h200["1g.18gb"].memory_gib == 16.0 and h200["1g.18gb"].max_instances == 7
+
+
+def _pick(key: str, memory: float, sms: float, dram: float | None = None, **kw: object) -> str | None:
+    profile = smallest_fitting_profile(
+        GPU_MODELS[key].mig_profiles,
+        SliceNeed(memory, sms, dram),
+        memory_headroom=1.2,
+        sm_target=0.8,
+        dram_target=0.8,
+        **kw,  # type: ignore[arg-type]
+    )
+    return profile.name if profile else None
+
+
+def test_smallest_fitting_profile_follows_the_procedure() -> None:
+    assert _pick("H100-80GB", 5.0, 5.0) == "1g.10gb"  # 6 GiB ≤ 9.75; 6.25 SMs ≤ 16
+    assert _pick("H100-80GB", 8.5, 5.0) == "1g.20gb"  # 10.2 GiB > 9.75
+    assert _pick("H100-80GB", 5.0, 18.0) == "1g.20gb"  # 22.5 SMs > 16, ≤ 26
+    assert _pick("H100-80GB", 5.0, 40.0) == "3g.40gb"  # 50 SMs
+    assert _pick("H100-80GB", 70.0, 5.0) is None  # 84 GiB > 79.25
+    assert _pick("H200", 25.0, 10.0) == "1g.35gb"  # GenTD26-like ~25 GB pod
+    assert _pick("A100-40GB", 3.0, 5.0) == "1g.5gb"
+
+
+def test_dram_need_pushes_to_more_memory_slices() -> None:
+    assert _pick("H100-80GB", 5.0, 5.0, dram=0.3) == "3g.40gb"  # 0.3 > 2/8 × 0.8, ≤ 4/8 × 0.8
+
+
+def test_media_profiles_only_when_media_is_needed() -> None:
+    need = SliceNeed(2.0, 2.0, None, needs_media=True)
+    profile = smallest_fitting_profile(
+        GPU_MODELS["A100-40GB"].mig_profiles, need, memory_headroom=1.2, sm_target=0.8, dram_target=0.8
+    )
+    assert profile is not None and profile.media_extensions
+    assert _pick("A100-40GB", 2.0, 2.0) == "1g.5gb"
+
+
+def test_runtime_table_overrides_the_static_one() -> None:
+    runtime = [MigProfile("1g.18gb", 17.0, 16, 1, 1, 7), MigProfile("7g.141gb", 140.0, 132, 7, 8, 1)]
+    spec = spec_for_product("NVIDIA-H200")
+    assert profiles_for(spec, {"H200": runtime}) == tuple(runtime)
+    assert profiles_for(spec, {"H100-80GB": runtime}) == spec.mig_profiles if spec else False
+    assert profiles_for(None, None) == ()
+
+
+def test_find_profile_accepts_resource_names() -> None:
+    profiles = GPU_MODELS["H100-80GB"].mig_profiles
+    assert find_profile(profiles, "nvidia.com/mig-3g.40gb") == find_profile(profiles, "3g.40gb")
+    assert find_profile(profiles, "9g.1gb") is None
+
+
+def test_resource_names_per_strategy() -> None:
+    profile = find_profile(GPU_MODELS["H200"].mig_profiles, "1g.18gb")
+    assert profile is not None
+    mixed = mig_request(profile, SharingStrategy.MIG_MIXED, "NVIDIA-H200")
+    assert (mixed.resource, mixed.node_selector) == ("nvidia.com/mig-1g.18gb", {})
+    single = mig_request(profile, SharingStrategy.MIG_SINGLE, "NVIDIA-H200-MIG-3g.71gb")
+    assert single.resource == "nvidia.com/gpu"
+    assert single.node_selector["nvidia.com/gpu.product"] == "NVIDIA-H200-MIG-1g.18gb"
+    assert single.node_selector["nvidia.com/mig.config"] == "all-1g.18gb"
+    shared = shared_request(SharingStrategy.TIME_SLICING, 0.2)
+    assert shared.resource == "nvidia.com/gpu.shared"
+    assert "5 replicas" in shared.note

@@ -1,0 +1,191 @@
+"""The Prometheus source against recorded answers served from a local HTTP server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from gpu_rightsizer.adapters.prometheus import (
+    PrometheusConfig,
+    PrometheusSource,
+    PrometheusSourceError,
+    fold_labels,
+    read_prometheus,
+)
+from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.model.codes import DiagnosisCode
+from gpu_rightsizer.model.observation import Signal
+
+ANSWERS = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "prometheus" / "answers.json").read_text())
+END = datetime.fromtimestamp(1_767_225_600.0, tz=UTC)
+EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}
+ONE = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [0, "1"]}]}}
+
+Answer = Callable[[str, str, dict[str, str]], tuple[int, bytes]]
+
+
+class FakePrometheus:
+    """A local HTTP server whose answers come from a function of (endpoint, query, headers)."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                parsed = urlparse(self.path)
+                fields = parse_qs(parsed.query)
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    fields.update(parse_qs(self.rfile.read(length).decode()))
+                endpoint = parsed.path.rsplit("/api/v1/", 1)[-1]
+                query = fields.get("query", [""])[0]
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                owner.requests.append((endpoint, query, headers))
+                status, body = answer(endpoint, query, headers)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _serve  # noqa: N815
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> FakePrometheus:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _replay(endpoint: str, query: str, _headers: dict[str, str]) -> tuple[int, bytes]:
+    return 200, json.dumps(ANSWERS.get(f"{endpoint} {query}", EMPTY_VECTOR)).encode()
+
+
+def _empty(endpoint: str, query: str, _headers: dict[str, str]) -> tuple[int, bytes]:
+    if query == "vector(1)":
+        return 200, json.dumps(ONE).encode()
+    if endpoint == "query_range":
+        return 200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode()
+    return 200, json.dumps(EMPTY_VECTOR).encode()
+
+
+@pytest.fixture
+def recorded() -> Iterator[FakePrometheus]:
+    with FakePrometheus(_replay) as server:
+        yield server
+
+
+def test_recorded_answers_give_each_workload_its_diagnosis(recorded: FakePrometheus) -> None:
+    windows = {w.workload.name: w for w in read_prometheus(PrometheusConfig(recorded.url), window_seconds=1800, at=END)}
+    assert set(windows) == {"trainer", "chat", "slice"}
+    assert analyze_window(windows["trainer"]).primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+    assert analyze_window(windows["chat"]).primary is DiagnosisCode.UNDER_REPLICATED
+    assert analyze_window(windows["slice"]).primary is DiagnosisCode.OVERSIZED_GPU
+    slice_gpu = windows["slice"].pods[0].gpus[0]
+    assert slice_gpu.mig_profile == "3g.40gb"
+    assert Signal.GPU_UTIL not in slice_gpu.stats
+    assert windows["slice"].allocation.gpu_resource == "nvidia.com/mig-3g.40gb"
+    chat = windows["chat"]
+    assert chat.allocation.replicas == 2
+    assert {p.name for p in chat.pods} == {p.name for p in chat.pods if not p.name.startswith("dcgm-exporter")}
+    assert chat.stats[Signal.REQUESTS_PER_S].mean == pytest.approx(50.0, rel=0.25)
+    assert all(g.node for p in chat.pods for g in p.gpus)  # lowercase `hostname` was folded
+    assert windows["trainer"].pods[0].gpu_cpu_correlation is not None
+
+
+def test_query_count_does_not_depend_on_pod_count(recorded: FakePrometheus) -> None:
+    source = PrometheusSource(PrometheusConfig(recorded.url))
+    source.read(window_seconds=1800, at=END)
+    with FakePrometheus(_empty) as empty:
+        other = PrometheusSource(PrometheusConfig(empty.url))
+        assert other.read(window_seconds=1800, at=END) == []
+        assert len(empty.requests) == other.queries_sent
+    assert source.queries_sent == other.queries_sent == len(recorded.requests)
+    assert source.queries_sent < 60
+    assert all("time" not in q for _, q, _ in recorded.requests)
+
+
+def test_every_instant_query_is_evaluated_at_the_window_end(recorded: FakePrometheus) -> None:
+    seen_times: list[str] = []
+
+    def answer(endpoint: str, query: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        return _empty(endpoint, query, headers)
+
+    with FakePrometheus(answer) as server:
+        original = server.server.RequestHandlerClass._serve  # type: ignore[attr-defined]
+
+        def spy(handler: BaseHTTPRequestHandler) -> None:
+            seen_times.extend(parse_qs(urlparse(handler.path).query).get("time", []))
+            original(handler)
+
+        server.server.RequestHandlerClass.do_POST = spy  # type: ignore[attr-defined]
+        PrometheusSource(PrometheusConfig(server.url)).read(window_seconds=600, at=END)
+    assert seen_times
+    assert {float(t) for t in seen_times} == {END.timestamp()}
+
+
+def test_bearer_token_and_basic_auth_are_sent() -> None:
+    with FakePrometheus(_empty) as server:
+        read_prometheus(PrometheusConfig(server.url, bearer_token="s3cret"), window_seconds=600, at=END)
+        assert {h.get("authorization") for _, _, h in server.requests} == {"Bearer s3cret"}
+    with FakePrometheus(_empty) as server:
+        read_prometheus(PrometheusConfig(server.url, username="ops", password="pw"), window_seconds=600, at=END)
+        expected = "Basic " + base64.b64encode(b"ops:pw").decode()
+        assert {h.get("authorization") for _, _, h in server.requests} == {expected}
+
+
+def test_garbage_answers_are_clear_errors() -> None:
+    with FakePrometheus(lambda *_: (200, b"<html>login page</html>")) as server:
+        with pytest.raises(PrometheusSourceError, match="did not answer like Prometheus"):
+            read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
+    with FakePrometheus(lambda *_: (400, body)) as server:
+        with pytest.raises(PrometheusSourceError, match="refused"):
+            read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
+    odd = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}}).encode()
+    with FakePrometheus(lambda *_: (200, odd)) as server:
+        with pytest.raises(PrometheusSourceError, match="not a PromQL vector"):
+            read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
+
+
+def test_unreachable_and_slow_servers() -> None:
+    with pytest.raises(PrometheusSourceError, match="cannot reach Prometheus"):
+        read_prometheus(PrometheusConfig("http://127.0.0.1:9", retries=0), window_seconds=600, at=END)
+
+    def slow(*_: object) -> tuple[int, bytes]:
+        time.sleep(2.5)
+        return 200, json.dumps(ONE).encode()
+
+    with FakePrometheus(slow) as server:
+        with pytest.raises(PrometheusSourceError, match="did not answer within"):
+            read_prometheus(PrometheusConfig(server.url, timeout_seconds=0.5, retries=0), window_seconds=600, at=END)
+
+
+def test_label_folding_covers_every_variant() -> None:
+    folded = fold_labels("up")
+    for source in ("exported_pod", "pod_name", "exported_namespace", "pod_namespace", "Hostname", "uuid"):
+        assert f'"{source}"' in folded
