@@ -63,7 +63,7 @@ def render_table(rows: Sequence[ReportRow]) -> str:
         )
         for r in rows
     ]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(line[i]) for line in lines)]) for i, h in enumerate(headers)]
     out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     out.extend("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
     if not rows:

@@ -22,8 +22,8 @@ CHART_DIR = REPO_ROOT / "charts" / "gpu-rightsizer"
 FULL_VALUES = Path(__file__).resolve().parent / "values-full.yaml"
 RELEASE = "gpurs"
 NAMESPACE = "gpu-rightsizer"
-#: Kubernetes versions the chart is validated against (oldest supported-by-schemas and newest).
-KUBE_VERSIONS = ("1.33.0", "1.36.0")
+#: Kubernetes versions the chart is validated against: its minimum (kubeVersion), a middle one, the newest.
+KUBE_VERSIONS = ("1.29.0", "1.33.0", "1.36.0")
 #: The API groups of the optional prometheus-operator objects, declared so `helm template` renders them.
 MONITORING_API = "monitoring.coreos.com/v1"
 

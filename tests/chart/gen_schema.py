@@ -221,16 +221,24 @@ def build() -> JsonSchema:
                         "patchHorizontalPodAutoscalers": boolean("allow patching HPAs"),
                         "inPlaceResize": boolean("allow pods/resize"),
                         "serviceAccountName": service_account_name,
-                        "peering": obj(
+                        "workloadKinds": {
+                            "type": "array",
+                            "items": {"enum": ["Deployment", "StatefulSet", "CronJob", "ReplicaSet"]},
+                            "uniqueItems": True,
+                            "description": "kinds the actuator may patch: Deployment, StatefulSet, CronJob, ReplicaSet",
+                        },
+                        "replicas": {"type": "integer", "minimum": 1, "maximum": 5},
+                        "leaderElection": obj(
                             {
-                                "name": {
+                                "leaseName": {
                                     "type": "string",
-                                    "anyOf": [{"maxLength": 0}, {"pattern": DNS_SUBDOMAIN}],
+                                    "minLength": 1,
+                                    "maxLength": 253,
+                                    "pattern": DNS_SUBDOMAIN,
                                 },
-                                "createCRDs": boolean("create the kopf peering CRDs"),
-                                "priority": {"type": "integer"},
+                                "leaseDurationSeconds": {"type": "integer", "minimum": 5, "maximum": 600},
                             },
-                            required=["createCRDs"],
+                            required=["leaseName", "leaseDurationSeconds"],
                         ),
                         **pod_placement("actuator pod"),
                     },

@@ -94,18 +94,16 @@ def test_default_render_is_recommend_only(default_render: HelmResult) -> None:
     assert policy["spec"]["mode"] == "Recommend"
     dashboard = default_render.one("ConfigMap", f"{FULLNAME}-dashboard", NAMESPACE)
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
-    # the chart's CRDs are part of the render (crds/), the kopf peering CRD is not (actuator off)
+    # the chart's CRDs are part of the render (crds/), and no other CRD
     crds = {doc["metadata"]["name"] for doc in default_render.of_kind("CustomResourceDefinition")}
-    assert {"gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io"} <= crds
-    assert "clusterkopfpeerings.kopf.dev" not in crds
+    assert crds == {"gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io"}
 
 
 def test_full_render_has_every_optional_part(full_render: HelmResult) -> None:
     kinds = {doc["kind"] for doc in full_render.docs}
-    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "DaemonSet", "KopfPeering"} <= kinds
-    full_render.one("Deployment", f"{FULLNAME}-actuator", NAMESPACE)
-    crds = {doc["metadata"]["name"] for doc in full_render.of_kind("CustomResourceDefinition")}
-    assert {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} <= crds
+    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "DaemonSet", "NetworkPolicy"} <= kinds
+    actuator = full_render.one("Deployment", f"{FULLNAME}-actuator", NAMESPACE)
+    assert actuator["spec"]["replicas"] == 2
     counters = full_render.one("ConfigMap", f"{FULLNAME}-dcgm-counters", "gpu-operator")
     assert "DCGM_FI_PROF_SM_ACTIVE" in counters["data"]["gpu-rightsizer-counters.csv"]
 
@@ -135,18 +133,10 @@ def test_operator_args_follow_values(full_render: HelmResult) -> None:
         "--namespace=ml-training",
         "--namespace=ml-serving",
     ]
-    assert {e["name"]: e.get("value") for e in actuator["env"]}[
-        "GPURS_PEERING_NAME"
-    ] == "gpurs-actuator-peering"
-    # one peering object per served namespace, where kopf looks for it in namespaced mode
-    peerings = [
-        (p["metadata"]["namespace"], p["metadata"]["name"]) for p in full_render.of_kind("KopfPeering")
-    ]
-    assert sorted(peerings) == [
-        ("ml-serving", "gpurs-actuator-peering"),
-        ("ml-training", "gpurs-actuator-peering"),
-    ]
-    assert not full_render.of_kind("ClusterKopfPeering")
+    env = {e["name"]: e.get("value") for e in actuator["env"]}
+    assert env["GPURS_LEASE_NAME"] == "gpurs-actuator-lease" and env["GPURS_LEASE_SECONDS"] == "20"
+    pod_namespace = next(e for e in actuator["env"] if e["name"] == "POD_NAMESPACE")
+    assert pod_namespace["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
 def test_default_watches_all_namespaces(default_render: HelmResult) -> None:
@@ -190,8 +180,6 @@ def test_builtin_kinds_pass_kubernetes_validate(
     rendered = helm_template(helm, values_files=values_files, kube_version=kube_version)
     custom_kinds = {
         "GPURightsizingPolicy",
-        "ClusterKopfPeering",
-        "KopfPeering",
         "ServiceMonitor",
         "PodMonitor",
         "PrometheusRule",
@@ -249,7 +237,7 @@ def test_custom_resources_match_their_crds(full_render: HelmResult) -> None:
         errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
         assert not errors, f"{doc['kind']}/{doc['metadata']['name']}: {errors}"
         checked.append(doc["kind"])
-    assert sorted(checked) == ["GPURightsizingPolicy", "KopfPeering", "KopfPeering"]
+    assert checked == ["GPURightsizingPolicy"]
 
 
 # ----------------------------------------------------------------------------- Pod Security
@@ -432,14 +420,20 @@ def test_actuator_patches_only_its_namespaces(full_render: HelmResult) -> None:
         assert can(grants, "patch", "autoscaling", "horizontalpodautoscalers", namespace)
         assert can(grants, "patch", "", "pods/resize", namespace)
         assert can(grants, "patch", "gpurightsizer.io", "gpurecommendations/status", namespace)
+        # CronJob is in values-full's workloadKinds; ReplicaSet is not
+        assert can(grants, "patch", "batch", "cronjobs", namespace)
+        assert not can(grants, "patch", "apps", "replicasets", namespace)
+        assert not can(grants, "patch", "apps", "daemonsets", namespace)
     for namespace in ("research", "kube-system", "default"):
         assert not can(grants, "patch", "apps", "deployments", namespace)
         assert not can(grants, "get", "apps", "deployments", namespace)
     for group, resource, verb in FORBIDDEN_EVERYWHERE:
         assert not can(grants, verb, group, resource, "ml-training")
-    # peering: may write only its own peering object, in its own namespaces
-    assert ("kopf.dev", "kopfpeerings", "patch", "gpurs-actuator-peering") in grants["ml-training"]
-    assert not can(grants, "patch", "kopf.dev", "kopfpeerings", "ml-training")
+    # leader election: may create Leases in the release namespace, and renew only its own
+    assert can(grants, "create", "coordination.k8s.io", "leases", NAMESPACE)
+    assert ("coordination.k8s.io", "leases", "update", "gpurs-actuator-lease") in grants[NAMESPACE]
+    assert not can(grants, "update", "coordination.k8s.io", "leases", NAMESPACE)
+    assert not can(grants, "get", "apps", "deployments", NAMESPACE)
     # cluster-wide it only reads
     assert {g for g in grants["*"] if g[2] not in ("get", "list", "watch")} == set()
 
@@ -448,10 +442,9 @@ def test_actuator_cluster_wide_only_when_asked(helm: Path) -> None:
     rendered = helm_template(helm, values={"actuator.enabled": True, "actuator.clusterWide": True})
     grants = effective_grants(rendered.docs, f"{FULLNAME}-actuator")
     assert can(grants, "patch", "apps", "deployments", None)
-    assert not rendered.of_kind("Role")
-    assert ("kopf.dev", "clusterkopfpeerings", "patch", "gpu-rightsizer") in grants["*"]
-    assert not can(grants, "patch", "kopf.dev", "clusterkopfpeerings", None)
-    rendered.one("ClusterKopfPeering", "gpu-rightsizer")
+    assert [r["metadata"]["name"] for r in rendered.of_kind("Role")] == [
+        f"{FULLNAME}-actuator-leader-election"
+    ]
     args = pod_spec(rendered.one("Deployment", f"{FULLNAME}-actuator"))["containers"][0]["args"]
     assert "--all-namespaces" in args
 
@@ -580,13 +573,11 @@ def test_dcgm_counters_csv_is_well_formed() -> None:
         assert required in names
 
 
-# ------------------------------------------------------------------------- uninstall leaves CRDs only
-
-
-def test_hooks_are_limited_to_the_peering_object(full_render: HelmResult) -> None:
+def test_no_hooks(full_render: HelmResult) -> None:
+    """Everything is an ordinary release object, so `helm uninstall` removes all of it (but the CRDs)."""
     hooked = [
-        (d["kind"], d["metadata"]["name"])
+        d["metadata"]["name"]
         for d in full_render.docs
         if "helm.sh/hook" in d["metadata"].get("annotations", {})
     ]
-    assert sorted(hooked) == [("KopfPeering", "gpurs-actuator-peering")] * 2
+    assert hooked == []

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_rightsizer.testcluster.binaries import BinariesUnavailable, TestBinaries, ensure_binaries
+from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, TestBinaries, ensure_binaries
 from gpu_rightsizer.testcluster.kwok import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def testbins() -> TestBinaries:
     """The pinned cluster binaries (built on first use; cached outside the repository)."""
     try:
         return ensure_binaries(build=True)
-    except BinariesUnavailable as error:
+    except BinariesUnavailableError as error:
         if os.environ.get("CI"):
             raise
         pytest.skip(f"local cluster binaries unavailable: {error}")
@@ -54,7 +54,9 @@ class Kube:
     def kubeconfig(self) -> Path:
         return self.cluster.kubeconfig
 
-    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl(*args, input_text=input_text, check=check)
 
     def apply(self, *objects: dict[str, Any]) -> None:
@@ -65,7 +67,7 @@ class Kube:
 
     @property
     def api(self) -> Any:
-        from kubernetes import client, config
+        from kubernetes import config
 
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
@@ -81,11 +83,16 @@ class Kube:
             except Exception as error:  # keep polling through transient API errors
                 last_error = error
             time.sleep(0.5)
-        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+        pytest.fail(
+            f"timed out after {timeout:.0f} s waiting for {what}"
+            + (f" (last error: {last_error})" if last_error else "")
+        )
 
     def create_namespace(self, prefix: str, labels: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}})
+        self.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+        )
         return name
 
 
@@ -101,7 +108,9 @@ def kube(testbins: TestBinaries, tmp_path_factory: pytest.TempPathFactory) -> It
             objects = [doc for path in crds for doc in yaml.safe_load_all(path.read_text()) if doc]
             cluster.apply(objects)
             for doc in objects:
-                cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{doc['metadata']['name']}")
+                cluster.kubectl(
+                    "wait", "--for=condition=Established", "--timeout=60s", f"crd/{doc['metadata']['name']}"
+                )
         yield Kube(cluster)
     finally:
         cluster.down()
@@ -146,7 +155,9 @@ class Background:
 def start_background(args: list[str], log: Path, env: dict[str, str] | None = None) -> Background:
     """Start a process with stdout+stderr into `log`."""
     handle = log.open("wb")
-    process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    process = subprocess.Popen(
+        args, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     return Background(process=process, log=log)
 
 
@@ -165,7 +176,9 @@ def live_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
          "--host", "127.0.0.1", "--port", str(port)],
         workdir / "simulator.log",
     )  # fmt: skip
-    prometheus = PrometheusServer(workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="2s")
+    prometheus = PrometheusServer(
+        workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="2s"
+    )
     try:
         try:
             _wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60, process=simulator.process)

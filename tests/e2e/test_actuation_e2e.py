@@ -4,11 +4,13 @@ Prometheus, and `gpu-rightsizer run --role all` patching, verifying and rolling 
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 import urllib.request
 import uuid
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.conftest import Kube
@@ -57,10 +59,36 @@ def running_pods(kube: Kube, namespace: str, app: str) -> list[dict[str, Any]]:
     return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
 
 
+def settled(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    """The apply status once the change is Verified or RolledBack."""
+    state = apply_state(kube, namespace, name)
+    return state if state.get("state") in ("Verified", "RolledBack") else None
+
+
 def promql(url: str, query: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=10) as answer:
         result: list[dict[str, Any]] = json.load(answer)["data"]["result"]
     return result
+
+
+def show(kube: Kube, namespace: str, operator: Any) -> str:
+    """Diagnostics for a failed wait: the recommendations and the operator's log tail."""
+    recs = kube.kubectl("get", "gpurecommendations", "-n", namespace, "-o", "yaml", check=False).stdout
+    return f"\n--- recommendations ---\n{recs[-4000:]}\n--- operator log ---\n{operator.output()[-5000:]}"
+
+
+def wait(kube: Kube, predicate: Any, timeout: float, what: str, namespace: str, operator: Any) -> Any:
+    """`kube.wait_for` that shows the recommendations and the operator's log when it times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception:  # keep polling through transient API errors
+            pass
+        time.sleep(1)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{show(kube, namespace, operator)}")
 
 
 def events_for(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -79,7 +107,7 @@ def test_cpu_starved_trainer_is_patched_and_verified(kube: Kube, live_metrics: s
         status = recommendation(kube, namespace, "deployment-trainer").get("status") or {}
         return status if (status.get("diagnosis") or {}).get("primary") == "InputPipelineCPUBound" else None
 
-    status = kube.wait_for(diagnosed, timeout=180, what="InputPipelineCPUBound on the trainer")
+    status = wait(kube, diagnosed, 150, "InputPipelineCPUBound on the trainer", namespace, operator)
     cpu_action = next(a for a in status["actions"] if a["type"] == "cpu")
     assert "1" in cpu_action["from"]
 
@@ -87,7 +115,7 @@ def test_cpu_starved_trainer_is_patched_and_verified(kube: Kube, live_metrics: s
         limits = container_resources(kube, namespace, "trainer")["limits"]
         return limits if limits["cpu"] != "1" else None
 
-    limits = kube.wait_for(patched, timeout=120, what="the Deployment's CPU limit to be raised\n" + operator.output()[-3000:])
+    limits = wait(kube, patched, 120, "the Deployment's CPU limit to be raised", namespace, operator)
     new_cpu = limits["cpu"]
     assert float(new_cpu.rstrip("m")) / (1000 if new_cpu.endswith("m") else 1) > 1
     assert container_resources(kube, namespace, "trainer")["requests"]["cpu"] == new_cpu
@@ -113,11 +141,7 @@ def test_cpu_starved_trainer_is_patched_and_verified(kube: Kube, live_metrics: s
     )
     assert float(busy[0]["value"][1]) > record["baseline"]["gpuBusyP95"]
 
-    final = kube.wait_for(
-        lambda: apply_state(kube, namespace, "deployment-trainer") if apply_state(kube, namespace, "deployment-trainer").get("state") in ("Verified", "RolledBack") else None,
-        timeout=240,
-        what="the change to be verified\n" + operator.output()[-3000:],
-    )
+    final = wait(kube, lambda: settled(kube, namespace, "deployment-trainer"), 240, "the change to be verified", namespace, operator)
     assert final["state"] == "Verified", final
     assert record["changeId"] in final["reason"]
     reasons = {e["reason"] for e in events_for(kube, namespace, "trainer")}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from gpu_rightsizer.testcluster.prometheus import PrometheusServer
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(
-        not (shutil.which("prometheus") and shutil.which("promtool")), reason="prometheus/promtool not installed"
+        not (shutil.which("prometheus") and shutil.which("promtool")),
+        reason="prometheus/promtool not installed",
     ),
 ]
 
@@ -48,7 +50,9 @@ def _scenarios() -> list[Scenario]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Scenario], list[Scenario]]]:
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, list[Scenario], list[Scenario]]]:
     """A Prometheus holding backfilled history in both label styles; always stopped."""
     workdir = tmp_path_factory.mktemp("prometheus")
     plain = _scenarios()
@@ -115,3 +119,83 @@ def test_table_output_lists_every_workload(
     assert table.splitlines()[0].split()[:2] == ["WORKLOAD", "DIAGNOSIS"]
     for scenario in plain:
         assert f"e2e/{scenario.kind}/{scenario.name}" in table
+
+
+def test_live_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
+    """Live mode: pods from the API → simulated /metrics → a real Prometheus scrape → the Prometheus source."""
+    from datetime import UTC, datetime, timedelta
+    from typing import Any
+
+    from kubernetes.client import (
+        V1Container,
+        V1NodeList,
+        V1ObjectMeta,
+        V1OwnerReference,
+        V1Pod,
+        V1PodList,
+        V1PodSpec,
+        V1PodStatus,
+        V1ResourceRequirements,
+    )
+
+    from gpu_rightsizer.adapters.prometheus import PrometheusConfig, read_prometheus
+    from gpu_rightsizer.model.observation import Signal
+    from gpu_rightsizer.sim.live import serve
+    from gpu_rightsizer.testcluster.prometheus import free_port
+
+    started = datetime.now(tz=UTC) - timedelta(hours=1)
+    pod = V1Pod(
+        metadata=V1ObjectMeta(
+            name="loader-7c9-x1",
+            namespace="live",
+            annotations={"sim.gpurightsizer.io/scenario": "input-cpu-bound"},
+            labels={"pod-template-hash": "7c9"},
+            owner_references=[
+                V1OwnerReference(
+                    api_version="apps/v1", kind="ReplicaSet", name="loader-7c9", uid="u", controller=True
+                )
+            ],
+            creation_timestamp=started,
+        ),
+        spec=V1PodSpec(
+            node_name="gpu-node-1",
+            containers=[
+                V1Container(
+                    name="main",
+                    resources=V1ResourceRequirements(limits={"cpu": "2", "nvidia.com/gpu": "1"}),
+                )
+            ],
+        ),
+        status=V1PodStatus(phase="Running", start_time=started),
+    )
+
+    class CoreApi:
+        def list_pod_for_all_namespaces(self, **_: Any) -> V1PodList:
+            return V1PodList(items=[pod])
+
+        def list_node(self, **_: Any) -> V1NodeList:
+            return V1NodeList(items=[])
+
+    port = free_port()
+    exporter = serve(CoreApi(), port)
+    server = PrometheusServer(workdir=tmp_path, scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="1s")
+    try:
+        server.start()
+        deadline = time.monotonic() + 60
+        windows: list[Any] = []
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            windows = read_prometheus(PrometheusConfig(server.url), window_seconds=60, step_seconds=1)
+            if windows and windows[0].pods and windows[0].pods[0].gpus:
+                gpu = windows[0].pods[0].gpus[0]
+                if gpu.stats.get(Signal.GR_ENGINE_ACTIVE) and gpu.stats[Signal.GR_ENGINE_ACTIVE].samples >= 5:
+                    break
+    finally:
+        server.stop()
+        exporter.shutdown()
+    assert [w.workload.key for w in windows] == ["live/Deployment/loader"]
+    window = windows[0]
+    assert window.allocation.cpu_limit_cores == 2.0
+    busy = window.pods[0].gpus[0].stats[Signal.GR_ENGINE_ACTIVE]
+    assert busy.samples >= 5
+    assert busy.p95 < 0.5  # starved of CPU

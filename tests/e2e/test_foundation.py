@@ -29,7 +29,9 @@ def _promql(url: str, query: str) -> list[dict[str, Any]]:
 def test_gpu_deployment_runs_on_fake_h100_and_gets_a_recommendation(kube: Kube, run_operator: Any) -> None:
     namespace = kube.create_namespace("foundation")
     kube.apply(gpu_deployment("trainer", namespace, scenario="input-cpu-bound", cpu="1"))
-    pods = kube.wait_for(lambda: _running_pods(kube, namespace, "trainer"), timeout=90, what="a Running trainer pod")
+    pods = kube.wait_for(
+        lambda: _running_pods(kube, namespace, "trainer"), timeout=90, what="a Running trainer pod"
+    )
     node = kube.get_json("node", pods[0]["spec"]["nodeName"])
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
 
@@ -41,7 +43,11 @@ def test_gpu_deployment_runs_on_fake_h100_and_gets_a_recommendation(kube: Kube, 
     )[0]
     deployment = kube.get_json("deployment", "-n", namespace, "trainer")
     assert recommendation["metadata"]["name"] == "deployment-trainer"
-    assert recommendation["spec"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"}
+    assert recommendation["spec"]["targetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "trainer",
+    }
     owner = recommendation["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"]) == ("Deployment", deployment["metadata"]["uid"])
 
@@ -84,7 +90,9 @@ def test_prometheus_serves_simulated_dcgm_series_of_the_pod(kube: Kube, live_met
     pod = kube.wait_for(lambda: _running_pods(kube, namespace, "server"), timeout=90, what="a Running pod")[0]
     name = pod["metadata"]["name"]
     series = kube.wait_for(
-        lambda: _promql(live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{name}"}}'),
+        lambda: _promql(
+            live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{name}"}}'
+        ),
         timeout=60,
         what="Prometheus to scrape the pod's simulated DCGM series",
     )

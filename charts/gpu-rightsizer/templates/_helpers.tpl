@@ -70,10 +70,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-agent" (include "gpurs.fullname" .)) .Values.agent.serviceAccountName }}
 {{- end }}
 
-{{- define "gpurs.actuator.peeringName" -}}
-{{- .Values.actuator.peering.name }}
-{{- end }}
-
 {{- define "gpurs.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "gpurs.fullname" .) }}
 {{- end }}
@@ -113,6 +109,9 @@ Included once from every template that depends on them (Helm evaluates all templ
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if ne (len .Values.actuator.workloadKinds) (len (uniq .Values.actuator.workloadKinds)) }}
+{{- fail "actuator.workloadKinds lists a kind more than once" }}
+{{- end }}
 {{- if and .Values.agent.profilingAsAdmin (not .Values.agent.enabled) }}
 {{- fail "agent.profilingAsAdmin=true has no effect unless agent.enabled=true" }}
 {{- end }}
@@ -142,12 +141,11 @@ Prometheus connection: container args. Call with the root context.
 Operator environment shared by the recommender and the actuator.
 */}}
 {{- define "gpurs.operatorEnv" -}}
-- name: GPURS_OPERATOR_NAMESPACE
+- name: POD_NAMESPACE
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
-# kopf uses POD_ID as its identity in peering records, so a restarted pod is recognisable.
-- name: POD_ID
+- name: POD_NAME
   valueFrom:
     fieldRef:
       fieldPath: metadata.name

@@ -13,9 +13,11 @@ summed. Data problems become `WorkloadWindow.warnings`.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,7 +69,9 @@ class PodInfo:
     memory_limit: float | None = None
     gpu_resource: str | None = None
     gpu_count: float = 0.0
-    gpu_amounts: dict[tuple[str, str, bool], float] = field(default_factory=dict)  # (resource, container, limit)
+    gpu_amounts: dict[tuple[str, str, bool], float] = field(
+        default_factory=dict
+    )  # (resource, container, limit)
     workload_type: str | None = None
     restarts: float = 0.0
     oom_killed: bool = False
@@ -102,10 +106,24 @@ class Inventory:
             kind = labels.get("owner_kind", mn.KSM_NO_OWNER)
             if kind != mn.KSM_NO_OWNER or info.owner_kind is None:
                 info.owner_kind, info.owner_name = kind, labels.get("owner_name", mn.KSM_NO_OWNER)
-        elif metric == mn.KSM_REPLICASET_OWNER and value > 0 and labels.get("owner_kind", mn.KSM_NO_OWNER) != mn.KSM_NO_OWNER:
-            self.replicaset_owner[(namespace, labels.get("replicaset", ""))] = (labels["owner_kind"], labels["owner_name"])
-        elif metric == mn.KSM_JOB_OWNER and value > 0 and labels.get("owner_kind", mn.KSM_NO_OWNER) != mn.KSM_NO_OWNER:
-            self.job_owner[(namespace, labels.get("job_name", ""))] = (labels["owner_kind"], labels["owner_name"])
+        elif (
+            metric == mn.KSM_REPLICASET_OWNER
+            and value > 0
+            and labels.get("owner_kind", mn.KSM_NO_OWNER) != mn.KSM_NO_OWNER
+        ):
+            self.replicaset_owner[(namespace, labels.get("replicaset", ""))] = (
+                labels["owner_kind"],
+                labels["owner_name"],
+            )
+        elif (
+            metric == mn.KSM_JOB_OWNER
+            and value > 0
+            and labels.get("owner_kind", mn.KSM_NO_OWNER) != mn.KSM_NO_OWNER
+        ):
+            self.job_owner[(namespace, labels.get("job_name", ""))] = (
+                labels["owner_kind"],
+                labels["owner_name"],
+            )
         elif metric == mn.KSM_POD_INFO and pod_name:
             self.pod(namespace, pod_name).node = labels.get(mn.NODE_LABEL) or None
         elif metric == mn.KSM_POD_LABELS and pod_name and labels.get(mn.POD_LABEL_WORKLOAD_TYPE):
@@ -122,10 +140,8 @@ class Inventory:
             if labels.get(mn.NODE_LABEL_GPU_PRODUCT):
                 self.node_product[node] = labels[mn.NODE_LABEL_GPU_PRODUCT]
             if labels.get(mn.NODE_LABEL_GPU_MEMORY):
-                try:
+                with contextlib.suppress(ValueError):
                     self.node_memory_mib[node] = float(labels[mn.NODE_LABEL_GPU_MEMORY])
-                except ValueError:
-                    pass
             if labels.get(mn.NODE_LABEL_GPU_SHARING):
                 self.node_sharing[node] = labels[mn.NODE_LABEL_GPU_SHARING]
         elif metric == mn.KSM_DEPLOYMENT_REPLICAS and labels.get("deployment"):
@@ -137,7 +153,9 @@ class Inventory:
                 labels.get("scaletargetref_kind", ""),
                 labels.get("scaletargetref_name", ""),
             )
-        elif metric in (mn.KSM_HPA_MIN_REPLICAS, mn.KSM_HPA_MAX_REPLICAS) and labels.get("horizontalpodautoscaler"):
+        elif metric in (mn.KSM_HPA_MIN_REPLICAS, mn.KSM_HPA_MAX_REPLICAS) and labels.get(
+            "horizontalpodautoscaler"
+        ):
             bound = "min" if metric == mn.KSM_HPA_MIN_REPLICAS else "max"
             self.hpa_bounds.setdefault((namespace, labels["horizontalpodautoscaler"]), {})[bound] = int(value)
 
@@ -173,7 +191,9 @@ class Inventory:
             kind, name = self.replicaset_owner.get((namespace, name), (kind, name))
         elif kind == "Job":
             kind, name = self.job_owner.get((namespace, name), (kind, name))
-        return WorkloadRef(namespace=namespace, kind=kind, name=name, api_version=_KIND_API.get(kind, "apps/v1"))
+        return WorkloadRef(
+            namespace=namespace, kind=kind, name=name, api_version=_KIND_API.get(kind, "apps/v1")
+        )
 
     def hpa_for(self, ref: WorkloadRef) -> HPAInfo | None:
         """The HPA that targets the workload, if any."""
@@ -181,7 +201,9 @@ class Inventory:
             if namespace == ref.namespace and kind == ref.kind and name == ref.name:
                 bounds = self.hpa_bounds.get((namespace, hpa_name), {})
                 if "max" in bounds:
-                    return HPAInfo(name=hpa_name, min_replicas=bounds.get("min", 1), max_replicas=max(1, bounds["max"]))
+                    return HPAInfo(
+                        name=hpa_name, min_replicas=bounds.get("min", 1), max_replicas=max(1, bounds["max"])
+                    )
         return None
 
 
@@ -252,7 +274,10 @@ class SeriesCollector:
         pod = mn.first_label(labels, mn.POD_LABELS)
         if name in mn.GPU_SIGNAL_BY_METRIC or name in (mn.DCGM_CLOCKS_EVENT_REASONS, mn.DCGM_XID_ERRORS):
             self._add_gpu(name, labels, namespace, pod, timestamp, value)
-        elif name in mn.POD_SIGNAL_BY_METRIC or name in (mn.CADVISOR_CPU_PERIODS, mn.CADVISOR_CPU_THROTTLED_PERIODS):
+        elif name in mn.POD_SIGNAL_BY_METRIC or name in (
+            mn.CADVISOR_CPU_PERIODS,
+            mn.CADVISOR_CPU_THROTTLED_PERIODS,
+        ):
             if pod:
                 container = mn.first_label(labels, mn.CONTAINER_LABELS) or ""
                 extra = labels.get("interface") or labels.get("device") or ""
@@ -261,7 +286,13 @@ class SeriesCollector:
             self._pod(namespace, pod).serving[name].append((timestamp, value))
 
     def _add_gpu(
-        self, name: str, labels: dict[str, str], namespace: str, pod: str | None, timestamp: float, value: float
+        self,
+        name: str,
+        labels: dict[str, str],
+        namespace: str,
+        pod: str | None,
+        timestamp: float,
+        value: float,
     ) -> None:
         key = device_key(labels)
         if key is None:
@@ -337,7 +368,9 @@ def pod_observation(
         node = node or device.node
         signals = dict(device.signals)
         clock_events = device.clock_events
-        board = boards.get((device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid))
+        board = boards.get(
+            (device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid)
+        )
         if board is not None:
             for signal, samples in board.signals.items():
                 signals.setdefault(signal, samples)
@@ -352,6 +385,13 @@ def pod_observation(
                     f"{series.namespace}/{series.pod}: {signal.value} on {device.uuid} has only NaN or DCGM "
                     "blank values"
                 )
+        holes = st.gaps([t for t, v in _busy_samples(device) if not st.is_missing(v)], step)
+        if holes:
+            longest = max(b - a for a, b in holes)
+            warnings.append(
+                f"{series.namespace}/{series.pod}: {len(holes)} gap(s) in the GPU series of {device.uuid}, "
+                f"the longest {longest:.0f}s"
+            )
         if clock_events:
             throttle = _stats(st.throttle_flags(clock_events), Signal.THROTTLE_FRACTION)
             if throttle is not None:
@@ -440,7 +480,9 @@ def allocation_for(
     if mig_profile is None:
         mig_profile = next((g.mig_profile for p in pods for g in p.gpus if g.mig_profile), None)
     model_name = next((g.model_name for p in pods for g in p.gpus if g.model_name), None)
-    gpu_count = int(first.gpu_count) if first and first.gpu_count else max((len(p.gpus) for p in pods), default=0)
+    gpu_count = (
+        int(first.gpu_count) if first and first.gpu_count else max((len(p.gpus) for p in pods), default=0)
+    )
     memory = next((g.memory_total_mib for p in pods for g in p.gpus if g.memory_total_mib), None)
     if memory is None and node in inventory.node_memory_mib and mig_profile is None:
         memory = inventory.node_memory_mib[node or ""]
@@ -461,7 +503,9 @@ def allocation_for(
     return Allocation(
         gpu_resource=gpu_resource,
         gpu_count=max(0, gpu_count),
-        gpu_model=product.split("-MIG-", 1)[0] if product else (model_name.replace(" ", "-") if model_name else None),
+        gpu_model=product.split("-MIG-", 1)[0]
+        if product
+        else (model_name.replace(" ", "-") if model_name else None),
         gpu_memory_mib=memory,
         mig_profile=mig_profile,
         sharing=sharing,
@@ -550,7 +594,7 @@ def _split_series_lines(text: str) -> tuple[str, list[tuple[str, str, str | None
             reduced.append(line)
             continue
         if " # " in line:  # exemplar: let the library handle the whole line
-            raise _SlowPath
+            raise _SlowPathError
         brace = line.rfind("}")
         if brace >= 0:
             prefix, fields = line[: brace + 1], line[brace + 1 :].split()
@@ -558,7 +602,7 @@ def _split_series_lines(text: str) -> tuple[str, list[tuple[str, str, str | None
             parts = line.split()
             prefix, fields = parts[0], parts[1:]
         if not 1 <= len(fields) <= 2:
-            raise _SlowPath
+            raise _SlowPathError
         rows.append((prefix, fields[0], fields[1] if len(fields) == 2 else None))
         if prefix not in seen:
             seen.add(prefix)
@@ -566,18 +610,20 @@ def _split_series_lines(text: str) -> tuple[str, list[tuple[str, str, str | None
     return "\n".join(reduced) + "\n", rows, len(seen)
 
 
-class _SlowPath(Exception):
+class _SlowPathError(Exception):
     """The fast path cannot handle this text; parse it line by line with the library."""
 
 
 def _library_samples(text: str, is_openmetrics: bool) -> Iterator[ParsedSample]:
     if is_openmetrics:
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+        from prometheus_client.openmetrics import parser as openmetrics_text
 
+        parse_om: Callable[[str], Iterable[object]] = openmetrics_text.text_string_to_metric_families
         families: Iterable[object] = parse_om(text)
     else:
-        from prometheus_client.parser import text_string_to_metric_families as parse_prom
+        from prometheus_client import parser as prometheus_text
 
+        parse_prom: Callable[[str], Iterable[object]] = prometheus_text.text_string_to_metric_families
         families = parse_prom(text)
     for family in families:
         for sample in family.samples:  # type: ignore[attr-defined]
@@ -596,7 +642,7 @@ def parse_text(text: str, origin: str = "<text>") -> Iterator[ParsedSample]:
     try:
         try:
             reduced, rows, distinct = _split_series_lines(text)
-        except _SlowPath:
+        except _SlowPathError:
             yield from _library_samples(text, is_openmetrics)
             return
         heads = list(_library_samples(reduced, is_openmetrics))
@@ -628,7 +674,7 @@ def infer_step(timestamps: Iterable[float]) -> float:
     ordered = sorted(set(timestamps))
     if len(ordered) < 2:
         return 60.0
-    diffs = sorted(b - a for a, b in zip(ordered, ordered[1:], strict=False))
+    diffs = sorted(b - a for a, b in itertools.pairwise(ordered))
     return max(1.0, diffs[len(diffs) // 2])
 
 
@@ -656,7 +702,7 @@ def windows_from_samples(
     for name, labels, value, ts in stamped:
         if start <= ts <= end:
             collector.add(name, labels, ts, value)
-            if name == mn.DCGM_GR_ENGINE_ACTIVE or name == mn.DCGM_GPU_UTIL:
+            if name in (mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_GPU_UTIL):
                 step_candidates.append(ts)
     collector.finish_inventory()
     step = step_seconds or infer_step(step_candidates)
@@ -681,7 +727,9 @@ def windows_from_samples(
     for key, info in collector.inventory.pods.items():
         if key not in observations and info.gpu_resource:
             observations[key] = PodObservation(name=key[1], node=info.node, restarts=int(info.restarts))
-            pod_warnings[key] = [f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU or container series"]
+            pod_warnings[key] = [
+                f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU or container series"
+            ]
     workload_stats = _workload_serving_stats(collector, step)
     return assemble_windows(
         collector.inventory,
@@ -707,7 +755,11 @@ def _workload_serving_stats(collector: SeriesCollector, step: float) -> dict[str
     out: dict[str, dict[Signal, SignalStats]] = {}
     for ref_key, signals in per_workload.items():
         for signal, parts in signals.items():
-            combined = st.mean_aligned(parts, step) if signal is Signal.QUEUE_TIME_MS else st.sum_aligned(parts, step)
+            combined = (
+                st.mean_aligned(parts, step)
+                if signal is Signal.QUEUE_TIME_MS
+                else st.sum_aligned(parts, step)
+            )
             summary = _stats(combined, signal)
             if summary is not None:
                 out.setdefault(ref_key, {})[signal] = summary

@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows
@@ -166,7 +167,7 @@ class PrometheusSource:
             auth=auth,
             session=session,
             retry=Retry(total=config.retries, backoff_factor=0.2, status_forcelist=(502, 503, 504)),
-            timeout=int(math.ceil(config.timeout_seconds)),
+            timeout=math.ceil(config.timeout_seconds),
             method="POST",
         )
         self.queries_sent = 0
@@ -176,6 +177,10 @@ class PrometheusSource:
         self.queries_sent += 1
         try:
             result = send()
+        except requests.exceptions.JSONDecodeError as error:
+            raise PrometheusSourceError(
+                f"{self.config.url} did not answer like Prometheus ({what}): the answer is not JSON: {error}"
+            ) from error
         except requests.exceptions.SSLError as error:
             raise PrometheusSourceError(f"TLS error talking to {self.config.url}: {error}") from error
         except requests.exceptions.Timeout as error:
@@ -191,7 +196,9 @@ class PrometheusSource:
                 f"{self.config.url} did not answer like Prometheus ({what}): {error}"
             ) from error
         if not isinstance(result, list) or not all(isinstance(r, dict) and "metric" in r for r in result):
-            raise PrometheusSourceError(f"{self.config.url} returned something that is not a PromQL vector ({what})")
+            raise PrometheusSourceError(
+                f"{self.config.url} returned something that is not a PromQL vector ({what})"
+            )
         return result
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
@@ -238,7 +245,10 @@ class PrometheusSource:
         for source in mn.GPU_SIGNAL_SOURCES:
             floor = mn.ACTIVITY_FLOORS.get(source.signal)
             raw_floor = floor / source.scale if floor is not None else None
-            jobs[f"gpu:{source.metric}"] = ("gpu", stats_query(_gpu_expr(source.metric), window_seconds, step, raw_floor))
+            jobs[f"gpu:{source.metric}"] = (
+                "gpu",
+                stats_query(_gpu_expr(source.metric), window_seconds, step, raw_floor),
+            )
         jobs["gpu:throttle"] = ("gpu", stats_query(_throttle_expr, window_seconds, step, 0.0))
         xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
         jobs["xid"] = (
@@ -260,7 +270,10 @@ class PrometheusSource:
         )
         serving = self._serving_exprs(rate_window)
         for signal, expr in serving.items():
-            jobs[f"pod:{signal.value}"] = ("pod", stats_query(expr, window_seconds, step, mn.ACTIVITY_FLOORS.get(signal)))
+            jobs[f"pod:{signal.value}"] = (
+                "pod",
+                stats_query(expr, window_seconds, step, mn.ACTIVITY_FLOORS.get(signal)),
+            )
         for metric in _KSM_METRICS:
             jobs[f"ksm:{metric}"] = ("ksm", f"last_over_time({metric}[{_duration(window_seconds)}])")
         jobs[f"ksm:{mn.KSM_POD_RESTARTS}"] = (
@@ -275,13 +288,18 @@ class PrometheusSource:
         )
         ranges["range:cpu"] = _rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True)("")
         total = len(jobs) + len(ranges)
-        say(f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})")
+        say(
+            f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})"
+        )
         results: dict[str, list[dict[str, Any]]] = {}
         done = 0
         with ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency)) as pool:
             futures = {name: pool.submit(self.instant, name, query, end) for name, (_, query) in jobs.items()}
             futures.update(
-                {name: pool.submit(self.range, name, query, start, end, coarse) for name, query in ranges.items()}
+                {
+                    name: pool.submit(self.range, name, query, start, end, coarse)
+                    for name, query in ranges.items()
+                }
             )
             for name, future in futures.items():
                 results[name] = future.result()
@@ -337,10 +355,13 @@ class PrometheusSource:
                     device_id = f"{uuid}-{label_map['GPU_I_ID']}" if label_map.get("GPU_I_ID") else uuid
                     if label_map.get("pod"):
                         key = (label_map.get("namespace", ""), label_map["pod"])
-                        entry = devices[key].setdefault(device_id, {"labels": label_map, "stats": {}, "xids": set()})
+                        entry = devices[key].setdefault(
+                            device_id, {"labels": label_map, "stats": {}, "xids": set()}
+                        )
                     else:
                         entry = boards.setdefault(
-                            (label_map.get("hostname", ""), uuid), {"labels": label_map, "stats": {}, "xids": set()}
+                            (label_map.get("hostname", ""), uuid),
+                            {"labels": label_map, "stats": {}, "xids": set()},
                         )
                     entry["stats"][signal] = summary
             elif kind == "pod":
@@ -349,13 +370,13 @@ class PrometheusSource:
                     label_map = dict(labels)
                     pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = summary
         for row in results.get("xid", []):
-            labels = dict(row["metric"])
-            if not labels.get("pod"):
+            xid_labels: dict[str, str] = dict(row["metric"])
+            if not xid_labels.get("pod"):
                 continue
-            key = (labels.get("namespace", ""), labels["pod"])
-            uuid = labels.get("UUID") or f"gpu{labels.get('gpu', '?')}"
-            device_id = f"{uuid}-{labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else uuid
-            entry = devices[key].setdefault(device_id, {"labels": labels, "stats": {}, "xids": set()})
+            key = (xid_labels.get("namespace", ""), xid_labels["pod"])
+            uuid = xid_labels.get("UUID") or f"gpu{xid_labels.get('gpu', '?')}"
+            device_id = f"{uuid}-{xid_labels['GPU_I_ID']}" if xid_labels.get("GPU_I_ID") else uuid
+            entry = devices[key].setdefault(device_id, {"labels": xid_labels, "stats": {}, "xids": set()})
             value = _value(row)
             if not st.is_missing(value):
                 entry["xids"].add(int(value))
@@ -433,8 +454,14 @@ class PrometheusSource:
             for key, samples in _range_by_pod(results.get(f"range:{signal.value}", [])).items():
                 per_workload[inventory.workload_of(*key).key].append(samples)
             for ref_key, parts in per_workload.items():
-                combined = st.mean_aligned(parts, coarse) if signal is Signal.QUEUE_TIME_MS else st.sum_aligned(parts, coarse)
-                summary = st.summarize(combined, activity_floor=mn.ACTIVITY_FLOORS.get(signal), sawtooth_floor=None)
+                combined = (
+                    st.mean_aligned(parts, coarse)
+                    if signal is Signal.QUEUE_TIME_MS
+                    else st.sum_aligned(parts, coarse)
+                )
+                summary = st.summarize(
+                    combined, activity_floor=mn.ACTIVITY_FLOORS.get(signal), sawtooth_floor=None
+                )
                 if summary is not None:
                     out.setdefault(ref_key, {})[signal] = summary
         return out
@@ -474,8 +501,17 @@ def _stats_by_series(
             continue
         spread = (values.get("p95", 0.0) - values.get("p05", 0.0)) * abs(scale)
         sawtooth = None
-        if signal in mn.RATIO_SIGNALS and count >= 3 and "absstep" in values and not math.isnan(values["absstep"]):
-            sawtooth = 0.0 if spread < st.DEFAULT_SAWTOOTH_FLOOR else min(1.0, values["absstep"] * abs(scale) / spread)
+        if (
+            signal in mn.RATIO_SIGNALS
+            and count >= 3
+            and "absstep" in values
+            and not math.isnan(values["absstep"])
+        ):
+            sawtooth = (
+                0.0
+                if spread < st.DEFAULT_SAWTOOTH_FLOOR
+                else min(1.0, values["absstep"] * abs(scale) / spread)
+            )
         active = values.get("active")
         trend = values.get("trend")
         out[identity] = SignalStats(

@@ -53,9 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
     source.add_argument("--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file")
-    parser.add_argument("--window", type=parse_duration, default=3600.0, help="observation window (default 1h)")
-    parser.add_argument("--at", type=parse_time, default=None, help="end of the window (default: now / newest sample)")
-    parser.add_argument("--step", type=parse_duration, default=None, help="sample step (default: inferred, 60s)")
+    parser.add_argument(
+        "--window", type=parse_duration, default=3600.0, help="observation window (default 1h)"
+    )
+    parser.add_argument(
+        "--at", type=parse_time, default=None, help="end of the window (default: now / newest sample)"
+    )
+    parser.add_argument(
+        "--step", type=parse_duration, default=None, help="sample step (default: inferred, 60s)"
+    )
     parser.add_argument("-n", "--namespace", default=None, help="only this namespace")
     parser.add_argument("--workload", default=None, help="only this workload (NAME or KIND/NAME)")
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
@@ -71,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--username", default=None, help="basic-auth user (env PROMETHEUS_USERNAME)")
     auth.add_argument("--password", default=None, help="basic-auth password (env PROMETHEUS_PASSWORD)")
     auth.add_argument("--ca-file", default=None, help="CA bundle to verify the server's TLS certificate")
-    auth.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates")
+    auth.add_argument(
+        "--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates"
+    )
     auth.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
 
@@ -82,17 +90,17 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
-    from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics  # noqa: PLC0415
-    from gpu_rightsizer.adapters.prometheus import (  # noqa: PLC0415
+    from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
+    from gpu_rightsizer.adapters.prometheus import (
         PrometheusConfig,
         PrometheusSourceError,
         read_prometheus,
     )
-    from gpu_rightsizer.logic.engine import analyze_window  # noqa: PLC0415
-    from gpu_rightsizer.model.codes import SharingStrategy  # noqa: PLC0415
-    from gpu_rightsizer.report import ReportRow, render  # noqa: PLC0415
+    from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.model.codes import SharingStrategy
+    from gpu_rightsizer.report import ReportRow, render
 
     started = time.monotonic()
     try:

@@ -22,7 +22,9 @@ def state_dir(name: str) -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`cluster up|down [--name NAME]`."""
-    parser.add_argument("action", choices=["up", "down", "kubeconfig"], help="create, delete, or print the kubeconfig path")
+    parser.add_argument(
+        "action", choices=["up", "down", "kubeconfig"], help="create, delete, or print the kubeconfig path"
+    )
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"cluster name (default {DEFAULT_NAME})")
 
 
@@ -35,7 +37,7 @@ def crd_objects() -> list[dict[str, object]]:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out the action; errors are one clear line on stderr and exit code 1."""
-    from gpu_rightsizer.testcluster.binaries import BinariesUnavailable, ensure_binaries
+    from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, ensure_binaries
     from gpu_rightsizer.testcluster.kwok import ClusterError, LocalCluster
 
     workdir = state_dir(args.name)
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         cluster.up()
         cluster.apply(crd_objects())
-    except (BinariesUnavailable, ClusterError) as error:
+    except (BinariesUnavailableError, ClusterError) as error:
         print(f"gpu-rightsizer cluster {args.action}: {error}", file=sys.stderr)
         return 1
     print(f"export KUBECONFIG={cluster.kubeconfig}")

@@ -8,6 +8,7 @@ Percentiles interpolate linearly between closest ranks, as numpy's default and P
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -71,7 +72,7 @@ def sawtooth_score(values: Sequence[float], floor: float = DEFAULT_SAWTOOTH_FLOO
     spread = percentile(ordered, 0.95) - percentile(ordered, 0.05)
     if spread < floor:
         return 0.0
-    mean_step = sum(abs(b - a) for a, b in zip(values, values[1:], strict=False)) / (len(values) - 1)
+    mean_step = sum(abs(b - a) for a, b in itertools.pairwise(values)) / (len(values) - 1)
     return min(1.0, mean_step / spread)
 
 
@@ -115,7 +116,7 @@ def counter_rates(samples: Iterable[Sample]) -> list[Sample]:
     """
     kept = clean(samples)
     rates: list[Sample] = []
-    for (t0, v0), (t1, v1) in zip(kept, kept[1:], strict=False):
+    for (t0, v0), (t1, v1) in itertools.pairwise(kept):
         elapsed = t1 - t0
         if elapsed <= 0:
             continue
@@ -129,12 +130,12 @@ def scale(samples: Iterable[Sample], factor: float) -> list[Sample]:
     return [(t, v * factor) for t, v in samples]
 
 
-def gaps(timestamps: Sequence[float], expected_step: float, tolerance: float = 2.5) -> list[tuple[float, float]]:
+def gaps(
+    timestamps: Sequence[float], expected_step: float, tolerance: float = 2.5
+) -> list[tuple[float, float]]:
     """Intervals between consecutive samples longer than `tolerance` × the expected step."""
     ordered = sorted(timestamps)
-    return [
-        (a, b) for a, b in zip(ordered, ordered[1:], strict=False) if b - a > tolerance * expected_step
-    ]
+    return [(a, b) for a, b in itertools.pairwise(ordered) if b - a > tolerance * expected_step]
 
 
 def coverage(samples: int, window_seconds: float, step_seconds: float) -> float:
@@ -187,7 +188,9 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return max(-1.0, min(1.0, cov / math.sqrt(var_x * var_y)))
 
 
-def aligned_correlation(first: Sequence[Sample], second: Sequence[Sample], step_seconds: float) -> float | None:
+def aligned_correlation(
+    first: Sequence[Sample], second: Sequence[Sample], step_seconds: float
+) -> float | None:
     """Pearson correlation of two series over the steps where both have a value."""
     a = {bucket(t, step_seconds): v for t, v in clean(first)}
     b = {bucket(t, step_seconds): v for t, v in clean(second)}
@@ -200,7 +203,9 @@ def throttle_flags(samples: Iterable[Sample]) -> list[Sample]:
     return [(t, 1.0 if int(v) & THROTTLE_CLOCK_EVENT_MASK else 0.0) for t, v in clean(samples)]
 
 
-def ratio_series(numerator: Sequence[Sample], denominator: Sequence[Sample], step_seconds: float) -> list[Sample]:
+def ratio_series(
+    numerator: Sequence[Sample], denominator: Sequence[Sample], step_seconds: float
+) -> list[Sample]:
     """numerator / denominator at each step where both exist and the denominator is positive."""
     den = {bucket(t, step_seconds): v for t, v in clean(denominator)}
     out: list[Sample] = []

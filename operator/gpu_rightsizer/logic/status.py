@@ -26,10 +26,16 @@ def allocation_status(allocation: Allocation) -> AllocationStatus:
         gpu_count=allocation.gpu_count,
         gpu_model=allocation.gpu_model,
         mig_profile=allocation.mig_profile,
-        cpu_request=None if allocation.cpu_request_cores is None else format_cpu(allocation.cpu_request_cores),
+        cpu_request=None
+        if allocation.cpu_request_cores is None
+        else format_cpu(allocation.cpu_request_cores),
         cpu_limit=None if allocation.cpu_limit_cores is None else format_cpu(allocation.cpu_limit_cores),
-        memory_request=None if allocation.memory_request_bytes is None else format_memory(allocation.memory_request_bytes),
-        memory_limit=None if allocation.memory_limit_bytes is None else format_memory(allocation.memory_limit_bytes),
+        memory_request=None
+        if allocation.memory_request_bytes is None
+        else format_memory(allocation.memory_request_bytes),
+        memory_limit=None
+        if allocation.memory_limit_bytes is None
+        else format_memory(allocation.memory_limit_bytes),
         replicas=allocation.replicas,
     )
 
@@ -43,7 +49,9 @@ def format_duration(seconds: float) -> str:
     return "".join(parts) or "0m"
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, now: datetime, generation: int | None) -> Condition:
+def _condition(
+    type_: str, ok: bool, reason: str, message: str, now: datetime, generation: int | None
+) -> Condition:
     return Condition(
         type=type_,
         status="True" if ok else "False",
@@ -60,9 +68,12 @@ def merge_conditions(old: list[Condition], new: list[Condition]) -> list[Conditi
     merged = []
     for condition in new:
         before = previous.get(condition.type)
-        if before is not None and before.status == condition.status:
-            condition = condition.model_copy(update={"last_transition_time": before.last_transition_time})
-        merged.append(condition)
+        unchanged = before is not None and before.status == condition.status
+        merged.append(
+            condition.model_copy(update={"last_transition_time": before.last_transition_time})
+            if unchanged and before is not None
+            else condition
+        )
     return merged
 
 
@@ -73,11 +84,19 @@ def waiting_status(
     return GPURecommendationStatus(
         observed_generation=generation,
         allocation=allocation_status(allocation),
-        diagnosis=Diagnosis(primary=DiagnosisCode.INSUFFICIENT_DATA, confidence=0.0, summary=reason, findings=[]),
+        diagnosis=Diagnosis(
+            primary=DiagnosisCode.INSUFFICIENT_DATA, confidence=0.0, summary=reason, findings=[]
+        ),
         actions=[],
         apply=ApplyStatus(state=ApplyState.SKIPPED, reason="nothing to apply before the first analysis"),
         summary=RecommendationSummary(
-            workload=f"{workload.kind}/{workload.name}", action="none", gpu_busy_p95="-", savings="-", confidence="0.00", window="-"),
+            workload=f"{workload.kind}/{workload.name}",
+            action="none",
+            gpu_busy_p95="-",
+            savings="-",
+            confidence="0.00",
+            window="-",
+        ),
         conditions=[_condition("Analyzed", False, "WaitingForData", reason, now, generation)],
     )
 
@@ -112,11 +131,15 @@ def analysed_status(
         apply=apply
         or ApplyStatus(
             state=ApplyState.SKIPPED if not analysis.actions else ApplyState.PENDING,
-            reason="no change recommended" if not analysis.actions else "no Apply policy selects this workload",
+            reason="no change recommended"
+            if not analysis.actions
+            else "no Apply policy selects this workload",
         ),
         summary=RecommendationSummary(
             workload=f"{workload.kind}/{workload.name}",
-            action="none" if main_action is None else f"{main_action.type.value} {main_action.from_value}->{main_action.to_value}",
+            action="none"
+            if main_action is None
+            else f"{main_action.type.value} {main_action.from_value}->{main_action.to_value}",
             gpu_busy_p95=busy,
             savings=f"{analysis.savings.gpu_hours_per_day:.1f} GPUh/d",
             confidence=f"{analysis.confidence:.2f}",

@@ -125,7 +125,9 @@ KSM_POD_LAST_TERMINATED: Final = "kube_pod_container_status_last_terminated_reas
 KSM_NODE_LABELS: Final = "kube_node_labels"  # {node,label_nvidia_com_gpu_product,...}
 KSM_DEPLOYMENT_REPLICAS: Final = "kube_deployment_spec_replicas"  # {namespace,deployment}
 KSM_STATEFULSET_REPLICAS: Final = "kube_statefulset_replicas"  # {namespace,statefulset}
-KSM_HPA_INFO: Final = "kube_horizontalpodautoscaler_info"  # {namespace,horizontalpodautoscaler,scaletargetref_*}
+KSM_HPA_INFO: Final = (
+    "kube_horizontalpodautoscaler_info"  # {namespace,horizontalpodautoscaler,scaletargetref_*}
+)
 KSM_HPA_MIN_REPLICAS: Final = "kube_horizontalpodautoscaler_spec_min_replicas"
 KSM_HPA_MAX_REPLICAS: Final = "kube_horizontalpodautoscaler_spec_max_replicas"
 
@@ -142,7 +144,10 @@ KSM_NO_OWNER: Final = "<none>"
 
 # --- serving (application metrics; optional) -----------------------------------------------------------
 #: Request counters (a rate of any of these is requests/s). vLLM and Triton names.
-SERVING_REQUEST_COUNTERS: Final[tuple[str, ...]] = ("vllm:request_success_total", "nv_inference_request_success")
+SERVING_REQUEST_COUNTERS: Final[tuple[str, ...]] = (
+    "vllm:request_success_total",
+    "nv_inference_request_success",
+)
 #: Queue-length gauges (requests waiting for a slot).
 SERVING_QUEUE_GAUGES: Final[tuple[str, ...]] = ("vllm:num_requests_waiting",)
 #: Mean queueing time gauges in milliseconds (a gateway exports this directly).
@@ -212,7 +217,9 @@ GPU_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
     SignalSource(DCGM_SM_CLOCK, Signal.SM_CLOCK_MHZ),
     SignalSource(DCGM_GPU_TEMP, Signal.GPU_TEMP_C),
 )
-GPU_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {source.metric: source for source in GPU_SIGNAL_SOURCES}
+GPU_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {
+    source.metric: source for source in GPU_SIGNAL_SOURCES
+}
 
 #: Per-pod cAdvisor series (summed over the pod's application containers).
 POD_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
@@ -223,7 +230,9 @@ POD_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
     SignalSource(CADVISOR_NET_RX, Signal.NET_RX_BYTES_PER_S, counter=True),
     SignalSource(CADVISOR_NET_TX, Signal.NET_TX_BYTES_PER_S, counter=True),
 )
-POD_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {source.metric: source for source in POD_SIGNAL_SOURCES}
+POD_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {
+    source.metric: source for source in POD_SIGNAL_SOURCES
+}
 
 #: Serving series (per pod; workload level is their sum over pods at each instant).
 SERVING_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (

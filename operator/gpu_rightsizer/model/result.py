@@ -39,10 +39,13 @@ class Action(CamelModel):
     to_value: str = Field(alias="to", description="Recommended value, human-readable.")
     reason: str
     resource: str | None = Field(
-        default=None, description="Kubernetes resource name the change touches, e.g. 'cpu' or 'nvidia.com/gpu'."
+        default=None,
+        description="Kubernetes resource name the change touches, e.g. 'cpu' or 'nvidia.com/gpu'.",
     )
     container: str | None = None
-    automatic: bool = Field(default=False, description="True when the actuator can apply it (policy permitting).")
+    automatic: bool = Field(
+        default=False, description="True when the actuator can apply it (policy permitting)."
+    )
 
 
 class Savings(CamelModel):

@@ -12,7 +12,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from gpu_rightsizer.sim.scenarios import LabelStyle, Scenario, SeriesSample, cluster_series, pod_contexts, pod_series
+from gpu_rightsizer.sim.scenarios import (
+    LabelStyle,
+    Scenario,
+    SeriesSample,
+    cluster_series,
+    pod_contexts,
+    pod_series,
+)
 
 LabelKey = tuple[tuple[str, str], ...]
 

@@ -16,13 +16,14 @@ Optional annotations: `sim.gpurightsizer.io/seed`, `.../traffic-qps`, `.../repli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import signal
 import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,10 @@ def _resources(pod: Any) -> tuple[dict[str, float], dict[str, float]]:
     limits: dict[str, float] = defaultdict(float)
     for container in pod.spec.containers or []:
         resources = container.resources
-        for target, values in ((requests, resources.requests if resources else None), (limits, resources.limits if resources else None)):
+        for target, values in (
+            (requests, resources.requests if resources else None),
+            (limits, resources.limits if resources else None),
+        ):
             for name, quantity in (values or {}).items():
                 amount = parse_quantity(quantity)
                 if amount is not None:
@@ -155,7 +159,11 @@ def simulated_pods(pods: Iterable[Any], node_products: dict[str, str]) -> list[S
                     print(f"[sim] ignoring {annotation}={value!r}: not a number", file=sys.stderr)
         seed_text = annotations.get(ANNOTATION_PREFIX + "seed", "0")
         siblings = sorted(members[(pod.metadata.namespace, kind, workload)])
-        default_type = "inference" if shape in (Shape.OVERSIZED, Shape.UNDER_REPLICATED, Shape.OVER_REPLICATED) else "training"
+        default_type = (
+            "inference"
+            if shape in (Shape.OVERSIZED, Shape.UNDER_REPLICATED, Shape.OVER_REPLICATED)
+            else "training"
+        )
         scenario = Scenario(
             name=workload,
             shape=shape,
@@ -163,9 +171,13 @@ def simulated_pods(pods: Iterable[Any], node_products: dict[str, str]) -> list[S
             namespace=pod.metadata.namespace,
             kind=kind,
             workload_type=annotations.get(ANNOTATION_PREFIX + "workload-type", default_type),
-            gpu_model=_gpu_model(node_products.get(pod.spec.node_name), annotations.get(ANNOTATION_PREFIX + "gpu-model")),
+            gpu_model=_gpu_model(
+                node_products.get(pod.spec.node_name), annotations.get(ANNOTATION_PREFIX + "gpu-model")
+            ),
             gpu_count=max(1, gpu_count),
-            mig_profile=gpu_resource.removeprefix("nvidia.com/mig-") if gpu_resource.startswith("nvidia.com/mig-") else None,
+            mig_profile=gpu_resource.removeprefix("nvidia.com/mig-")
+            if gpu_resource.startswith("nvidia.com/mig-")
+            else None,
             cpu_request=requests.get("cpu", 0.0),
             cpu_limit=limits.get("cpu"),
             memory_request_bytes=requests.get("memory", 0.0),
@@ -175,7 +187,8 @@ def simulated_pods(pods: Iterable[Any], node_products: dict[str, str]) -> list[S
         )
         started = pod.status.start_time or pod.metadata.creation_timestamp
         controller_name = next(
-            (r.name for r in (pod.metadata.owner_references or []) if getattr(r, "controller", False)), workload
+            (r.name for r in (pod.metadata.owner_references or []) if getattr(r, "controller", False)),
+            workload,
         )
         context = PodContext(
             namespace=pod.metadata.namespace,
@@ -251,7 +264,8 @@ class ClusterSimulator(Collector):
             if self._cached is None or now - self._cached[0] > self.cache_seconds:
                 nodes = self.core_api.list_node().items
                 products = {
-                    n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.product", "") for n in nodes
+                    n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.product", "")
+                    for n in nodes
                 }
                 pods = self.core_api.list_pod_for_all_namespaces().items
                 self._cached = (now, simulated_pods(pods, products))
@@ -261,7 +275,7 @@ class ClusterSimulator(Collector):
         """Called by prometheus_client on each scrape."""
         try:
             pods = self.pods()
-        except Exception as error:  # noqa: BLE001 - a scrape must not crash the exporter
+        except Exception as error:
             print(f"[sim] listing pods failed: {error}", file=sys.stderr)
             pods = []
         yield from to_families(series_at(pods, time.time(), self.style))
@@ -269,7 +283,7 @@ class ClusterSimulator(Collector):
 
 def serve(core_api: Any, port: int, host: str = "127.0.0.1", style: LabelStyle | None = None) -> Any:
     """Start the exporter in a background thread; returns the HTTP server (call `.shutdown()`)."""
-    from prometheus_client import start_http_server  # noqa: PLC0415
+    from prometheus_client import start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterSimulator(core_api, style))
@@ -281,28 +295,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m gpu_rightsizer.sim.live`."""
     parser = argparse.ArgumentParser(prog="python -m gpu_rightsizer.sim.live", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG / in-cluster)")
+    parser.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG / in-cluster)"
+    )
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--exported-labels", action="store_true", help="emit exported_pod/... like honor_labels false")
+    parser.add_argument(
+        "--exported-labels", action="store_true", help="emit exported_pod/... like honor_labels false"
+    )
     parser.add_argument("--hostname-label", choices=("Hostname", "hostname"), default="Hostname")
-    parser.add_argument("--exit-after", type=float, default=3600.0, help="stop after this many seconds (0 = never)")
+    parser.add_argument(
+        "--exit-after", type=float, default=3600.0, help="stop after this many seconds (0 = never)"
+    )
     args = parser.parse_args(argv)
-    from kubernetes import client, config  # noqa: PLC0415
+    from kubernetes import client, config
 
+    load_kube_config: Callable[..., None] = config.load_kube_config
+    load_incluster_config: Callable[[], None] = config.load_incluster_config
     try:
-        config.load_kube_config(config_file=args.kubeconfig)
-    except Exception:  # noqa: BLE001 - fall back to the in-cluster service account
-        config.load_incluster_config()
+        load_kube_config(config_file=args.kubeconfig)
+    except Exception:  # fall back to the in-cluster service account
+        load_incluster_config()
     style = LabelStyle(exported_pod_labels=args.exported_labels, hostname_label=args.hostname_label)
     server = serve(client.CoreV1Api(), args.port, args.host, style)
-    print(f"[sim] serving simulated metrics on http://{args.host}:{args.port}/metrics", file=sys.stderr, flush=True)
+    print(
+        f"[sim] serving simulated metrics on http://{args.host}:{args.port}/metrics",
+        file=sys.stderr,
+        flush=True,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait(args.exit_after if args.exit_after > 0 else None)
-    except KeyboardInterrupt:
-        pass
     server.shutdown()
     return 0
 

@@ -168,7 +168,7 @@ class Scenario:
 
 def mig_memory_mib(profile: str) -> float:
     """Memory of a MIG profile from its name ('3g.40gb' → 40 GiB minus the usual 1.25 % overhead)."""
-    gigabytes = float(profile.split(".")[1].split("gb")[0].split("+")[0])
+    gigabytes = float(profile.split(".")[1].split("gb", maxsplit=1)[0].split("+", maxsplit=1)[0])
     return gigabytes * 1024.0 * 0.9875
 
 
@@ -402,13 +402,24 @@ def levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
             net_tx=2e7,
         )
     if shape is Shape.LOW_OCCUPANCY:
-        return Levels(busy=0.92, sm=0.3, occupancy=0.08, tensor=0.1, fp32=0.15, dram=0.15, cpu_cores=limit * 0.3)
+        return Levels(
+            busy=0.92, sm=0.3, occupancy=0.08, tensor=0.1, fp32=0.15, dram=0.15, cpu_cores=limit * 0.3
+        )
     if shape is Shape.MEMORY_BANDWIDTH_BOUND:
         return Levels(
-            busy=0.95, sm=0.7, occupancy=0.5, tensor=0.08, fp16=0.2, fp32=0.1, dram=0.72, cpu_cores=limit * 0.3
+            busy=0.95,
+            sm=0.7,
+            occupancy=0.5,
+            tensor=0.08,
+            fp16=0.2,
+            fp32=0.1,
+            dram=0.72,
+            cpu_cores=limit * 0.3,
         )
     if shape is Shape.NO_TENSOR_CORES:
-        return Levels(busy=0.95, sm=0.8, occupancy=0.4, tensor=0.01, fp32=0.6, dram=0.35, cpu_cores=limit * 0.35)
+        return Levels(
+            busy=0.95, sm=0.8, occupancy=0.4, tensor=0.01, fp32=0.6, dram=0.35, cpu_cores=limit * 0.35
+        )
     if shape is Shape.MEMORY_CAPACITY_BOUND:
         return Levels(
             busy=0.55,
@@ -495,7 +506,9 @@ def _gpu_devices(scenario: Scenario, ctx: PodContext) -> list[tuple[int, str]]:
     return [((base + i) % 8, gpu_uuid(ctx.node, (base + i) % 8)) for i in range(max(1, ctx.gpu_count))]
 
 
-def pod_series(scenario: Scenario, ctx: PodContext, t: float, style: LabelStyle | None = None) -> list[SeriesSample]:
+def pod_series(
+    scenario: Scenario, ctx: PodContext, t: float, style: LabelStyle | None = None
+) -> list[SeriesSample]:
     """Every dcgm-exporter, cAdvisor and serving series of one pod at time t (empty before it starts)."""
     if t < ctx.started_at:
         return []
@@ -551,25 +564,31 @@ def pod_series(scenario: Scenario, ctx: PodContext, t: float, style: LabelStyle 
             ),
             (mn.DCGM_SM_CLOCK, round(gpu.max_sm_clock_mhz * lv.sm_clock_share)),
             (mn.DCGM_GPU_TEMP, round(value(mn.DCGM_GPU_TEMP, lv.temperature + 10 * lv.busy, 0.02, None))),
-            (mn.DCGM_CLOCKS_EVENT_REASONS, float(lv.clock_events or (mn.CLOCK_EVENT_GPU_IDLE if lv.busy < 0.05 else 0))),
+            (
+                mn.DCGM_CLOCKS_EVENT_REASONS,
+                float(lv.clock_events or (mn.CLOCK_EVENT_GPU_IDLE if lv.busy < 0.05 else 0)),
+            ),
         ]
         if gpu.nvlink_bytes_per_s > 0:
-            board.append((mn.DCGM_NVLINK_TX_BYTES, value(mn.DCGM_NVLINK_TX_BYTES, lv.nvlink_each_way, 0.08, None)))
-            board.append((mn.DCGM_NVLINK_RX_BYTES, value(mn.DCGM_NVLINK_RX_BYTES, lv.nvlink_each_way, 0.08, None)))
+            board.append(
+                (mn.DCGM_NVLINK_TX_BYTES, value(mn.DCGM_NVLINK_TX_BYTES, lv.nvlink_each_way, 0.08, None))
+            )
+            board.append(
+                (mn.DCGM_NVLINK_RX_BYTES, value(mn.DCGM_NVLINK_RX_BYTES, lv.nvlink_each_way, 0.08, None))
+            )
         if not mig:
             board.append((mn.DCGM_GPU_UTIL, round(100.0 * min(1.0, value(mn.DCGM_GPU_UTIL, lv.busy * 1.05)))))
         defect = scenario.defect if scenario.shape is Shape.INSUFFICIENT_DATA else DataDefect.NONE
         broken = {DataDefect.BLANK: float(0x7FFFFFFFFFFFFFF2), DataDefect.NAN: math.nan}.get(defect)
         for metric, v in gauges:
-            if broken is not None and metric not in (mn.DCGM_FB_USED, mn.DCGM_FB_FREE):
-                v = broken
-            out.append((metric, attached, v, False))
+            spoilt = broken is not None and metric not in (mn.DCGM_FB_USED, mn.DCGM_FB_FREE)
+            out.append((metric, attached, broken if spoilt and broken is not None else v, False))
         # Board-level fields cannot be attributed to a MIG slice: dcgm-exporter reports them per GPU.
         board_labels = device if mig else attached
+        spoilable = (mn.DCGM_GPU_UTIL, mn.DCGM_PCIE_RX_BYTES, mn.DCGM_PCIE_TX_BYTES)
         for metric, v in board:
-            if broken is not None and metric in (mn.DCGM_GPU_UTIL, mn.DCGM_PCIE_RX_BYTES, mn.DCGM_PCIE_TX_BYTES):
-                v = broken
-            out.append((metric, board_labels, v, False))
+            value_out = broken if broken is not None and metric in spoilable else v
+            out.append((metric, board_labels, value_out, False))
         xid_labels = {
             **attached,
             mn.XID_CODE_LABEL: str(lv.xid),
@@ -588,7 +607,10 @@ def _cadvisor_series(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) 
     app = {**base, "container": ctx.container}
     pod_level = {**base, "container": ""}
     phase = _phase(seed, ctx.pod)
-    elapsed_integral = lambda rate, amp=0.1: _wave_integral(rate, amp, 600.0, phase, ctx.started_at, t)  # noqa: E731
+
+    def elapsed_integral(rate: float, amplitude: float = 0.1) -> float:
+        return _wave_integral(rate, amplitude, 600.0, phase, ctx.started_at, t)
+
     cpu = elapsed_integral(lv.cpu_cores, 0.02)
     periods = elapsed_integral(10.0, 0.0) if ctx.cpu_limit is not None else 0.0
     throttled = periods * lv.throttled_ratio
@@ -653,7 +675,12 @@ def cluster_series(
             out.append(
                 (
                     mn.KSM_REPLICASET_OWNER,
-                    {"namespace": ns, "replicaset": owner_name, "owner_kind": "Deployment", "owner_name": ctx.workload},
+                    {
+                        "namespace": ns,
+                        "replicaset": owner_name,
+                        "owner_kind": "Deployment",
+                        "owner_name": ctx.workload,
+                    },
                     1.0,
                     False,
                 )
@@ -688,11 +715,17 @@ def cluster_series(
         if scenario.shape is Shape.MEMORY_CAPACITY_BOUND:
             restarts = math.floor((t - ctx.started_at) / 1800.0)
         out.append(
-            (mn.KSM_POD_RESTARTS, {"namespace": ns, "pod": ctx.pod, "container": ctx.container}, restarts, True)
+            (
+                mn.KSM_POD_RESTARTS,
+                {"namespace": ns, "pod": ctx.pod, "container": ctx.container},
+                restarts,
+                True,
+            )
         )
         node_labels = {
             "node": ctx.node,
-            mn.NODE_LABEL_GPU_PRODUCT: scenario.gpu.product + (f"-MIG-{scenario.mig_profile}" if scenario.mig_profile else ""),
+            mn.NODE_LABEL_GPU_PRODUCT: scenario.gpu.product
+            + (f"-MIG-{scenario.mig_profile}" if scenario.mig_profile else ""),
             mn.NODE_LABEL_GPU_MEMORY: str(int(scenario.gpu.memory_mib)),
             mn.NODE_LABEL_GPU_SHARING: "time-slicing" if scenario.pods_per_gpu > 1 else "none",
         }
@@ -700,9 +733,13 @@ def cluster_series(
     first = live[0]
     replicas = float(first.replicas)
     if scenario.kind == "Deployment":
-        out.append((mn.KSM_DEPLOYMENT_REPLICAS, {"namespace": ns, "deployment": first.workload}, replicas, False))
+        out.append(
+            (mn.KSM_DEPLOYMENT_REPLICAS, {"namespace": ns, "deployment": first.workload}, replicas, False)
+        )
     elif scenario.kind == "StatefulSet":
-        out.append((mn.KSM_STATEFULSET_REPLICAS, {"namespace": ns, "statefulset": first.workload}, replicas, False))
+        out.append(
+            (mn.KSM_STATEFULSET_REPLICAS, {"namespace": ns, "statefulset": first.workload}, replicas, False)
+        )
     if hpa is not None:
         hpa_labels = {"namespace": ns, "horizontalpodautoscaler": first.workload}
         out.append(
@@ -732,7 +769,7 @@ def pod_contexts(scenario: Scenario, start: float, end: float) -> list[PodContex
     contexts = []
     for index in range(max(1, scenario.replicas) if scenario.kind != "Pod" else 1):
         if scenario.kind == "Deployment":
-            pod = f"{owner_name}-{digest[(index % 4) :(index % 4) + 5]}{index}"
+            pod = f"{owner_name}-{digest[(index % 4) : (index % 4) + 5]}{index}"
         elif scenario.kind == "StatefulSet":
             pod = f"{scenario.name}-{index}"
         elif scenario.kind == "Job":

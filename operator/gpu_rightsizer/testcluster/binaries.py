@@ -13,10 +13,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REQUIRED = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl", "helm", "kubectl")
+REQUIRED = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "kwok",
+    "kwokctl",
+    "helm",
+    "kubectl",
+)
 
 
-class BinariesUnavailable(RuntimeError):
+class BinariesUnavailableError(RuntimeError):
     """The test-cluster binaries are missing and could not be built."""
 
 
@@ -37,7 +46,7 @@ class TestBinaries:
         """Prometheus comes from the Debian package, not from the Go build."""
         found = shutil.which("prometheus")
         if found is None:
-            raise BinariesUnavailable("prometheus not found on PATH: install the Debian package `prometheus`")
+            raise BinariesUnavailableError("prometheus not found on PATH: install the Debian package `prometheus`")
         return Path(found)
 
     @property
@@ -45,7 +54,7 @@ class TestBinaries:
         """promtool ships with the Debian `prometheus` package."""
         found = shutil.which("promtool")
         if found is None:
-            raise BinariesUnavailable("promtool not found on PATH: install the Debian package `prometheus`")
+            raise BinariesUnavailableError("promtool not found on PATH: install the Debian package `prometheus`")
         return Path(found)
 
     def env(self) -> dict[str, str]:
@@ -60,7 +69,7 @@ def build_script() -> Path:
         candidate = parent / "hack" / "testbins" / "build.sh"
         if candidate.is_file():
             return candidate
-    raise BinariesUnavailable(
+    raise BinariesUnavailableError(
         "hack/testbins/build.sh not found: the local cluster needs a source checkout of gpu-rightsizer"
     )
 
@@ -75,9 +84,13 @@ def ensure_binaries(*, build: bool = True) -> TestBinaries:
         args = ["bash", str(script)] + ([] if build else ["--print"])
         result = subprocess.run(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, check=False)
         if result.returncode != 0:
-            raise BinariesUnavailable(f"{script} failed with exit code {result.returncode} (see its output above)")
+            raise BinariesUnavailableError(
+                f"{script} failed with exit code {result.returncode} (see its output above)"
+            )
         bins = TestBinaries(Path(result.stdout.strip().splitlines()[-1]))
     missing = [name for name in REQUIRED if not os.access(bins.path(name), os.X_OK)]
     if missing:
-        raise BinariesUnavailable(f"missing in {bins.bin_dir}: {', '.join(missing)}; run hack/testbins/build.sh")
+        raise BinariesUnavailableError(
+            f"missing in {bins.bin_dir}: {', '.join(missing)}; run hack/testbins/build.sh"
+        )
     return bins

@@ -80,7 +80,9 @@ class LocalCluster:
     def kwokctl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run kwokctl for this cluster."""
         cmd = [str(self.bins.path("kwokctl")), "--name", self.name, *args]
-        return subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            cmd, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     def kubectl(
         self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 120
@@ -88,10 +90,18 @@ class LocalCluster:
         """Run the real kubectl against this cluster; raise with its stderr when `check` and it fails."""
         cmd = [str(self.bins.path("kubectl")), "--kubeconfig", str(self.kubeconfig), *args]
         result = subprocess.run(
-            cmd, input=input_text, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
+            cmd,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=self._env(),
         )
         if check and result.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+            raise ClusterError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+            )
         return result
 
     def apply(self, objects: Iterable[dict[str, Any]], *, server_side: bool = True) -> None:
@@ -125,7 +135,9 @@ class LocalCluster:
         _progress(f"control plane ready in {time.monotonic() - start:.0f} s; adding {len(self.nodes)} nodes")
         self.apply((node.manifest() for node in self.nodes), server_side=False)
         self.wait_nodes_ready(timeout=120)
-        _progress(f"cluster {self.name!r} ready in {time.monotonic() - start:.0f} s (kubeconfig {self.kubeconfig})")
+        _progress(
+            f"cluster {self.name!r} ready in {time.monotonic() - start:.0f} s (kubeconfig {self.kubeconfig})"
+        )
         return self
 
     def wait_nodes_ready(self, *, timeout: float) -> None:
@@ -137,7 +149,10 @@ class LocalCluster:
             ready = {
                 item["metadata"]["name"]
                 for item in listed["items"]
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in item["status"].get("conditions", []))
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in item["status"].get("conditions", [])
+                )
             }
             if expected <= ready:
                 return

@@ -29,8 +29,16 @@ GPU_MODELS: dict[str, GPUNodeModel] = {"h100": H100_80GB, "h200": H200, "a100": 
 #: for a node of 8 GPUs. Chosen to offer every small profile the engine may recommend.
 MIG_MIXED_LAYOUTS: dict[str, dict[str, int]] = {
     "NVIDIA-H200": {"nvidia.com/mig-1g.18gb": 28, "nvidia.com/mig-2g.35gb": 6, "nvidia.com/mig-3g.71gb": 2},
-    "NVIDIA-H100-80GB-HBM3": {"nvidia.com/mig-1g.10gb": 28, "nvidia.com/mig-2g.20gb": 6, "nvidia.com/mig-3g.40gb": 2},
-    "NVIDIA-A100-SXM4-80GB": {"nvidia.com/mig-1g.10gb": 28, "nvidia.com/mig-2g.20gb": 6, "nvidia.com/mig-3g.40gb": 2},
+    "NVIDIA-H100-80GB-HBM3": {
+        "nvidia.com/mig-1g.10gb": 28,
+        "nvidia.com/mig-2g.20gb": 6,
+        "nvidia.com/mig-3g.40gb": 2,
+    },
+    "NVIDIA-A100-SXM4-80GB": {
+        "nvidia.com/mig-1g.10gb": 28,
+        "nvidia.com/mig-2g.20gb": 6,
+        "nvidia.com/mig-3g.40gb": 2,
+    },
 }
 
 

@@ -78,8 +78,13 @@ class PrometheusServer:
                 capture_output=True, text=True, check=False, timeout=600,
             )  # fmt: skip
             if result.returncode != 0:
-                raise PrometheusError(f"promtool backfill of {source} failed: {result.stderr.strip()[-2000:]}")
-            print(f"[prometheus] backfilled {source.name} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+                raise PrometheusError(
+                    f"promtool backfill of {source} failed: {result.stderr.strip()[-2000:]}"
+                )
+            print(
+                f"[prometheus] backfilled {source.name} in {time.monotonic() - started:.1f} s",
+                file=sys.stderr,
+            )
 
     def start(self, *, timeout: float = 60) -> PrometheusServer:
         """Backfill, start the server and wait until it answers /-/ready."""

@@ -548,3 +548,27 @@ def test_duplicated_series_of_a_shared_gpu_count_once() -> None:
     )
     analysis = analyze_window(w)
     assert analysis.findings[0].evidence.get("memoryUsedP99GiB") == pytest.approx(8500 / 1024, abs=0.01)
+
+
+def test_io_bound_is_not_claimed_for_serving_traffic() -> None:
+    w = io_bound().model_copy(
+        update={
+            "allocation": allocation(workload_type="inference"),
+            "stats": {Signal.REQUESTS_PER_S: stat(5.0)},
+        }
+    )
+    assert DiagnosisCode.INPUT_PIPELINE_IO_BOUND not in codes(w)
+
+
+def test_io_bursts_alone_are_not_a_fetch_stall() -> None:
+    base = io_bound().pods[0]
+    bursty = base.model_copy(
+        update={
+            "stats": {
+                **base.stats,
+                Signal.FS_READ_BYTES_PER_S: stat(1e6, 6e8),
+                Signal.NET_RX_BYTES_PER_S: stat(1e6, 6e8),
+            }
+        }
+    )
+    assert DiagnosisCode.INPUT_PIPELINE_IO_BOUND not in codes(window([bursty]))

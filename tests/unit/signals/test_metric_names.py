@@ -10,7 +10,14 @@ from gpu_rightsizer.model.observation import Signal
 
 @pytest.mark.parametrize(
     "resource",
-    ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared", "cpu", "memory"],
+    [
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "nvidia.com/gpu.shared",
+        "cpu",
+        "memory",
+    ],
 )
 def test_ksm_resource_names_round_trip(resource: str) -> None:
     assert mn.resource_from_ksm(mn.resource_to_ksm(resource)) == resource

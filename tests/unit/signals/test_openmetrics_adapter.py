@@ -119,9 +119,9 @@ def test_missing_empty_and_binary_files(tmp_path: Path) -> None:
 def test_namespace_and_workload_filters() -> None:
     assert [w.workload.name for w in read_openmetrics(FIXTURES / "plain.om", workload="chat")] == ["chat"]
     assert read_openmetrics(FIXTURES / "plain.om", namespace="other") == []
-    assert [w.workload.name for w in read_openmetrics(FIXTURES / "plain.om", workload="Deployment/trainer")] == [
-        "trainer"
-    ]
+    assert [
+        w.workload.name for w in read_openmetrics(FIXTURES / "plain.om", workload="Deployment/trainer")
+    ] == ["trainer"]
 
 
 def test_window_ends_at_the_requested_time(tmp_path: Path) -> None:
@@ -135,3 +135,12 @@ def test_window_ends_at_the_requested_time(tmp_path: Path) -> None:
     for window in windows:
         busy = window.pods[0].gpus[0].stats[Signal.GR_ENGINE_ACTIVE]
         assert busy.samples == 31
+
+
+def test_gaps_in_gpu_series_are_reported(tmp_path: Path) -> None:
+    lines = ["# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge"]
+    stamps = [*range(0, 1200, 60), *range(2400, 3600, 60)]
+    lines += [f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{pod="p",namespace="ml",UUID="GPU-1"}} 0.5 {t}' for t in stamps]
+    (tmp_path / "gappy.om").write_text("\n".join([*lines, "# EOF", ""]))
+    window = read_openmetrics(tmp_path / "gappy.om")[0]
+    assert any("1 gap(s)" in w and "1260s" in w for w in window.warnings)

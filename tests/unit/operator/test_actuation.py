@@ -1,0 +1,456 @@
+"""Unit tests of logic/actuation.py: safety gates, action selection, patch building, field ownership,
+the change record and regression checks."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpu_rightsizer.logic import actuation
+from gpu_rightsizer.logic.actuation import ChangeRecord, GateContext, PodHealth, PlanError
+from gpu_rightsizer.logic.policy import effective_settings
+from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
+from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.observation import (
+    Allocation,
+    GPUObservation,
+    PodObservation,
+    Signal,
+    SignalStats,
+    WorkloadRef,
+    WorkloadWindow,
+)
+from gpu_rightsizer.model.result import Action
+
+NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)  # a Wednesday
+
+
+def policy(mode: str = "Apply", actions: tuple[str, ...] = ("cpu",), **safety: Any) -> GPURightsizingPolicy:
+    spec: dict[str, Any] = {"mode": mode, "safety": safety}
+    if mode != "Off":
+        spec["actions"] = list(actions) if mode == "Apply" else []
+    return GPURightsizingPolicy.model_validate({"metadata": {"name": "p"}, "spec": spec})
+
+
+def settings(mode: str = "Apply", actions: tuple[str, ...] = ("cpu",), **safety: Any) -> Any:
+    return effective_settings(policy(mode, actions, **safety))
+
+
+def gate(**changes: Any) -> GateContext:
+    base: dict[str, Any] = {
+        "settings": settings(),
+        "diagnosis": DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+        "finding_codes": frozenset({DiagnosisCode.INPUT_PIPELINE_CPU_BOUND}),
+        "window_end": NOW - timedelta(seconds=10),
+        "now": NOW,
+        "staleness_limit": timedelta(minutes=5),
+        "namespace": "team-a",
+    }
+    base.update(changes)
+    return GateContext(**base)
+
+
+def deployment(
+    cpu: str | None = "1",
+    gpu: tuple[str, str] = ("nvidia.com/gpu", "1"),
+    replicas: int = 1,
+    memory: str = "8Gi",
+    node_selector: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    kind: str = "Deployment",
+) -> dict[str, Any]:
+    resources: dict[str, dict[str, str]] = {"limits": {gpu[0]: gpu[1], "memory": memory}, "requests": {gpu[0]: gpu[1], "memory": memory}}
+    if cpu is not None:
+        resources["limits"]["cpu"] = cpu
+        resources["requests"]["cpu"] = cpu
+    main = {"name": "main", "image": "x", "resources": resources}
+    template = {"spec": {"containers": containers or [main], "nodeSelector": node_selector or {"nvidia.com/gpu.product": "NVIDIA-H200"}}}
+    spec: dict[str, Any] = {"replicas": replicas, "template": template, "selector": {"matchLabels": {"app": "x"}}}
+    if kind == "CronJob":
+        spec = {"jobTemplate": {"spec": {"template": template}}}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "x", "namespace": "team-a"}, "spec": spec}
+
+
+def cpu_action(to: str = "4 cores (request and limit)") -> Action:
+    return Action(type=ActionType.CPU, from_value="1 cores (limit)", to_value=to, reason="r", resource="cpu", automatic=True)
+
+
+def mig_action(to: str = "nvidia.com/mig-1g.18gb: 1") -> Action:
+    return Action(type=ActionType.MIG_PROFILE, from_value="nvidia.com/gpu: 1", to_value=to, reason="r", automatic=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Gates
+# --------------------------------------------------------------------------------------------------
+
+
+def test_all_gates_pass_under_an_apply_policy() -> None:
+    verdict = actuation.check_gates(gate())
+    assert verdict.go and verdict.state == ApplyState.PENDING
+
+
+@pytest.mark.parametrize(
+    ("changes", "state", "words"),
+    [
+        ({"settings": settings(mode="Recommend")}, ApplyState.SKIPPED, "Recommend mode"),
+        ({"settings": effective_settings(None)}, ApplyState.SKIPPED, "no Apply policy"),
+        ({"settings": effective_settings(policy(), ignored=True)}, ApplyState.SKIPPED, "opts out"),
+        ({"diagnosis": DiagnosisCode.INSUFFICIENT_DATA}, ApplyState.SKIPPED, "insufficient data"),
+        ({"diagnosis": None}, ApplyState.SKIPPED, "insufficient data"),
+        ({"finding_codes": frozenset({DiagnosisCode.THROTTLED})}, ApplyState.BLOCKED, "Throttled"),
+        ({"diagnosis": DiagnosisCode.HARDWARE_FAULT}, ApplyState.BLOCKED, "HardwareFault"),
+        ({"window_end": NOW - timedelta(minutes=30)}, ApplyState.BLOCKED, "stale"),
+        ({"window_end": None}, ApplyState.SKIPPED, "no observation window"),
+        ({"last_change_at": NOW - timedelta(minutes=10)}, ApplyState.BLOCKED, "cooldown"),
+        ({"changes_last_hour_namespace": 3}, ApplyState.BLOCKED, "perNamespace 3"),
+        ({"changes_last_hour_cluster": 10, "changes_last_hour_namespace": 0}, ApplyState.BLOCKED, "cluster 10"),
+        (
+            {"settings": settings(maintenanceWindows=[{"start": "01:00", "end": "02:00"}])},
+            ApplyState.BLOCKED,
+            "maintenance",
+        ),
+    ],
+)
+def test_each_gate_blocks_and_names_itself(changes: dict[str, Any], state: ApplyState, words: str) -> None:
+    verdict = actuation.check_gates(gate(**changes))
+    assert not verdict.go
+    assert verdict.state == state
+    assert words in verdict.reason
+
+
+def test_cooldown_expires() -> None:
+    assert actuation.check_gates(gate(last_change_at=NOW - timedelta(hours=7))).go
+
+
+def test_inside_a_maintenance_window_passes() -> None:
+    inside = settings(maintenanceWindows=[{"start": "11:00", "end": "13:00", "days": ["Wed"]}])
+    assert actuation.check_gates(gate(settings=inside)).go
+
+
+def test_rate_limits_count_only_the_last_hour() -> None:
+    changes = [
+        ("team-a", NOW - timedelta(minutes=5)),
+        ("team-b", NOW - timedelta(minutes=50)),
+        ("team-a", NOW - timedelta(minutes=61)),
+        ("team-a", NOW + timedelta(minutes=1)),  # clock skew: not counted
+    ]
+    assert actuation.count_recent(changes, "team-a", NOW) == (2, 1)
+
+
+def test_zero_rate_limit_blocks_everything() -> None:
+    zero = settings(maxChangesPerHour={"cluster": 0, "perNamespace": 0})
+    assert not actuation.check_gates(gate(settings=zero)).go
+
+
+# --------------------------------------------------------------------------------------------------
+# Selection and plans
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cpu_plan_sets_request_and_limit_and_records_previous() -> None:
+    plan = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="team-a/Deployment/x")
+    assert plan is not None
+    assert plan.target == {"containers[main].resources.limits[cpu]": "4", "containers[main].resources.requests[cpu]": "4"}
+    assert plan.previous == {"containers[main].resources.limits[cpu]": "1", "containers[main].resources.requests[cpu]": "1"}
+    assert plan.actions == (ActionType.CPU,)
+    assert plan.change_id.startswith("c-")
+
+
+def test_same_change_gets_the_same_id() -> None:
+    first = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
+    second = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
+    other = actuation.plan_change(deployment(), [cpu_action("6 cores")], settings(), workload_key="k")
+    assert first is not None and second is not None and other is not None
+    assert first.change_id == second.change_id != other.change_id
+
+
+def test_actions_outside_the_policy_are_left_out() -> None:
+    plan = actuation.plan_change(deployment(), [cpu_action()], settings(actions=("memory",)))
+    assert plan is None
+    selection = actuation.select_actions([cpu_action()], settings(actions=("memory",)), has_hpa=False, kind="Deployment")
+    assert selection.actions == () and "not in the policy" in selection.left_out[0]
+
+
+def test_advice_only_actions_are_never_applied() -> None:
+    advice = Action(type=ActionType.CPU, from_value="1", to_value="4 cores", reason="r", automatic=False)
+    assert actuation.plan_change(deployment(), [advice], settings()) is None
+
+
+def test_small_cpu_change_is_below_the_minimum() -> None:
+    assert actuation.plan_change(deployment(cpu="4"), [cpu_action("4.2 cores")], settings()) is None
+
+
+def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
+    containers = [
+        {"name": "sidecar", "resources": {"limits": {"cpu": "500m"}}},
+        {"name": "main", "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "nvidia.com/gpu": "1"}}},
+    ]
+    plan = actuation.plan_change(deployment(containers=containers), [cpu_action("4.5 cores")], settings())
+    assert plan is not None
+    assert plan.target["containers[main].resources.limits[cpu]"] == "4"
+    assert not any("sidecar" in path for path in plan.target)
+
+
+def test_unreadable_cpu_target_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="not a number of cores"):
+        actuation.plan_change(deployment(), [cpu_action("lots")], settings())
+
+
+def test_memory_plan_raises_the_limit() -> None:
+    action = Action(type=ActionType.MEMORY, from_value="8.0Gi", to_value="16.0Gi", reason="r", resource="memory", automatic=True)
+    plan = actuation.plan_change(deployment(), [action], settings(actions=("memory",)))
+    assert plan is not None
+    assert plan.target["containers[main].resources.limits[memory]"] == "16Gi"
+    assert plan.target["containers[main].resources.requests[memory]"] == "16Gi"
+
+
+def test_mig_mixed_plan_swaps_the_gpu_resource() -> None:
+    mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
+    plan = actuation.plan_change(deployment(), [mig_action()], mig)
+    assert plan is not None
+    assert plan.target == {
+        "containers[main].resources.limits[nvidia.com/gpu]": None,
+        "containers[main].resources.requests[nvidia.com/gpu]": None,
+        "containers[main].resources.limits[nvidia.com/mig-1g.18gb]": "1",
+        "containers[main].resources.requests[nvidia.com/mig-1g.18gb]": "1",
+    }
+    assert plan.previous["containers[main].resources.limits[nvidia.com/gpu]"] == "1"
+    assert plan.previous["containers[main].resources.limits[nvidia.com/mig-1g.18gb]"] is None
+
+
+def test_mig_single_plan_sets_the_node_selector() -> None:
+    single = settings(actions=("migProfile",), sharingStrategy="mig-single", allowedMigProfiles=["1g.18gb"])
+    to = "nvidia.com/gpu: 1 (nodeSelector nvidia.com/gpu.product=NVIDIA-H200-MIG-1g.18gb, nvidia.com/mig.config=all-1g.18gb) (note)"
+    plan = actuation.plan_change(deployment(), [mig_action(to)], single)
+    assert plan is not None
+    assert plan.target["nodeSelector[nvidia.com/gpu.product]"] == "NVIDIA-H200-MIG-1g.18gb"
+    assert plan.target["nodeSelector[nvidia.com/mig.config]"] == "all-1g.18gb"
+    assert plan.previous["nodeSelector[nvidia.com/gpu.product]"] == "NVIDIA-H200"
+    assert plan.previous["nodeSelector[nvidia.com/mig.config]"] is None
+    assert "containers[main].resources.limits[nvidia.com/gpu]" not in plan.target  # already nvidia.com/gpu: 1
+
+
+def test_gpu_count_plan() -> None:
+    action = Action(type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", resource="nvidia.com/gpu", automatic=True)
+    plan = actuation.plan_change(deployment(), [action], settings(actions=("gpuCount",)))
+    assert plan is not None and plan.target["containers[main].resources.limits[nvidia.com/gpu]"] == "2"
+
+
+def replicas_action(to: str, kind: ActionType = ActionType.REPLICAS) -> Action:
+    return Action(type=kind, from_value="x", to_value=to, reason="r", resource="replicas", automatic=True)
+
+
+def test_scale_in_stops_at_min_replicas() -> None:
+    plan = actuation.plan_change(deployment(replicas=4), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2))
+    assert plan is not None and plan.target == {"replicas": "2"}
+
+
+def test_scale_in_already_at_min_replicas_is_no_change() -> None:
+    assert actuation.plan_change(deployment(replicas=2), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2)) is None
+
+
+def test_hpa_owned_replica_count_is_never_touched() -> None:
+    hpa = {"metadata": {"name": "h"}, "spec": {"minReplicas": 2, "maxReplicas": 4}}
+    plan = actuation.plan_change(deployment(replicas=3), [replicas_action("5")], settings(actions=("replicas",)), hpa=hpa)
+    assert plan is None
+    selection = actuation.select_actions([replicas_action("5")], settings(actions=("replicas",)), has_hpa=True, kind="Deployment")
+    assert "HorizontalPodAutoscaler owns the replica count" in selection.left_out[0]
+
+
+def test_hpa_bounds_are_patched_on_the_hpa() -> None:
+    hpa = {"metadata": {"name": "h"}, "spec": {"minReplicas": 2, "maxReplicas": 4}}
+    action = replicas_action("2-8", ActionType.HPA_BOUNDS)
+    plan = actuation.plan_change(deployment(replicas=3), [action], settings(actions=("replicas",)), hpa=hpa)
+    assert plan is not None and plan.target == {"hpa.maxReplicas": "8"}
+    assert plan.touches_hpa
+    assert actuation.hpa_patch(plan.target) == {"spec": {"maxReplicas": 8}}
+    assert actuation.workload_patch("Deployment", plan.target, None) == {}
+
+
+def test_release_idle_scales_to_zero_only_when_allowed() -> None:
+    release = Action(type=ActionType.RELEASE_IDLE, from_value="1 x gpu", to_value="0", reason="r", automatic=True)
+    assert actuation.plan_change(deployment(), [release], settings(actions=("cpu",))) is None
+    plan = actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",)))
+    assert plan is not None and plan.target == {"replicas": "0"} and plan.previous == {"replicas": "1"}
+
+
+def test_conflicting_actions_are_not_combined() -> None:
+    count = Action(type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", automatic=True)
+    chosen = actuation.select_actions([mig_action(), count], settings(actions=("migProfile", "gpuCount"), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"]), has_hpa=False, kind="Deployment")
+    assert [a.type for a in chosen.actions] == [ActionType.MIG_PROFILE]
+
+
+@pytest.mark.parametrize(("kind", "words"), [("Job", "immutable"), ("Pod", "bare pods"), ("DaemonSet", "no pod template")])
+def test_kinds_without_a_patchable_template(kind: str, words: str) -> None:
+    obj = deployment()
+    obj["kind"] = kind
+    with pytest.raises(PlanError, match=words):
+        actuation.plan_change(obj, [cpu_action()], settings())
+
+
+def test_cronjob_template_path() -> None:
+    plan = actuation.plan_change(deployment(kind="CronJob"), [cpu_action()], settings())
+    assert plan is not None
+    body = actuation.workload_patch("CronJob", plan.target, None)
+    containers = body["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert containers == [{"name": "main", "resources": {"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}}]
+
+
+# --------------------------------------------------------------------------------------------------
+# Patch bodies and records
+# --------------------------------------------------------------------------------------------------
+
+
+def test_strategic_patch_deletes_with_null_and_carries_the_record() -> None:
+    mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
+    plan = actuation.plan_change(deployment(), [mig_action()], mig)
+    assert plan is not None
+    body = actuation.workload_patch("Deployment", plan.target, "{}")
+    limits = body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": None, "nvidia.com/mig-1g.18gb": "1"}
+    assert body["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] == "{}"
+    assert actuation.apply_body(deployment(), plan.target, "{}") is None  # removals cannot go by SSA
+
+
+def test_apply_body_is_a_named_partial_object() -> None:
+    plan = actuation.plan_change(deployment(), [cpu_action()], settings())
+    assert plan is not None
+    body = actuation.apply_body(deployment(), plan.target, "rec")
+    assert body is not None
+    assert (body["apiVersion"], body["kind"], body["metadata"]["name"], body["metadata"]["namespace"]) == ("apps/v1", "Deployment", "x", "team-a")
+    assert body["spec"] == {"template": {"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}}]}}}
+
+
+def test_replica_patch() -> None:
+    assert actuation.workload_patch("Deployment", {"replicas": "0"}, None) == {"spec": {"replicas": 0}}
+
+
+def test_rollback_restores_previous_values_including_removals() -> None:
+    mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
+    plan = actuation.plan_change(deployment(), [mig_action()], mig)
+    assert plan is not None
+    record = ChangeRecord(change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions)
+    undo = actuation.rollback_plan(record)
+    assert undo.target["containers[main].resources.limits[nvidia.com/gpu]"] == "1"
+    assert undo.target["containers[main].resources.limits[nvidia.com/mig-1g.18gb]"] is None
+    assert undo.change_id != plan.change_id
+
+
+def test_change_record_round_trips_and_tells_whether_a_change_landed() -> None:
+    plan = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
+    assert plan is not None
+    record = ChangeRecord(change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions, baseline={"gpuBusyP95": 0.3})
+    text = record.to_annotation()
+    assert ChangeRecord.from_annotation(text) == record
+    before = deployment()
+    assert not actuation.landed(before, plan)
+    after = deployment(cpu="4")
+    after["metadata"]["annotations"] = {actuation.CHANGE_ANNOTATION: text}
+    assert actuation.landed(after, plan)
+    assert actuation.record_on(after) == record
+
+
+@pytest.mark.parametrize("text", ["", "not json", json.dumps({"changeId": "x"}), json.dumps([1, 2])])
+def test_damaged_record_is_rejected_clearly(text: str) -> None:
+    with pytest.raises(ValueError, match="not a change record"):
+        ChangeRecord.from_annotation(text)
+    obj = deployment()
+    obj["metadata"]["annotations"] = {actuation.CHANGE_ANNOTATION: text}
+    assert actuation.record_on(obj) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Field ownership
+# --------------------------------------------------------------------------------------------------
+
+
+def managed(manager: str, operation: str) -> dict[str, Any]:
+    return {
+        "manager": manager,
+        "operation": operation,
+        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {'k:{"name":"main"}': {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("manager", "operation", "blocked"),
+    [
+        ("argocd-controller", "Apply", True),
+        ("kubectl", "Apply", True),
+        ("kubectl-client-side-apply", "Update", True),
+        ("kubectl-create", "Update", False),
+        ("kubectl-edit", "Update", False),
+        ("gpu-rightsizer", "Apply", False),
+    ],
+)
+def test_declarative_owners_are_reported(manager: str, operation: str, blocked: bool) -> None:
+    obj = deployment()
+    obj["metadata"]["managedFields"] = [managed(manager, operation)]
+    owners = actuation.declarative_owners(obj, ["containers[main].resources.limits[cpu]"])
+    assert bool(owners) == blocked
+    if blocked:
+        assert manager in actuation.conflict_reason(owners)
+
+
+def test_owner_of_another_field_is_no_conflict() -> None:
+    obj = deployment()
+    obj["metadata"]["managedFields"] = [managed("argocd-controller", "Apply")]
+    assert actuation.declarative_owners(obj, ["containers[main].resources.limits[memory]"]) == {}
+
+
+# --------------------------------------------------------------------------------------------------
+# Verification
+# --------------------------------------------------------------------------------------------------
+
+
+def stats(value: float) -> SignalStats:
+    return SignalStats(samples=30, mean=value, p50=value, p95=value, p99=value, max=value)
+
+
+def window(busy: float, cpu: float, pod: str = "p-1") -> WorkloadWindow:
+    return WorkloadWindow(
+        workload=WorkloadRef(namespace="team-a", kind="Deployment", name="x"),
+        start=NOW - timedelta(minutes=1),
+        end=NOW,
+        allocation=Allocation(cpu_limit_cores=2.0),
+        pods=[
+            PodObservation(
+                name=pod,
+                stats={Signal.CPU_USAGE_CORES: stats(cpu)},
+                gpus=[GPUObservation(uuid="g", stats={Signal.GR_ENGINE_ACTIVE: stats(busy)})],
+            )
+        ],
+    )
+
+
+def test_signals_from_window_and_pod_filter() -> None:
+    assert actuation.signals_from_window(window(0.4, 1.9)) == {"gpuBusyP95": 0.4, "cpuSaturationP95": 0.95}
+    assert actuation.signals_from_window(window(0.4, 1.9), pods=["other"]) == {}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "health", "actions", "words"),
+    [
+        ({"gpuBusyP95": 0.4}, {"gpuBusyP95": 0.8}, PodHealth(total=1, running=1), [ActionType.CPU], None),
+        ({"gpuBusyP95": 0.8}, {"gpuBusyP95": 0.3}, PodHealth(total=1, running=1), [ActionType.CPU], "GPU busy p95 fell"),
+        ({"gpuBusyP95": 0.8}, {"gpuBusyP95": 0.78}, PodHealth(), [ActionType.CPU], None),
+        ({"gpuBusyP95": 0.8}, {"gpuBusyP95": 0.3}, PodHealth(), [ActionType.REPLICAS], None),
+        ({}, {}, PodHealth(total=2, unschedulable=1, messages=("0/7 nodes are available",)), [ActionType.CPU], "cannot be scheduled: 0/7"),
+        ({}, {}, PodHealth(total=1, crash_looping=1, restarts=5), [ActionType.MIG_PROFILE], "crash-loop"),
+        ({"cpuSaturationP95": 0.5}, {"cpuSaturationP95": 0.9}, PodHealth(), [ActionType.CPU], "CPU saturation"),
+    ],
+)
+def test_regression(before: dict[str, float], after: dict[str, float], health: PodHealth, actions: list[ActionType], words: str | None) -> None:
+    problem = actuation.regression(before, after, health, actions)
+    if words is None:
+        assert problem is None
+    else:
+        assert problem is not None and words in problem
+
+
+def test_improvement_summary() -> None:
+    text = actuation.improvement_summary({"gpuBusyP95": 0.35, "cpuSaturationP95": 0.98}, {"gpuBusyP95": 0.81, "cpuSaturationP95": 0.6})
+    assert text == "GPU busy p95 35%->81%, CPU saturation p95 98%->60%"
