@@ -69,7 +69,7 @@ class Kube:
     def api(self) -> Any:
         from kubernetes import config
 
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        return config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
 
     def wait_for(self, predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
         """Poll until `predicate()` is truthy; fail the test with `what` otherwise."""

@@ -99,20 +99,30 @@ def ref_of(recommendation: Mapping[str, Any]) -> WorkloadRef:
     )
 
 
-def engine_settings(settings: EffectiveSettings) -> EngineSettings:
-    """Engine thresholds with the governing policy's overrides (minSamples included)."""
+def engine_settings(settings: EffectiveSettings, window_seconds: float | None = None) -> EngineSettings:
+    """Engine thresholds with the governing policy's overrides (minSamples included).
+
+    The operator's `--window` is an explicit choice of the person running it, so it also lowers the
+    engine's minimum window when shorter (tests and demos use minutes, not hours).
+    """
     overrides: dict[str, object] = dict(settings.threshold_overrides)
+    if window_seconds is not None:
+        defaults = EngineSettings()
+        overrides["windowSeconds"] = window_seconds
+        overrides["minWindowSeconds"] = min(defaults.min_window_seconds, window_seconds * 0.9)
     if settings.policy is not None:
         overrides["minSamples"] = settings.min_samples
     return EngineSettings().with_overrides(overrides)
 
 
-def analyse(window: WorkloadWindow, settings: EffectiveSettings, now: datetime) -> Analysis:
+def analyse(
+    window: WorkloadWindow, settings: EffectiveSettings, now: datetime, window_seconds: float | None = None
+) -> Analysis:
     """Run the engine with the policy's sharing strategy, MIG profiles and thresholds."""
     sharing = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
     return analyze_window(
         window,
-        engine_settings(settings),
+        engine_settings(settings, window_seconds),
         sharing=sharing,
         now=now,
         allowed_mig_profiles=list(settings.allowed_mig_profiles) or None,
@@ -371,7 +381,7 @@ def _one_workload(
     hpa = kube.hpa_for(ref) if ref.kind in ("Deployment", "StatefulSet", "ReplicaSet") else None
     window = with_hpa(window, hpa)
     try:
-        analysis = analyse(window, settings, state.now)
+        analysis = analyse(window, settings, state.now, cfg.window_seconds)
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)

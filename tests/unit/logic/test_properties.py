@@ -53,7 +53,7 @@ def stats(draw: st.DrawFn, high: float, samples: st.SearchStrategy[int] | None =
     values = sorted(draw(st.lists(st.floats(0.0, high, allow_nan=False), min_size=5, max_size=5)))
     low, p50, p95, p99, top = values
     return SignalStats(
-        samples=draw(samples or st.sampled_from([5, 60, 120, 720])),
+        samples=draw(samples or st.sampled_from([1440, 120, 720, 5])),
         mean=draw(st.floats(low, top)) if top > low else low,
         p50=p50,
         p95=p95,
@@ -65,34 +65,50 @@ def stats(draw: st.DrawFn, high: float, samples: st.SearchStrategy[int] | None =
     )
 
 
+def scaled(source: SignalStats, factor: float) -> SignalStats:
+    """The same distribution times `factor` (SM activity never exceeds engine activity)."""
+    return source.model_copy(
+        update={key: getattr(source, key) * factor for key in ("mean", "p50", "p95", "p99", "max", "min")}
+    )
+
+
 @st.composite
 def gpus(draw: st.DrawFn, uuid: str, model: str, mig: str | None) -> GPUObservation:
-    capacity = MODELS[model]
+    capacity = MODELS[model] if mig is None else 9.75 * 1024
     chosen: dict[Signal, SignalStats] = {}
-    for signal in RATIO:
+    busy = draw(stats(draw(st.sampled_from([0.02, 0.3, 1.0]))))
+    chosen[Signal.GR_ENGINE_ACTIVE if draw(st.integers(0, 9)) > 0 else Signal.GPU_UTIL] = busy
+    if draw(st.integers(0, 3)) > 0:
+        chosen[Signal.SM_ACTIVE] = scaled(busy, draw(st.floats(0.2, 1.0)))
+    for signal in (Signal.SM_OCCUPANCY, Signal.TENSOR_ACTIVE, Signal.FP32_ACTIVE, Signal.DRAM_ACTIVE):
         if draw(st.booleans()):
             chosen[signal] = draw(stats(1.0))
+    if draw(st.integers(0, 7)) == 0:
+        chosen[Signal.THROTTLE_FRACTION] = draw(stats(1.0))
     for signal in BYTES:
         if draw(st.integers(0, 3)) == 0:
-            chosen[signal] = draw(stats(8e11))
+            chosen[signal] = draw(stats(draw(st.sampled_from([1e8, 8e11]))))
     if draw(st.integers(0, 4)) > 0:
-        chosen[Signal.FB_USED_MIB] = draw(stats(capacity if mig is None else 10000.0))
+        chosen[Signal.FB_USED_MIB] = draw(stats(capacity * draw(st.sampled_from([0.05, 0.2, 0.5, 0.99]))))
+    xids = (
+        draw(st.lists(st.sampled_from([13, 31, 48, 79, 94]), max_size=1))
+        if draw(st.integers(0, 9)) == 0
+        else []
+    )
     return GPUObservation(
         uuid=uuid,
         model_name=model,
         mig_profile=mig,
         memory_total_mib=None if mig else capacity,
         stats=chosen,
-        xid_codes=draw(st.lists(st.sampled_from([13, 31, 48, 79, 94]), max_size=1))
-        if draw(st.integers(0, 5)) == 0
-        else [],
+        xid_codes=xids,
     )
 
 
 @st.composite
 def windows(draw: st.DrawFn) -> WorkloadWindow:
     model = draw(st.sampled_from(sorted(MODELS)))
-    gpu_count = draw(st.integers(1, 3))
+    gpu_count = draw(st.sampled_from([1, 1, 2, 3]))
     replicas = draw(st.integers(1, 4))
     mig = (
         "1g.10gb"
@@ -134,7 +150,7 @@ def windows(draw: st.DrawFn) -> WorkloadWindow:
         hpa=hpa,
         workload_type=workload_type,
     )
-    hours = draw(st.sampled_from([0.25, 2.0, 24.0]))
+    hours = draw(st.sampled_from([2.0, 24.0, 0.25]))
     return WorkloadWindow(
         workload=WorkloadRef(namespace="ns", kind="Deployment", name="w"),
         start=START,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpu_rightsizer.logic import actuation
-from gpu_rightsizer.logic.actuation import ChangeRecord, GateContext, PodHealth, PlanError
+from gpu_rightsizer.logic.actuation import ChangeRecord, GateContext, PlanError, PodHealth
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
