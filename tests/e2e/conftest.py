@@ -199,13 +199,13 @@ def run_operator(kube: Kube, tmp_path: Path) -> Iterator[Callable[..., Backgroun
 
     started: list[Background] = []
 
-    def start(*extra: str, name: str = "operator") -> Background:
+    def start(*extra: str, name: str = "operator", env: dict[str, str] | None = None) -> Background:
         health = free_port()
         background = start_background(
             [sys.executable, "-m", "gpu_rightsizer", "run", "--metrics-address", "127.0.0.1",
              "--metrics-port", str(free_port()), "--liveness", f"http://127.0.0.1:{health}/healthz", *extra],
             tmp_path / f"{name}.log",
-            env={"KUBECONFIG": str(kube.kubeconfig)},
+            env={"KUBECONFIG": str(kube.kubeconfig), **(env or {})},
         )  # fmt: skip
         background.url = f"http://127.0.0.1:{health}/healthz"
         started.append(background)

@@ -28,7 +28,7 @@ class KubernetesPodDirectory:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if core_api is None:
-            from kubernetes import client, config  # noqa: PLC0415  (optional: only when configured)
+            from kubernetes import client, config
 
             try:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]

@@ -87,15 +87,15 @@ def run(args: argparse.Namespace) -> int:
         print("error: --once and --record need --output FILE.om", file=sys.stderr)
         return 2
 
-    from pathlib import Path  # noqa: PLC0415  (heavy imports stay inside run)
+    from pathlib import Path
 
-    from gpu_rightsizer.adapters.nvml import PynvmlLibrary  # noqa: PLC0415
-    from gpu_rightsizer.agent.cgroups import PidPodMapper, PodDirectory  # noqa: PLC0415
-    from gpu_rightsizer.agent.runner import AgentRunner  # noqa: PLC0415
+    from gpu_rightsizer.adapters.nvml import PynvmlLibrary
+    from gpu_rightsizer.agent.cgroups import PidPodMapper, PodDirectory
+    from gpu_rightsizer.agent.runner import AgentRunner
 
     directory: PodDirectory | None = None
     if args.kubernetes:
-        from gpu_rightsizer.agent.kube_directory import KubernetesPodDirectory  # noqa: PLC0415
+        from gpu_rightsizer.agent.kube_directory import KubernetesPodDirectory
 
         directory = KubernetesPodDirectory(node_name=args.node_name)
     mapper = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)

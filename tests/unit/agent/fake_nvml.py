@@ -190,7 +190,9 @@ class FakeNvml:
         self._enter("gpm_free")
         self.freed_samples += 1
 
-    def gpm_metrics(self, first: object, second: object, metrics: Sequence[GpmMetric]) -> dict[GpmMetric, float]:
+    def gpm_metrics(
+        self, first: object, second: object, metrics: Sequence[GpmMetric]
+    ) -> dict[GpmMetric, float]:
         assert isinstance(first, FakeGpmSample) and isinstance(second, FakeGpmSample)
         assert first is not second
         gpu = self._gpu("gpm_metrics", second.gpu)

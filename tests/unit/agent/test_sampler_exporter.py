@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from prometheus_client.core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpu_rightsizer.adapters.nvml import (
@@ -27,13 +29,15 @@ from gpu_rightsizer.agent.exporter import (
     snapshot_families,
 )
 from gpu_rightsizer.agent.runner import AgentRunner
-from gpu_rightsizer.agent.sampler import DeviceField, NvmlSampler
+from gpu_rightsizer.agent.sampler import DeviceField, NodeSnapshot, NvmlSampler
 from gpu_rightsizer.model import metric_names as mn
 
 from .fake_nvml import GIB, FakeGpu, FakeNvml, MigHandle
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
-POD = PodIdentity(pod_uid="0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", namespace="ml", pod="train-0", container="main")
+POD = PodIdentity(
+    pod_uid="0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", namespace="ml", pod="train-0", container="main"
+)
 
 
 class Clock:
@@ -50,7 +54,7 @@ def _sampler(nvml: FakeNvml, clock: Clock) -> NvmlSampler:
     return NvmlSampler(nvml, clock=clock, monotonic=clock, reinit_backoff_seconds=5.0)
 
 
-def _two_ticks(sampler: NvmlSampler, clock: Clock):  # type: ignore[no-untyped-def]
+def _two_ticks(sampler: NvmlSampler, clock: Clock) -> NodeSnapshot:
     sampler.sample()
     clock.now += 1.0
     return sampler.sample()
@@ -69,7 +73,7 @@ def _gpu(**kwargs: object) -> FakeGpu:
     return gpu
 
 
-def _by_name(families):  # type: ignore[no-untyped-def]
+def _by_name(families: Iterable[Metric]) -> dict[str, Metric]:
     return {f.name: f for f in families}
 
 
@@ -184,7 +188,9 @@ def test_driver_missing_at_start_is_retried() -> None:
 
 
 def test_shared_gpu_gets_one_copy_per_pod_with_its_own_memory_and_util() -> None:
-    other = PodIdentity(pod_uid="aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", namespace="ml", pod="serve-0", container="c")
+    other = PodIdentity(
+        pod_uid="aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", namespace="ml", pod="serve-0", container="c"
+    )
     gpu = _gpu(
         processes=[ProcessMemory(pid=1, used_bytes=GIB), ProcessMemory(pid=2, used_bytes=3 * GIB)],
         process_util=[
@@ -248,7 +254,9 @@ def test_collector_serves_latest_snapshot() -> None:
     nvml, clock = FakeNvml([_gpu()]), Clock()
     runner = AgentRunner(nvml=nvml, resolve=lambda pid: None, hostname="n", sampler=_sampler(nvml, clock))
     runner.tick()
-    names = {f.name for f in DcgmCompatibleCollector(runner.state, runner.sampler, runner.resolve, "n").collect()}
+    names = {
+        f.name for f in DcgmCompatibleCollector(runner.state, runner.sampler, runner.resolve, "n").collect()
+    }
     assert {mn.DCGM_FB_USED, AGENT_UP} <= names
 
 

@@ -1,0 +1,78 @@
+"""Turn full recordings from run_proof.py into small, commit-ready test fixtures.
+
+Keeps only the series the offline analyzer reads (dcgm-exporter, cAdvisor, kube-state-metrics and
+serving names from `model/metric_names.py`, plus the agent's `up`), optionally thins them to every
+N-th tick, and writes gzip-compressed OpenMetrics: tests/fixtures/h200/<workload>.om.gz.
+
+Run: python hack/gpu-proof/make_fixtures.py RECORDINGS_DIR tests/fixtures/h200 [--every 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "operator"))
+
+from prometheus_client.core import Metric
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from gpu_rightsizer.agent.exporter import AGENT_UP, OpenMetricsRecording
+from gpu_rightsizer.model import metric_names as mn
+
+KEEP: frozenset[str] = frozenset(
+    {
+        *mn.DCGM_METRICS,
+        *(source.metric for source in mn.POD_SIGNAL_SOURCES),
+        mn.CADVISOR_CPU_THROTTLED_PERIODS,
+        mn.CADVISOR_CPU_PERIODS,
+        mn.KSM_POD_OWNER,
+        mn.KSM_POD_INFO,
+        mn.KSM_POD_LABELS,
+        mn.KSM_POD_REQUESTS,
+        mn.KSM_POD_LIMITS,
+        mn.KSM_NODE_LABELS,
+        *mn.SERVING_REQUEST_COUNTERS,
+        AGENT_UP,
+    }
+)
+
+
+def thin(path: Path, every: int) -> OpenMetricsRecording:
+    """The kept families of one recording, every `every`-th timestamp."""
+    families = list(text_string_to_metric_families(path.read_text()))
+    for family in families:  # the parser gives Timestamp objects; the recorder wants float seconds
+        family.samples = [s._replace(timestamp=float(s.timestamp)) for s in family.samples if s.timestamp]
+    stamps = sorted({float(s.timestamp) for f in families for s in f.samples})
+    kept_stamps = set(stamps[::every])
+    recording = OpenMetricsRecording()
+    for family in families:
+        if family.name not in KEEP and family.name + "_total" not in KEEP:  # counters lose `_total`
+            continue
+        copy = Metric(family.name, family.documentation, family.type, family.unit)
+        copy.samples = [s for s in family.samples if s.timestamp in kept_stamps]
+        recording.add([copy])
+    return recording
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("recordings", type=Path)
+    parser.add_argument("fixtures", type=Path)
+    parser.add_argument("--every", type=int, default=1)
+    args = parser.parse_args()
+    args.fixtures.mkdir(parents=True, exist_ok=True)
+    for path in sorted(args.recordings.glob("*.om")):
+        if path.name.startswith("agent-cli"):
+            continue
+        data = thin(path, args.every).render()
+        target = args.fixtures / f"{path.stem}.om.gz"
+        target.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+        print(f"{target}: {len(data)} bytes of text, {target.stat().st_size} gzipped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
