@@ -32,11 +32,28 @@ def apply_policy(kube: Kube, name: str, namespace: str, actions: list[str], **sa
         "observation": {"window": "5m", "minSamples": 10},
         "safety": {"cooldown": "1h", "verifyFor": "30s", **safety},
     }
-    kube.apply({"apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURightsizingPolicy", "metadata": {"name": name}, "spec": spec})
+    kube.apply(
+        {
+            "apiVersion": "gpurightsizer.io/v1alpha1",
+            "kind": "GPURightsizingPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
 
 
 def operator_args(url: str, namespace: str) -> list[str]:
-    return ["--role", "all", "--prometheus-url", url, "-n", namespace, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}", *FAST]
+    return [
+        "--role",
+        "all",
+        "--prometheus-url",
+        url,
+        "-n",
+        namespace,
+        "--lease-name",
+        f"lease-{uuid.uuid4().hex[:6]}",
+        *FAST,
+    ]
 
 
 def recommendation(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
@@ -56,7 +73,11 @@ def container_resources(kube: Kube, namespace: str, deployment: str) -> dict[str
 
 def running_pods(kube: Kube, namespace: str, app: str) -> list[dict[str, Any]]:
     pods = kube.get_json("pods", "-n", namespace, "-l", f"app={app}")["items"]
-    return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def settled(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
@@ -66,7 +87,9 @@ def settled(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
 
 
 def promql(url: str, query: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=10) as answer:
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=10
+    ) as answer:
         result: list[dict[str, Any]] = json.load(answer)["data"]["result"]
     return result
 
@@ -96,7 +119,9 @@ def events_for(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
     return [e for e in items if e["involvedObject"].get("name") == name]
 
 
-def test_cpu_starved_trainer_is_patched_and_verified(kube: Kube, live_metrics: str, run_operator: Any) -> None:
+def test_cpu_starved_trainer_is_patched_and_verified(
+    kube: Kube, live_metrics: str, run_operator: Any
+) -> None:
     namespace = kube.create_namespace("act-cpu")
     apply_policy(kube, f"apply-{namespace}", namespace, ["cpu"])
     create(kube, gpu_deployment("trainer", namespace, scenario="input-cpu-bound", cpu="1"))
@@ -135,14 +160,277 @@ def test_cpu_starved_trainer_is_patched_and_verified(kube: Kube, live_metrics: s
     # The simulator follows the real limit: the new pod's GPU gets busier than before the change.
     pod_name = pods[0]["metadata"]["name"]
     busy = kube.wait_for(
-        lambda: promql(live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{pod_name}"}}'),
+        lambda: promql(
+            live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{pod_name}"}}'
+        ),
         timeout=60,
         what="GPU series of the new pod",
     )
     assert float(busy[0]["value"][1]) > record["baseline"]["gpuBusyP95"]
 
-    final = wait(kube, lambda: settled(kube, namespace, "deployment-trainer"), 240, "the change to be verified", namespace, operator)
+    final = wait(
+        kube,
+        lambda: settled(kube, namespace, "deployment-trainer"),
+        240,
+        "the change to be verified",
+        namespace,
+        operator,
+    )
     assert final["state"] == "Verified", final
     assert record["changeId"] in final["reason"]
     reasons = {e["reason"] for e in events_for(kube, namespace, "trainer")}
     assert {"ChangeApplied", "ChangeVerified"} <= reasons, reasons
+
+
+def gpu_series_node(url: str, namespace: str) -> set[str]:
+    rows = promql(url, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}"}}')
+    return {r["metric"].get("Hostname", r["metric"].get("hostname", "")) for r in rows}
+
+
+def test_small_inference_on_a_whole_h200_moves_to_a_mig_slice(
+    kube: Kube, live_metrics: str, run_operator: Any
+) -> None:
+    namespace = kube.create_namespace("act-mig")
+    apply_policy(
+        kube, f"apply-{namespace}", namespace, ["migProfile"],
+        sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb", "2g.35gb", "3g.71gb"],
+    )  # fmt: skip
+    create(kube, gpu_deployment("server", namespace, scenario="oversized", product="NVIDIA-H200", cpu="4"))
+    kube.wait_for(lambda: running_pods(kube, namespace, "server"), timeout=90, what="a Running server")
+    operator = run_operator(*operator_args(live_metrics, namespace))
+
+    def on_mig() -> dict[str, Any] | None:
+        limits = container_resources(kube, namespace, "server")["limits"]
+        return limits if any(k.startswith("nvidia.com/mig-") for k in limits) else None
+
+    limits = wait(kube, on_mig, 180, "the server to be patched to a MIG resource", namespace, operator)
+    assert "nvidia.com/gpu" not in limits
+    status = recommendation(kube, namespace, "deployment-server")["status"]
+    assert status["diagnosis"]["primary"] == "OversizedGPU"
+    mig_action = next(a for a in status["actions"] if a["type"] == "migProfile")
+    resource = next(k for k in limits if k.startswith("nvidia.com/mig-"))
+    assert resource in mig_action["to"]
+
+    def rescheduled() -> list[dict[str, Any]] | None:
+        pods = running_pods(kube, namespace, "server")
+        return pods if pods and all(p["spec"]["nodeName"] == "gpu-h200-mig-0" for p in pods) else None
+
+    wait(kube, rescheduled, 90, "the server pods to run on the MIG node", namespace, operator)
+    final = wait(
+        kube, lambda: settled(kube, namespace, "deployment-server"), 240, "verification", namespace, operator
+    )
+    assert final["state"] == "Verified", final
+
+
+def test_a_change_that_leaves_pods_unschedulable_is_rolled_back(
+    kube: Kube, live_metrics: str, run_operator: Any
+) -> None:
+    namespace = kube.create_namespace("act-rollback")
+    apply_policy(kube, f"apply-{namespace}", namespace, ["cpu"])
+    # Fill the A100 node's CPUs so that the trainer fits with 1 CPU but not with more.
+    create(kube, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cpu-filler", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "gpu-a100-0"},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "126"}, "limits": {"cpu": "126"}}}],
+        },
+    })  # fmt: skip
+    create(
+        kube,
+        gpu_deployment(
+            "trainer", namespace, scenario="input-cpu-bound", cpu="1", product="NVIDIA-A100-SXM4-80GB"
+        ),
+    )
+    kube.wait_for(lambda: running_pods(kube, namespace, "trainer"), timeout=90, what="a Running trainer")
+    operator = run_operator(*operator_args(live_metrics, namespace))
+    final = wait(
+        kube,
+        lambda: settled(kube, namespace, "deployment-trainer"),
+        300,
+        "the change to be settled",
+        namespace,
+        operator,
+    )
+    assert final["state"] == "RolledBack", final
+    assert "cannot be scheduled" in final["reason"]
+    resources = container_resources(kube, namespace, "trainer")
+    assert resources["limits"]["cpu"] == "1" and resources["requests"]["cpu"] == "1"
+    record = json.loads(
+        kube.get_json("deployment", "-n", namespace, "trainer")["metadata"]["annotations"][
+            "gpurightsizer.io/previous"
+        ]
+    )
+    assert record["rollbackOf"] in final["reason"]
+    assert "ChangeRolledBack" in {e["reason"] for e in events_for(kube, namespace, "trainer")}
+
+
+def test_workloads_the_actuator_must_leave_alone(kube: Kube, live_metrics: str, run_operator: Any) -> None:
+    limited = kube.create_namespace("act-limit")
+    outside = kube.create_namespace("act-outside")
+    hpa_ns = kube.create_namespace("act-hpa")
+    declared = kube.create_namespace("act-declared")
+    apply_policy(
+        kube, f"apply-{limited}", limited, ["cpu"], maxChangesPerHour={"cluster": 10, "perNamespace": 1}
+    )
+    apply_policy(kube, f"apply-{hpa_ns}", hpa_ns, ["replicas"])
+    apply_policy(kube, f"apply-{declared}", declared, ["cpu"])
+    for name in ("trainer-a", "trainer-b"):
+        create(kube, gpu_deployment(name, limited, scenario="input-cpu-bound", cpu="1"))
+    create(kube, gpu_deployment("hot", limited, scenario="throttled", cpu="8"))
+    create(kube, gpu_deployment("trainer", outside, scenario="input-cpu-bound", cpu="1"))
+    kube.apply(
+        gpu_deployment("trainer", declared, scenario="input-cpu-bound", cpu="1")
+    )  # owned by `kubectl` (SSA)
+    create(
+        kube,
+        gpu_deployment(
+            "serve", hpa_ns, scenario="under-replicated", cpu="4", replicas=2, product="NVIDIA-H200"
+        ),
+    )
+    create(kube, {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "serve", "namespace": hpa_ns},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve"},
+                 "minReplicas": 2, "maxReplicas": 2,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]},
+    })  # fmt: skip
+    operator = run_operator(
+        "--role", "all", "--prometheus-url", live_metrics, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}", *FAST,
+        *[arg for ns in (limited, outside, hpa_ns, declared) for arg in ("-n", ns)],
+    )  # fmt: skip
+
+    # Rate limit: one of the two trainers changes, the other is blocked.
+    def one_changed() -> list[str] | None:
+        states = {
+            n: apply_state(kube, limited, f"deployment-{n}").get("state") for n in ("trainer-a", "trainer-b")
+        }
+        blocked = [n for n, s in states.items() if s == "Blocked"]
+        changed = [n for n, s in states.items() if s in ("Applied", "Verified")]
+        return blocked if len(blocked) == 1 and len(changed) == 1 else None
+
+    blocked = wait(kube, one_changed, 180, "one change and one rate-limited trainer", limited, operator)[0]
+    assert "rate limit" in apply_state(kube, limited, f"deployment-{blocked}")["reason"]
+    assert container_resources(kube, limited, blocked)["limits"]["cpu"] == "1"
+
+    # Health finding: never sized.
+    hot = wait(
+        kube,
+        lambda: (
+            apply_state(kube, limited, "deployment-hot")
+            if apply_state(kube, limited, "deployment-hot").get("state") == "Blocked"
+            else None
+        ),
+        60,
+        "the throttled workload to be blocked",
+        limited,
+        operator,
+    )
+    assert "health finding" in hot["reason"] and "Throttled" in hot["reason"]
+    assert container_resources(kube, limited, "hot")["limits"]["cpu"] == "8"
+
+    # Outside every Apply policy: recommended, not applied.
+    outside_state = wait(
+        kube,
+        lambda: (
+            recommendation(kube, outside, "deployment-trainer")["status"]
+            if recommendation(kube, outside, "deployment-trainer").get("status", {}).get("actions")
+            else None
+        ),
+        60,
+        "a recommendation outside the policy",
+        outside,
+        operator,
+    )
+    assert (
+        outside_state["apply"]["state"] in ("Pending", "Skipped")
+        and "no Apply policy" in outside_state["apply"]["reason"]
+    )
+    assert container_resources(kube, outside, "trainer")["limits"]["cpu"] == "1"
+
+    # A declarative owner (server-side apply by `kubectl`) holds the CPU fields: reported, not fought.
+    conflict = wait(
+        kube,
+        lambda: (
+            apply_state(kube, declared, "deployment-trainer")
+            if "conflict" in apply_state(kube, declared, "deployment-trainer").get("reason", "")
+            else None
+        ),
+        60,
+        "the field-manager conflict",
+        declared,
+        operator,
+    )
+    assert conflict["state"] == "Blocked" and "'kubectl'" in conflict["reason"]
+    assert container_resources(kube, declared, "trainer")["limits"]["cpu"] == "1"
+
+    # HPA: the replica count belongs to the HPA; the deployment's replicas are never written by us.
+    def hpa_decided() -> dict[str, Any] | None:
+        status = recommendation(kube, hpa_ns, "deployment-serve").get("status") or {}
+        return (
+            status
+            if status.get("diagnosis", {}).get("primary") == "UnderReplicated"
+            and status.get("apply", {}).get("state") not in (None, "Pending")
+            else None
+        )
+
+    hpa_status = wait(kube, hpa_decided, 90, "the under-replicated service to be handled", hpa_ns, operator)
+    assert all(a["type"] != "replicas" for a in hpa_status["actions"]), hpa_status["actions"]
+    deployment = kube.get_json("deployment", "-n", hpa_ns, "serve")
+    managers = {entry["manager"] for entry in deployment["metadata"].get("managedFields", [])}
+    assert "gpu-rightsizer" not in managers
+    if hpa_status["apply"]["state"] in ("Applied", "Verified"):
+        assert kube.get_json("hpa", "-n", hpa_ns, "serve")["spec"]["maxReplicas"] > 2
+
+    # Policy status shows what it governs.
+    policy = kube.get_json("gpupolicy", f"apply-{limited}")
+    assert policy["status"]["matchedWorkloads"] == 3
+
+
+def test_two_actuators_and_a_crash_between_intent_and_patch(
+    kube: Kube, live_metrics: str, run_operator: Any
+) -> None:
+    namespace = kube.create_namespace("act-crash")
+    apply_policy(kube, f"apply-{namespace}", namespace, ["cpu"])
+    create(kube, gpu_deployment("trainer", namespace, scenario="input-cpu-bound", cpu="1"))
+    kube.wait_for(lambda: running_pods(kube, namespace, "trainer"), timeout=90, what="a Running trainer")
+    args = operator_args(live_metrics, namespace)
+    crashing = run_operator(*args, name="crashing", env={"GPURS_TEST_EXIT_AFTER_INTENT": "1"})
+    wait(
+        kube,
+        lambda: crashing.process.poll() is not None,
+        180,
+        "the actuator to exit after recording its intent",
+        namespace,
+        crashing,
+    )
+    assert crashing.process.returncode == 17, crashing.output()[-3000:]
+    intent = apply_state(kube, namespace, "deployment-trainer")
+    assert intent["state"] == "Pending" and "recorded" in intent["reason"]
+    assert container_resources(kube, namespace, "trainer")["limits"]["cpu"] == "1"  # the patch never left
+
+    first = run_operator(*args, name="replica-1")
+    second = run_operator(*args, name="replica-2")
+    final = wait(
+        kube,
+        lambda: settled(kube, namespace, "deployment-trainer"),
+        240,
+        "the interrupted change to finish",
+        namespace,
+        first,
+    )
+    assert final["state"] == "Verified", final
+    deployment = kube.get_json("deployment", "-n", namespace, "trainer")
+    record = json.loads(deployment["metadata"]["annotations"]["gpurightsizer.io/previous"])
+    assert record["changeId"] in intent["reason"]  # the recorded change, not a new one
+    replica_sets = kube.get_json("replicasets", "-n", namespace, "-l", "app=trainer")["items"]
+    assert len(replica_sets) == 2, [
+        rs["metadata"]["name"] for rs in replica_sets
+    ]  # one change: one new rollout
+    logs = [first.output(), second.output()]
+    senders = [
+        log
+        for log in logs
+        if "was recorded but not sent; sending it now" in log or "had landed before the restart" in log
+    ]
+    assert len(senders) == 1, "exactly one actuator finished the change"
+    assert sum(log.count("now the leader") for log in logs) >= 1

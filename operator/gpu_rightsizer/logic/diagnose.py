@@ -143,6 +143,9 @@ class WorkloadFigures:
     capacity_gib: float | None
     memory_share_p99: float | None
     pcie_utilisation: float | None
+    pcie_bytes_p50: float | None  # busier direction's median, busiest GPU
+    pcie_utilisation_p50: float | None  # the same as a share of the link (one direction)
+    transfer_bytes_p95: float | None  # largest PCIe/NVLink direction p95 of any GPU
     nvlink_utilisation: float | None
     nvlink_bytes_p95: float | None
     cpu_usage_p95: float | None
@@ -280,6 +283,9 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
     ]
 
     pcie_utils = []
+    pcie_p50_bytes: list[float] = []
+    pcie_p50_utils: list[float] = []
+    transfer_p95: list[float] = []
     nvlink_utils = []
     nvlink_bytes = []
     for g in gpus:
@@ -287,6 +293,19 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         rx, tx = g.stat(Signal.PCIE_RX_BYTES_PER_S), g.stat(Signal.PCIE_TX_BYTES_PER_S)
         if rx is not None or tx is not None:
             pcie_utils.append(max(rx.p95 if rx else 0.0, tx.p95 if tx else 0.0) / pcie_capacity)
+            median = max(rx.p50 if rx else 0.0, tx.p50 if tx else 0.0)
+            pcie_p50_bytes.append(median)
+            pcie_p50_utils.append(median / pcie_capacity)
+        transfer_p95.extend(
+            s.p95
+            for signal in (
+                Signal.PCIE_RX_BYTES_PER_S,
+                Signal.PCIE_TX_BYTES_PER_S,
+                Signal.NVLINK_RX_BYTES_PER_S,
+                Signal.NVLINK_TX_BYTES_PER_S,
+            )
+            if (s := g.stat(signal)) is not None
+        )
         nrx, ntx = g.stat(Signal.NVLINK_RX_BYTES_PER_S), g.stat(Signal.NVLINK_TX_BYTES_PER_S)
         if nrx is not None or ntx is not None:
             total = (nrx.p95 if nrx else 0.0) + (ntx.p95 if ntx else 0.0)
@@ -359,6 +378,9 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         capacity_gib=capacity,
         memory_share_p99=max(shares) if shares else None,
         pcie_utilisation=max(pcie_utils) if pcie_utils else None,
+        pcie_bytes_p50=max(pcie_p50_bytes) if pcie_p50_bytes else None,
+        pcie_utilisation_p50=max(pcie_p50_utils) if pcie_p50_utils else None,
+        transfer_bytes_p95=max(transfer_p95) if transfer_p95 else None,
         nvlink_utilisation=max(nvlink_utils) if nvlink_utils else None,
         nvlink_bytes_p95=max(nvlink_bytes) if nvlink_bytes else None,
         cpu_usage_p95=cpu_usage,
@@ -641,6 +663,14 @@ def _idle(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> 
         return
     if figures.requests_per_s is not None and figures.requests_per_s > 0:
         return  # a GPU that serves requests is not idle (SPEC §1); sizing and serving rules handle it
+    if (
+        figures.transfer_bytes_p95 is not None
+        and figures.transfer_bytes_p95 >= settings.idle_transfer_bytes_per_s
+    ):
+        return  # copies over PCIe/NVLink are GPU work the busy signal misses (SPEC §1: not idle)
+    util = _max(_gpu_stat(figures.gpus, Signal.GPU_UTIL, lambda s: s.p95))
+    if figures.busy_source == "gr_engine_active" and util is not None and util >= settings.idle_busy_p95:
+        return  # NVML saw kernels or copies that the graphics-engine counter did not
     window = figures.window
     confidence = _base_confidence(figures, settings)
     if window.duration_seconds < settings.idle_min_window_seconds:
@@ -760,23 +790,31 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
     if link is None and multi_gpu and pcie is not None:
         link, link_name = pcie, "PCIe (no NVLink series)"
     comm = multi_gpu and compute_low and link is not None and link >= settings.nvlink_utilisation
-    # R3: host <-> device transfer-bound
+    # R3: host <-> device transfer-bound. R3b: a copy loop rarely fills the link (pageable copies reach
+    # ~0.15 of a Gen5 x16 link on an H200), so a sustained absolute rate with idle compute counts too.
+    p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
+    sustained_transfer = (p50_bytes is not None and p50_bytes >= settings.transfer_bound_bytes_per_s) or (
+        p50_share is not None and p50_share >= settings.transfer_bound_link_share
+    )
+    link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
     if (
         pcie is not None
-        and pcie >= settings.pcie_utilisation
+        and (link_saturated or (sustained_transfer and clearly_low))
         and compute_low
         and not (comm and figures.nvlink_utilisation is None)
     ):
         out.add(
             DiagnosisCode.HOST_TRANSFER_BOUND,
             Severity.WARNING,
-            base * 0.75,
-            f"Seen: PCIe transfers at {_pct(pcie)} of link capacity (p95) while {compute_name} p50 is "
+            base * (0.75 if link_saturated else 0.7),
+            f"Seen: PCIe transfers at {_pct(pcie)} of link capacity (p95)"
+            f"{f', {p50_bytes / 1e9:.1f} GB/s median' if p50_bytes is not None else ''} while {compute_name} "
+            f"p50 is "
             f"{_pct(compute or 0.0)}. Meaning: the GPU waits for host↔device copies. Change: pinned memory "
             "and "
             "asynchronous copies, keep data resident on the GPU, larger batches; avoid co-locating "
             "transfer-heavy pods on MIG slices of one GPU (they share PCIe).",
-            {"pcieUtilisation": pcie, "computeP50": compute},
+            {"pcieUtilisation": pcie, "pcieBytesP50": p50_bytes, "computeP50": compute},
         )
     # R4: communication-bound
     if comm and link is not None:

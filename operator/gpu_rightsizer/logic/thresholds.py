@@ -131,6 +131,13 @@ class EngineSettings(BaseModel):
         ge=0,
         description="Idle over a shorter window lowers confidence. Heur (rule R1: ≥ 1 h).",
     )
+    idle_transfer_bytes_per_s: float = Field(
+        default=50e6,
+        ge=0,
+        description="Idle also needs every GPU's PCIe RX/TX and NVLink p95 below this (bytes/s): copies are "
+        "GPU work that the busy signal does not count. Measured: an idle H200 moves ≈ 0.8-1.2 MB/s over "
+        "PCIe, a pageable copy loop ≈ 9 GB/s (tests/fixtures/h200); 50 MB/s is Heur, far from both.",
+    )
     release_max_busy: float = Field(
         default=0.01,
         ge=0,
@@ -185,6 +192,21 @@ class EngineSettings(BaseModel):
         le=1,
         description="PCIe bytes p95 / link capacity (one direction) at or above this = transfer-bound. "
         "Heur 0.6 (rule R3).",
+    )
+    transfer_bound_bytes_per_s: float = Field(
+        default=1e9,
+        ge=0,
+        description="PCIe RX or TX median at or above this (bytes/s) while compute is low = transfer-bound, "
+        "whatever the link's size (rule R3b). Heur; the H200 pageable-copy recording moves 8.9 GB/s (p50) "
+        "at 0.4 % SM activity, a starved loader 0.14 GB/s.",
+    )
+    transfer_bound_link_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="PCIe RX or TX median at or above this share of the link (one direction) while compute is "
+        "low = transfer-bound (rule R3b). Heur; a pageable copy reaches ≈ 0.15 of a Gen5 x16 link (H200 "
+        "recording).",
     )
     nvlink_utilisation: float = Field(
         default=0.5,
@@ -316,6 +338,20 @@ class EngineSettings(BaseModel):
         gt=0,
         le=1,
         description="New CPU limit = estimated CPU demand / this. Heur (headroom for loader bursts).",
+    )
+    cpu_target_busy: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="A CPU-starved pod's demand = CPU use × (this / GPU busy p95): its use cannot exceed its "
+        "limit, so use / target saturation undershoots. NV (busy ≥ 0.8 necessary). Measured on an H200 "
+        "(tests/fixtures/h200/summary.json): 2 cores → 3.2 steps/s, 8 cores → 12.8, 14 → 18.1 (GPU-bound).",
+    )
+    cpu_max_step_factor: float = Field(
+        default=4.0,
+        ge=1,
+        description="One CPU recommendation raises the CPU to at most this × the current value. Heur "
+        "(bounded steps; the next window measures again).",
     )
     cpu_min_cores_per_gpu: float = Field(
         default=3.0,

@@ -52,6 +52,14 @@ _FLOAT_KNOBS = {
     "memory-share": "memory_share",
     "cpu-demand-per-gpu": "cpu_demand_per_gpu",
 }
+#: Knob values a serving pod gets when its annotations name none, so that the bare scenario
+#: annotation is enough: a fixed total traffic, which scaling the Deployment then splits (the
+#: same figures as the scenario library's first variant of each shape).
+_SHAPE_DEFAULTS: dict[Shape, dict[str, float]] = {
+    Shape.OVERSIZED: {"traffic_qps": 3.0, "memory_share": 0.08},
+    Shape.UNDER_REPLICATED: {"traffic_qps": 60.0, "memory_share": 0.6},
+    Shape.OVER_REPLICATED: {"traffic_qps": 8.0, "memory_share": 0.6},
+}
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
 _SUFFIX = {
     "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
@@ -149,7 +157,7 @@ def simulated_pods(pods: Iterable[Any], node_products: dict[str, str]) -> list[S
         requests, limits = _resources(pod)
         gpu_resource = next((r for r in (*limits, *requests) if mn.is_gpu_resource(r)), "nvidia.com/gpu")
         gpu_count = int(limits.get(gpu_resource) or requests.get(gpu_resource) or 0)
-        knobs: dict[str, Any] = {}
+        knobs: dict[str, Any] = dict(_SHAPE_DEFAULTS.get(shape, {}))
         for annotation, field_name in _FLOAT_KNOBS.items():
             value = annotations.get(ANNOTATION_PREFIX + annotation)
             if value is not None:

@@ -572,3 +572,64 @@ def test_io_bursts_alone_are_not_a_fetch_stall() -> None:
         }
     )
     assert DiagnosisCode.INPUT_PIPELINE_IO_BOUND not in codes(window([bursty]))
+
+
+# --- transfers: copies are GPU work (real H200 pageable-copy recording) -----------------------------
+def _copy_loop(rx_p50: float, rx_p95: float, *, sm: float = 0.004) -> WorkloadWindow:
+    return window(
+        [
+            pod(
+                gpus=[
+                    gpu(
+                        gr_engine_active=stat(sm),
+                        sm_active=stat(sm),
+                        fb_used_mib=stat(1600),
+                        pcie_rx_bytes_per_s=stat(rx_p50, rx_p95 - rx_p50),
+                        pcie_tx_bytes_per_s=stat(0.5e9, 0.05e9) if rx_p50 > 1e8 else stat(1e6, 2e5),
+                    )
+                ],
+                cpu_usage_cores=stat(1.0),
+            )
+        ],
+        alloc=allocation(cpu_limit_cores=2.0, cpu_request_cores=2.0),
+    )
+
+
+def test_copy_loop_below_link_saturation_is_transfer_bound_not_idle() -> None:
+    analysis = analyze_window(_copy_loop(8.9e9, 9.3e9))
+    assert analysis.primary is DiagnosisCode.HOST_TRANSFER_BOUND
+    assert DiagnosisCode.IDLE_ALLOCATION not in {f.code for f in analysis.findings}
+    assert not any(a.type.value == "releaseIdle" for a in analysis.actions)
+
+
+def test_idle_needs_quiet_links() -> None:
+    settings = EngineSettings()
+    quiet = settings.idle_transfer_bytes_per_s * 0.5
+    assert primary(_copy_loop(quiet * 0.5, quiet)) is DiagnosisCode.IDLE_ALLOCATION
+    noisy = settings.idle_transfer_bytes_per_s * 2
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(_copy_loop(noisy * 0.5, noisy))
+
+
+def test_nvlink_traffic_is_not_idle() -> None:
+    w = window(
+        [pod(gpus=[gpu(gr_engine_active=stat(0.0), fb_used_mib=stat(3000), nvlink_tx_bytes_per_s=stat(2e9))])]
+    )
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(w)
+
+
+def test_gpu_util_activity_next_to_an_idle_engine_counter_is_not_idle() -> None:
+    w = window(
+        [pod(gpus=[gpu(gr_engine_active=stat(0.004), gpu_util=stat(0.18, 0.01), fb_used_mib=stat(3000))])]
+    )
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(w)
+
+
+@pytest.mark.parametrize(("rx_p50", "expected"), [(0.9e9, False), (1.1e9, True)])
+def test_absolute_transfer_rule_threshold(rx_p50: float, expected: bool) -> None:
+    """1 GB/s on a Gen5 x16 H100 link is well under 0.1 of the link, so the absolute rule decides."""
+    got = DiagnosisCode.HOST_TRANSFER_BOUND in codes(_copy_loop(rx_p50, rx_p50 * 1.05))
+    assert got is expected
+
+
+def test_moderate_transfers_with_busy_compute_are_not_transfer_bound() -> None:
+    assert DiagnosisCode.HOST_TRANSFER_BOUND not in codes(_copy_loop(5e9, 5.5e9, sm=0.7))

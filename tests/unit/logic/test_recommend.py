@@ -280,3 +280,35 @@ def test_actions_are_cheapest_first(code: DiagnosisCode) -> None:
 def test_settings_override_changes_the_outcome() -> None:
     strict = EngineSettings().with_overrides({"oversizedMaxMemoryShare": 0.05})
     assert analyze_window(oversized(), strict).primary is not DiagnosisCode.OVERSIZED_GPU
+
+
+def _starved(usage: float, busy_p95: float, limit: float) -> WorkloadWindow:
+    starved_pod = pod(
+        gpus=[
+            busy_gpu(gr_engine_active=stat(busy_p95 * 0.8, busy_p95 * 0.2), sm_active=stat(busy_p95 * 0.7))
+        ],
+        cpu_usage_cores=stat(usage * 0.98, usage * 0.02),
+        cpu_throttled_ratio=stat(0.5),
+    )
+    return window([starved_pod], alloc=allocation(cpu_limit_cores=limit, cpu_request_cores=limit))
+
+
+def _cpu_cores(w: WorkloadWindow) -> float:
+    analysis = analyze_window(w)
+    assert analysis.primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND, analysis.summary
+    cpu = next(a for a in analysis.actions if a.type is ActionType.CPU)
+    return float(cpu.to_value.split()[0])
+
+
+def test_cpu_demand_scales_with_the_busy_deficit() -> None:
+    """use / 0.7 would say 2.03 × 1.5 / 0.7 ≈ 4.4; the busy deficit says 2.03 × 0.8 / 0.22 ≈ 7.4 → 8."""
+    assert _cpu_cores(_starved(2.03, 0.22, 2.0)) == 8.0
+
+
+def test_cpu_step_is_bounded_by_the_step_factor() -> None:
+    """Busy 0.06 would ask for 2 × 0.8 / 0.06 ≈ 27 cores; one step goes to 4 × 2 = 8 at most."""
+    assert _cpu_cores(_starved(2.0, 0.06, 2.0)) == 8.0
+
+
+def test_cpu_demand_is_bounded_by_the_literature_maximum() -> None:
+    assert _cpu_cores(_starved(12.0, 0.2, 12.0)) == 24.0

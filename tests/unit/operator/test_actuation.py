@@ -62,24 +62,50 @@ def deployment(
     containers: list[dict[str, Any]] | None = None,
     kind: str = "Deployment",
 ) -> dict[str, Any]:
-    resources: dict[str, dict[str, str]] = {"limits": {gpu[0]: gpu[1], "memory": memory}, "requests": {gpu[0]: gpu[1], "memory": memory}}
+    resources: dict[str, dict[str, str]] = {
+        "limits": {gpu[0]: gpu[1], "memory": memory},
+        "requests": {gpu[0]: gpu[1], "memory": memory},
+    }
     if cpu is not None:
         resources["limits"]["cpu"] = cpu
         resources["requests"]["cpu"] = cpu
     main = {"name": "main", "image": "x", "resources": resources}
-    template = {"spec": {"containers": containers or [main], "nodeSelector": node_selector or {"nvidia.com/gpu.product": "NVIDIA-H200"}}}
-    spec: dict[str, Any] = {"replicas": replicas, "template": template, "selector": {"matchLabels": {"app": "x"}}}
+    template = {
+        "spec": {
+            "containers": containers or [main],
+            "nodeSelector": node_selector or {"nvidia.com/gpu.product": "NVIDIA-H200"},
+        }
+    }
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "template": template,
+        "selector": {"matchLabels": {"app": "x"}},
+    }
     if kind == "CronJob":
         spec = {"jobTemplate": {"spec": {"template": template}}}
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "x", "namespace": "team-a"}, "spec": spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": "x", "namespace": "team-a"},
+        "spec": spec,
+    }
 
 
 def cpu_action(to: str = "4 cores (request and limit)") -> Action:
-    return Action(type=ActionType.CPU, from_value="1 cores (limit)", to_value=to, reason="r", resource="cpu", automatic=True)
+    return Action(
+        type=ActionType.CPU,
+        from_value="1 cores (limit)",
+        to_value=to,
+        reason="r",
+        resource="cpu",
+        automatic=True,
+    )
 
 
 def mig_action(to: str = "nvidia.com/mig-1g.18gb: 1") -> Action:
-    return Action(type=ActionType.MIG_PROFILE, from_value="nvidia.com/gpu: 1", to_value=to, reason="r", automatic=True)
+    return Action(
+        type=ActionType.MIG_PROFILE, from_value="nvidia.com/gpu: 1", to_value=to, reason="r", automatic=True
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -106,7 +132,11 @@ def test_all_gates_pass_under_an_apply_policy() -> None:
         ({"window_end": None}, ApplyState.SKIPPED, "no observation window"),
         ({"last_change_at": NOW - timedelta(minutes=10)}, ApplyState.BLOCKED, "cooldown"),
         ({"changes_last_hour_namespace": 3}, ApplyState.BLOCKED, "perNamespace 3"),
-        ({"changes_last_hour_cluster": 10, "changes_last_hour_namespace": 0}, ApplyState.BLOCKED, "cluster 10"),
+        (
+            {"changes_last_hour_cluster": 10, "changes_last_hour_namespace": 0},
+            ApplyState.BLOCKED,
+            "cluster 10",
+        ),
         (
             {"settings": settings(maintenanceWindows=[{"start": "01:00", "end": "02:00"}])},
             ApplyState.BLOCKED,
@@ -153,8 +183,14 @@ def test_zero_rate_limit_blocks_everything() -> None:
 def test_cpu_plan_sets_request_and_limit_and_records_previous() -> None:
     plan = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="team-a/Deployment/x")
     assert plan is not None
-    assert plan.target == {"containers[main].resources.limits[cpu]": "4", "containers[main].resources.requests[cpu]": "4"}
-    assert plan.previous == {"containers[main].resources.limits[cpu]": "1", "containers[main].resources.requests[cpu]": "1"}
+    assert plan.target == {
+        "containers[main].resources.limits[cpu]": "4",
+        "containers[main].resources.requests[cpu]": "4",
+    }
+    assert plan.previous == {
+        "containers[main].resources.limits[cpu]": "1",
+        "containers[main].resources.requests[cpu]": "1",
+    }
     assert plan.actions == (ActionType.CPU,)
     assert plan.change_id.startswith("c-")
 
@@ -170,7 +206,9 @@ def test_same_change_gets_the_same_id() -> None:
 def test_actions_outside_the_policy_are_left_out() -> None:
     plan = actuation.plan_change(deployment(), [cpu_action()], settings(actions=("memory",)))
     assert plan is None
-    selection = actuation.select_actions([cpu_action()], settings(actions=("memory",)), has_hpa=False, kind="Deployment")
+    selection = actuation.select_actions(
+        [cpu_action()], settings(actions=("memory",)), has_hpa=False, kind="Deployment"
+    )
     assert selection.actions == () and "not in the policy" in selection.left_out[0]
 
 
@@ -186,7 +224,13 @@ def test_small_cpu_change_is_below_the_minimum() -> None:
 def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
     containers = [
         {"name": "sidecar", "resources": {"limits": {"cpu": "500m"}}},
-        {"name": "main", "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "nvidia.com/gpu": "1"}}},
+        {
+            "name": "main",
+            "resources": {
+                "limits": {"cpu": "1", "nvidia.com/gpu": "1"},
+                "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+            },
+        },
     ]
     plan = actuation.plan_change(deployment(containers=containers), [cpu_action("4.5 cores")], settings())
     assert plan is not None
@@ -200,7 +244,14 @@ def test_unreadable_cpu_target_is_a_plan_error() -> None:
 
 
 def test_memory_plan_raises_the_limit() -> None:
-    action = Action(type=ActionType.MEMORY, from_value="8.0Gi", to_value="16.0Gi", reason="r", resource="memory", automatic=True)
+    action = Action(
+        type=ActionType.MEMORY,
+        from_value="8.0Gi",
+        to_value="16.0Gi",
+        reason="r",
+        resource="memory",
+        automatic=True,
+    )
     plan = actuation.plan_change(deployment(), [action], settings(actions=("memory",)))
     assert plan is not None
     assert plan.target["containers[main].resources.limits[memory]"] == "16Gi"
@@ -234,7 +285,14 @@ def test_mig_single_plan_sets_the_node_selector() -> None:
 
 
 def test_gpu_count_plan() -> None:
-    action = Action(type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", resource="nvidia.com/gpu", automatic=True)
+    action = Action(
+        type=ActionType.GPU_COUNT,
+        from_value="1",
+        to_value="2",
+        reason="r",
+        resource="nvidia.com/gpu",
+        automatic=True,
+    )
     plan = actuation.plan_change(deployment(), [action], settings(actions=("gpuCount",)))
     assert plan is not None and plan.target["containers[main].resources.limits[nvidia.com/gpu]"] == "2"
 
@@ -244,19 +302,30 @@ def replicas_action(to: str, kind: ActionType = ActionType.REPLICAS) -> Action:
 
 
 def test_scale_in_stops_at_min_replicas() -> None:
-    plan = actuation.plan_change(deployment(replicas=4), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2))
+    plan = actuation.plan_change(
+        deployment(replicas=4), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2)
+    )
     assert plan is not None and plan.target == {"replicas": "2"}
 
 
 def test_scale_in_already_at_min_replicas_is_no_change() -> None:
-    assert actuation.plan_change(deployment(replicas=2), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2)) is None
+    assert (
+        actuation.plan_change(
+            deployment(replicas=2), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2)
+        )
+        is None
+    )
 
 
 def test_hpa_owned_replica_count_is_never_touched() -> None:
     hpa = {"metadata": {"name": "h"}, "spec": {"minReplicas": 2, "maxReplicas": 4}}
-    plan = actuation.plan_change(deployment(replicas=3), [replicas_action("5")], settings(actions=("replicas",)), hpa=hpa)
+    plan = actuation.plan_change(
+        deployment(replicas=3), [replicas_action("5")], settings(actions=("replicas",)), hpa=hpa
+    )
     assert plan is None
-    selection = actuation.select_actions([replicas_action("5")], settings(actions=("replicas",)), has_hpa=True, kind="Deployment")
+    selection = actuation.select_actions(
+        [replicas_action("5")], settings(actions=("replicas",)), has_hpa=True, kind="Deployment"
+    )
     assert "HorizontalPodAutoscaler owns the replica count" in selection.left_out[0]
 
 
@@ -271,7 +340,9 @@ def test_hpa_bounds_are_patched_on_the_hpa() -> None:
 
 
 def test_release_idle_scales_to_zero_only_when_allowed() -> None:
-    release = Action(type=ActionType.RELEASE_IDLE, from_value="1 x gpu", to_value="0", reason="r", automatic=True)
+    release = Action(
+        type=ActionType.RELEASE_IDLE, from_value="1 x gpu", to_value="0", reason="r", automatic=True
+    )
     assert actuation.plan_change(deployment(), [release], settings(actions=("cpu",))) is None
     plan = actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",)))
     assert plan is not None and plan.target == {"replicas": "0"} and plan.previous == {"replicas": "1"}
@@ -279,11 +350,20 @@ def test_release_idle_scales_to_zero_only_when_allowed() -> None:
 
 def test_conflicting_actions_are_not_combined() -> None:
     count = Action(type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", automatic=True)
-    chosen = actuation.select_actions([mig_action(), count], settings(actions=("migProfile", "gpuCount"), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"]), has_hpa=False, kind="Deployment")
+    chosen = actuation.select_actions(
+        [mig_action(), count],
+        settings(
+            actions=("migProfile", "gpuCount"), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"]
+        ),
+        has_hpa=False,
+        kind="Deployment",
+    )
     assert [a.type for a in chosen.actions] == [ActionType.MIG_PROFILE]
 
 
-@pytest.mark.parametrize(("kind", "words"), [("Job", "immutable"), ("Pod", "bare pods"), ("DaemonSet", "no pod template")])
+@pytest.mark.parametrize(
+    ("kind", "words"), [("Job", "immutable"), ("Pod", "bare pods"), ("DaemonSet", "no pod template")]
+)
 def test_kinds_without_a_patchable_template(kind: str, words: str) -> None:
     obj = deployment()
     obj["kind"] = kind
@@ -320,8 +400,21 @@ def test_apply_body_is_a_named_partial_object() -> None:
     assert plan is not None
     body = actuation.apply_body(deployment(), plan.target, "rec")
     assert body is not None
-    assert (body["apiVersion"], body["kind"], body["metadata"]["name"], body["metadata"]["namespace"]) == ("apps/v1", "Deployment", "x", "team-a")
-    assert body["spec"] == {"template": {"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}}]}}}
+    assert (body["apiVersion"], body["kind"], body["metadata"]["name"], body["metadata"]["namespace"]) == (
+        "apps/v1",
+        "Deployment",
+        "x",
+        "team-a",
+    )
+    assert body["spec"] == {
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "main", "resources": {"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}}
+                ]
+            }
+        }
+    }
 
 
 def test_replica_patch() -> None:
@@ -332,7 +425,9 @@ def test_rollback_restores_previous_values_including_removals() -> None:
     mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
     plan = actuation.plan_change(deployment(), [mig_action()], mig)
     assert plan is not None
-    record = ChangeRecord(change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions)
+    record = ChangeRecord(
+        change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions
+    )
     undo = actuation.rollback_plan(record)
     assert undo.target["containers[main].resources.limits[nvidia.com/gpu]"] == "1"
     assert undo.target["containers[main].resources.limits[nvidia.com/mig-1g.18gb]"] is None
@@ -342,7 +437,14 @@ def test_rollback_restores_previous_values_including_removals() -> None:
 def test_change_record_round_trips_and_tells_whether_a_change_landed() -> None:
     plan = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
     assert plan is not None
-    record = ChangeRecord(change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions, baseline={"gpuBusyP95": 0.3})
+    record = ChangeRecord(
+        change_id=plan.change_id,
+        at=NOW,
+        target=plan.target,
+        previous=plan.previous,
+        actions=plan.actions,
+        baseline={"gpuBusyP95": 0.3},
+    )
     text = record.to_annotation()
     assert ChangeRecord.from_annotation(text) == record
     before = deployment()
@@ -371,7 +473,15 @@ def managed(manager: str, operation: str) -> dict[str, Any]:
     return {
         "manager": manager,
         "operation": operation,
-        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {'k:{"name":"main"}': {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}},
+        "fieldsV1": {
+            "f:spec": {
+                "f:template": {
+                    "f:spec": {
+                        "f:containers": {'k:{"name":"main"}': {"f:resources": {"f:limits": {"f:cpu": {}}}}}
+                    }
+                }
+            }
+        },
     }
 
 
@@ -435,15 +545,39 @@ def test_signals_from_window_and_pod_filter() -> None:
     ("before", "after", "health", "actions", "words"),
     [
         ({"gpuBusyP95": 0.4}, {"gpuBusyP95": 0.8}, PodHealth(total=1, running=1), [ActionType.CPU], None),
-        ({"gpuBusyP95": 0.8}, {"gpuBusyP95": 0.3}, PodHealth(total=1, running=1), [ActionType.CPU], "GPU busy p95 fell"),
+        (
+            {"gpuBusyP95": 0.8},
+            {"gpuBusyP95": 0.3},
+            PodHealth(total=1, running=1),
+            [ActionType.CPU],
+            "GPU busy p95 fell",
+        ),
         ({"gpuBusyP95": 0.8}, {"gpuBusyP95": 0.78}, PodHealth(), [ActionType.CPU], None),
         ({"gpuBusyP95": 0.8}, {"gpuBusyP95": 0.3}, PodHealth(), [ActionType.REPLICAS], None),
-        ({}, {}, PodHealth(total=2, unschedulable=1, messages=("0/7 nodes are available",)), [ActionType.CPU], "cannot be scheduled: 0/7"),
+        (
+            {},
+            {},
+            PodHealth(total=2, unschedulable=1, messages=("0/7 nodes are available",)),
+            [ActionType.CPU],
+            "cannot be scheduled: 0/7",
+        ),
         ({}, {}, PodHealth(total=1, crash_looping=1, restarts=5), [ActionType.MIG_PROFILE], "crash-loop"),
-        ({"cpuSaturationP95": 0.5}, {"cpuSaturationP95": 0.9}, PodHealth(), [ActionType.CPU], "CPU saturation"),
+        (
+            {"cpuSaturationP95": 0.5},
+            {"cpuSaturationP95": 0.9},
+            PodHealth(),
+            [ActionType.CPU],
+            "CPU saturation",
+        ),
     ],
 )
-def test_regression(before: dict[str, float], after: dict[str, float], health: PodHealth, actions: list[ActionType], words: str | None) -> None:
+def test_regression(
+    before: dict[str, float],
+    after: dict[str, float],
+    health: PodHealth,
+    actions: list[ActionType],
+    words: str | None,
+) -> None:
     problem = actuation.regression(before, after, health, actions)
     if words is None:
         assert problem is None
@@ -452,5 +586,7 @@ def test_regression(before: dict[str, float], after: dict[str, float], health: P
 
 
 def test_improvement_summary() -> None:
-    text = actuation.improvement_summary({"gpuBusyP95": 0.35, "cpuSaturationP95": 0.98}, {"gpuBusyP95": 0.81, "cpuSaturationP95": 0.6})
+    text = actuation.improvement_summary(
+        {"gpuBusyP95": 0.35, "cpuSaturationP95": 0.98}, {"gpuBusyP95": 0.81, "cpuSaturationP95": 0.6}
+    )
     assert text == "GPU busy p95 35%->81%, CPU saturation p95 98%->60%"

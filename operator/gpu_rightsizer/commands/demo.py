@@ -1,0 +1,278 @@
+"""`gpu-rightsizer demo`: the whole product on this machine in a few minutes.
+
+A local cluster (real control plane, fake GPU nodes), simulated GPU workloads (one per common
+diagnosis) in namespace `demo`, their live metrics in a real Prometheus, the operator (recommender
+and actuator) against it; prints `kubectl get gpurecommendations`, then puts namespace `demo-apply`
+under an Apply policy and shows its CPU-starved trainer being patched and verified.
+Everything stops on exit or Ctrl-C; `gpu-rightsizer demo --down` cleans up a left-over cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+DEMO_CLUSTER = "gpu-rightsizer-demo"
+SCENARIO_ANNOTATION = "sim.gpurightsizer.io/scenario"
+
+#: (name, scenario, GPU product, GPU resource, cpu, replicas): one workload per common diagnosis.
+DEMO_WORKLOADS: tuple[tuple[str, str, str, str, str, int], ...] = (
+    ("trainer-cpu-starved", "input-cpu-bound", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "1", 1),
+    ("trainer-io-stalled", "input-io-bound", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "16", 1),
+    ("notebook-idle", "idle", "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu", "2", 1),
+    ("chat-small-model", "oversized", "NVIDIA-H200", "nvidia.com/gpu", "4", 1),
+    ("finetune-fp32", "no-tensor-cores", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "16", 1),
+    ("llm-memory-full", "memory-capacity-bound", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "16", 1),
+    ("trainer-throttled", "throttled", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "16", 1),
+    ("trainer-healthy", "healthy", "NVIDIA-H200", "nvidia.com/gpu", "16", 1),
+)
+
+
+def _say(message: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `gpu-rightsizer demo`."""
+    parser.add_argument("--down", action="store_true", help="delete a left-over demo cluster and exit")
+    parser.add_argument("--window", default="2m", help="observation window of the operator (default 2m)")
+    parser.add_argument("--interval", default="15s", help="analysis interval (default 15s)")
+    parser.add_argument("--no-apply", action="store_true", help="skip the Apply-policy part")
+    parser.add_argument(
+        "--keep", action="store_true", help="leave everything running until Ctrl-C at the end"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)"
+    )
+
+
+def deployment(
+    name: str, namespace: str, scenario: str, product: str, resource: str, cpu: str, replicas: int
+) -> dict[str, Any]:
+    """A GPU Deployment whose pods the live simulator gives the named behaviour."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {SCENARIO_ANNOTATION: scenario}},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.product": product},
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [{
+                        "name": "main", "image": "registry.example/gpu-app:1.0",
+                        "resources": {"requests": {"cpu": cpu, "memory": "16Gi", resource: "1"},
+                                      "limits": {"cpu": cpu, "memory": "16Gi", resource: "1"}},
+                    }],
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+def apply_policy(namespace: str) -> dict[str, Any]:
+    """An Apply policy for one namespace: CPU and memory only, fast verification for the demo."""
+    return {
+        "apiVersion": "gpurightsizer.io/v1alpha1",
+        "kind": "GPURightsizingPolicy",
+        "metadata": {"name": "demo-apply"},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "mode": "Apply",
+            "actions": ["cpu", "memory"],
+            "observation": {"window": "5m", "minSamples": 10},
+            "safety": {"cooldown": "1h", "verifyFor": "45s"},
+        },
+    }
+
+
+def _wait(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 3.0) -> Any:
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    last_note = 0.0
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            value = predicate()
+            if value:
+                return value
+        if time.monotonic() - last_note > 15:
+            _say(f"waiting for {what} ({time.monotonic() - started:.0f} s)")
+            last_note = time.monotonic()
+        time.sleep(every)
+    raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def _process(
+    args: list[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        args, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        handle.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Bring everything up, show the recommendations and one verified change, tear down."""
+    from gpu_rightsizer.commands.cluster import crd_objects, state_dir
+    from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, ensure_binaries
+    from gpu_rightsizer.testcluster.kwok import ClusterError, LocalCluster
+    from gpu_rightsizer.testcluster.prometheus import PrometheusError, PrometheusServer, free_port
+
+    workdir = state_dir(DEMO_CLUSTER)
+    try:
+        bins = ensure_binaries(build=not args.down)
+    except BinariesUnavailableError as error:
+        print(f"gpu-rightsizer demo: {error}", file=sys.stderr)
+        return 1
+    cluster = LocalCluster(name=DEMO_CLUSTER, workdir=workdir, bins=bins)
+    if args.down:
+        cluster.down()
+        _say("demo cluster deleted")
+        return 0
+    deadline = time.monotonic() + args.timeout
+    try:
+        _say("step 1/5: local cluster with fake GPU nodes (H100, H200, A100, MIG H200)")
+        cluster.down()
+        cluster.up()
+        cluster.apply(crd_objects())
+        for crd in ("gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io"):
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+        _say("step 2/5: simulated GPU workloads in namespaces demo and demo-apply")
+        cluster.apply(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                for ns in ("demo", "demo-apply")
+            ]
+        )
+        workloads = [deployment(name, "demo", *rest) for name, *rest in DEMO_WORKLOADS]  # type: ignore[arg-type]
+        workloads.append(
+            deployment(
+                "trainer", "demo-apply", "input-cpu-bound", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "1", 1
+            )
+        )
+        import yaml
+
+        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(workloads))
+        port = free_port()
+        logs = workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        _say("step 3/5: live metrics simulator and Prometheus (scrape every 5 s)")
+        with _process(
+            [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
+             "--host", "127.0.0.1", "--port", str(port), "--exit-after", str(int(args.timeout) + 120)],
+            logs / "simulator.log",
+        ), PrometheusServer(workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="5s") as prometheus:  # fmt: skip
+            _say(f"Prometheus at {prometheus.url}; logs in {logs}")
+            _say(
+                f"step 4/5: the operator (recommender + actuator), window {args.window}, interval {args.interval}"
+            )
+            with _process(
+                [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "all", "--prometheus-url", prometheus.url,
+                 "--window", args.window, "--interval", args.interval, "--metrics-address", "127.0.0.1",
+                 "--metrics-port", str(free_port()), "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
+                logs / "operator.log", env={"KUBECONFIG": str(cluster.kubeconfig)},
+            ) as operator:  # fmt: skip
+                _show_recommendations(cluster, operator, deadline)
+                if not args.no_apply:
+                    _show_apply(cluster, operator, deadline)
+                if args.keep:
+                    _say(f"running; KUBECONFIG={cluster.kubeconfig}; Ctrl-C to stop")
+                    while operator.poll() is None:
+                        time.sleep(2)
+    except KeyboardInterrupt:
+        _say("interrupted")
+    except (ClusterError, PrometheusError, TimeoutError, RuntimeError) as error:
+        print(f"gpu-rightsizer demo: {error}", file=sys.stderr)
+        return 1
+    finally:
+        _say("tearing down")
+        cluster.down()
+    return 0
+
+
+def _recommendations(cluster: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(
+        cluster.kubectl("get", "gpurecommendations", "-A", "-o", "json").stdout
+    )["items"]
+    return items
+
+
+def _show_recommendations(cluster: Any, operator: subprocess.Popen[bytes], deadline: float) -> None:
+    expected = len(DEMO_WORKLOADS) + 1
+
+    def analysed() -> bool:
+        if operator.poll() is not None:
+            raise RuntimeError(f"the operator exited with {operator.returncode}")
+        items = _recommendations(cluster)
+        done = [i for i in items if (i.get("status") or {}).get("window")]
+        return len(done) >= expected
+
+    _wait(
+        analysed,
+        timeout=max(30.0, deadline - time.monotonic()),
+        what="every workload's first analysed window",
+    )
+    _say("step 5/5: recommendations")
+    print(cluster.kubectl("get", "gpurecommendations", "-A").stdout, flush=True)
+    print(cluster.kubectl("get", "gpurecommendations", "-A", "-o", "wide").stdout, flush=True)
+
+
+def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float) -> None:
+    cluster.apply([apply_policy("demo-apply")])
+    _say("Apply policy on namespace demo-apply: the CPU-starved trainer gets more CPU, then is verified")
+
+    def state() -> dict[str, Any]:
+        rec = json.loads(
+            cluster.kubectl(
+                "get", "gpurecommendation", "-n", "demo-apply", "deployment-trainer", "-o", "json"
+            ).stdout
+        )
+        apply: dict[str, Any] = (rec.get("status") or {}).get("apply") or {}
+        return apply
+
+    seen: set[str] = set()
+
+    def settled() -> dict[str, Any] | None:
+        current = state()
+        label = f"{current.get('state')}: {current.get('reason')}"
+        if label not in seen:
+            seen.add(label)
+            _say(label)
+        return current if current.get("state") in ("Verified", "RolledBack") else None
+
+    _wait(
+        settled,
+        timeout=max(60.0, deadline - time.monotonic()),
+        what="the trainer's change to be verified",
+        every=2.0,
+    )
+    limits = json.loads(
+        cluster.kubectl("get", "deployment", "-n", "demo-apply", "trainer", "-o", "json").stdout
+    )
+    cpu = limits["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    _say(f"trainer CPU limit is now {cpu}")
+    print(cluster.kubectl("get", "gpurecommendations", "-n", "demo-apply", "-o", "wide").stdout, flush=True)
