@@ -46,7 +46,9 @@ class TestBinaries:
         """Prometheus comes from the Debian package, not from the Go build."""
         found = shutil.which("prometheus")
         if found is None:
-            raise BinariesUnavailableError("prometheus not found on PATH: install the Debian package `prometheus`")
+            raise BinariesUnavailableError(
+                "prometheus not found on PATH: install the Debian package `prometheus`"
+            )
         return Path(found)
 
     @property
@@ -54,7 +56,9 @@ class TestBinaries:
         """promtool ships with the Debian `prometheus` package."""
         found = shutil.which("promtool")
         if found is None:
-            raise BinariesUnavailableError("promtool not found on PATH: install the Debian package `prometheus`")
+            raise BinariesUnavailableError(
+                "promtool not found on PATH: install the Debian package `prometheus`"
+            )
         return Path(found)
 
     def env(self) -> dict[str, str]:
