@@ -25,7 +25,7 @@ from gpu_rightsizer.adapters.gentd26 import (
 )
 from gpu_rightsizer.commands.analyze import parse_duration
 from gpu_rightsizer.logic.engine import analyze_window
-from gpu_rightsizer.model.codes import DiagnosisCode
+from gpu_rightsizer.model.codes import ActionType, DiagnosisCode
 from gpu_rightsizer.model.observation import Signal
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,9 @@ def main() -> int:
     fleet_counts = Counter(a.primary for _, a in fleet)
     for code, n in fleet_counts.most_common():
         print(f"  {code.value:<24} {n:4d} windows")
-    print("  start   replicas  fleet QPS  queue p95  queue ms p95  busy p95 max  diagnosis")
+    print(
+        "  start   replicas  fleet QPS  queue p95  queue ms p95  busy p95 max  fleet p95  -> replicas  diagnosis"
+    )
     groups: dict[DiagnosisCode, list[tuple[float, float]]] = defaultdict(list)
     for window, analysis in fleet:
         qps = window.stats.get(Signal.REQUESTS_PER_S)
@@ -110,15 +112,22 @@ def main() -> int:
         queue_p95 = queue.p95 if queue else 0.0
         groups[analysis.primary].append((fleet_qps, queue_p95))
         hours = (window.start.timestamp() - first) / 3600
+        p95s = [s.p95 for p in window.pods for g in p.gpus if (s := g.stats.get(Signal.GPU_UTIL)) is not None]
+        fleet_p95 = statistics.fmean(p95s) if p95s else 0.0
+        scaled = next(
+            (a.to_value for a in analysis.actions if a.type in (ActionType.REPLICAS, ActionType.HPA_BOUNDS)),
+            "-",
+        )
         print(
             f"  +{hours:5.1f}h {window.allocation.replicas:8d} {fleet_qps:10.2f} {queue_p95:10.1f} "
-            f"{(queue_ms.p95 if queue_ms else 0.0):12.0f} {(analysis.gpu_busy_p95 or 0.0):12.1%}  {analysis.primary.value}"
+            f"{(queue_ms.p95 if queue_ms else 0.0):12.0f} {(analysis.gpu_busy_p95 or 0.0):12.1%} "
+            f"{fleet_p95:10.1%} {scaled:>11}  {analysis.primary.value}"
         )
     print("\n  sanity: mean fleet QPS and queue p95 per fleet diagnosis")
-    for code, rows in groups.items():
+    for code, fleet_rows in groups.items():
         print(
-            f"  {code.value:<24} qps {statistics.mean(r[0] for r in rows):8.2f}  "
-            f"queue p95 {statistics.mean(r[1] for r in rows):8.1f}  ({len(rows)} windows)"
+            f"  {code.value:<24} qps {statistics.mean(r[0] for r in fleet_rows):8.2f}  "
+            f"queue p95 {statistics.mean(r[1] for r in fleet_rows):8.1f}  ({len(fleet_rows)} windows)"
         )
     return 0
 

@@ -138,6 +138,7 @@ class Background:
     process: subprocess.Popen[bytes]
     log: Path
     url: str = ""
+    metrics_url: str = ""
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -200,14 +201,15 @@ def run_operator(kube: Kube, tmp_path: Path) -> Iterator[Callable[..., Backgroun
     started: list[Background] = []
 
     def start(*extra: str, name: str = "operator", env: dict[str, str] | None = None) -> Background:
-        health = free_port()
+        health, metrics_port = free_port(), free_port()
         background = start_background(
             [sys.executable, "-m", "gpu_rightsizer", "run", "--metrics-address", "127.0.0.1",
-             "--metrics-port", str(free_port()), "--liveness", f"http://127.0.0.1:{health}/healthz", *extra],
+             "--metrics-port", str(metrics_port), "--liveness", f"http://127.0.0.1:{health}/healthz", *extra],
             tmp_path / f"{name}.log",
             env={"KUBECONFIG": str(kube.kubeconfig), **(env or {})},
         )  # fmt: skip
         background.url = f"http://127.0.0.1:{health}/healthz"
+        background.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         started.append(background)
         try:
             _wait_http(background.url, timeout=60, process=background.process)

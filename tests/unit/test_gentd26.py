@@ -15,7 +15,7 @@ from gpu_rightsizer.adapters.gentd26 import (
     load_trace,
 )
 from gpu_rightsizer.logic.engine import analyze_window
-from gpu_rightsizer.model.codes import DiagnosisCode
+from gpu_rightsizer.model.codes import ActionType, DiagnosisCode
 from gpu_rightsizer.model.observation import Signal
 
 DATA = default_location(Path(__file__).resolve().parents[2])
@@ -74,3 +74,15 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "pod_gpu_duty_cycle_anon.csv").write_text("value,timestamp_anon,container_ip\nlots,1,abc\n")
     with pytest.raises(TraceError, match="line 2"):
         load_trace(tmp_path)
+
+
+def test_quiet_fleet_hours_are_over_replicated_with_a_bounded_count(trace: Trace) -> None:
+    """Night hours: ~110 replicas with a median duty cycle of 0 % and no queue are over-replicated."""
+    _first, last = trace.span
+    window = fleet_window(trace, last - 3 * 3600, last - 2 * 3600)
+    analysis = analyze_window(window)
+    assert analysis.primary is DiagnosisCode.OVER_REPLICATED, analysis.summary
+    scale_in = next(a for a in analysis.actions if a.type is ActionType.REPLICAS)
+    to = int(scale_in.to_value)
+    assert 1 <= to < window.allocation.replicas
+    assert to >= window.allocation.replicas / 3  # one bounded step

@@ -3,6 +3,7 @@
 gpu-rightsizer analyze --prometheus http://127.0.0.1:9090 --window 1h
 gpu-rightsizer analyze --openmetrics dump.om -n team-a -o json
 gpu-rightsizer analyze --prometheus URL --at 2026-05-01T12:00:00Z --workload trainer -o csv
+gpu-rightsizer analyze --openmetrics recording.om.gz --min-window 30s --set cpuSaturation=0.8 -o json
 
 The exit code reflects errors only (0 whatever the diagnoses; 1 when the source cannot be read, 2 for
 bad arguments). Progress goes to stderr, the report to stdout.
@@ -11,12 +12,23 @@ bad arguments). Progress goes to stderr, the report to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
+import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from gpu_rightsizer.model.observation import WorkloadWindow
+
+DEFAULT_WINDOW_SECONDS = 3600.0
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
@@ -47,6 +59,21 @@ def parse_time(text: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def parse_setting(text: str) -> tuple[str, object]:
+    """A `NAME=VALUE` engine-setting override; VALUE is JSON when it parses, else a comma list or text."""
+    name, separator, raw = text.partition("=")
+    if not separator or not name.strip():
+        raise argparse.ArgumentTypeError(f"invalid setting {text!r}: use NAME=VALUE, e.g. cpuSaturation=0.8")
+    raw = raw.strip()
+    try:
+        return name.strip(), json.loads(raw)
+    except ValueError:
+        pass
+    if "," in raw:
+        return name.strip(), [item.strip() for item in raw.split(",") if item.strip()]
+    return name.strip(), raw
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the `analyze` options."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -54,13 +81,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
     source.add_argument("--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file")
     parser.add_argument(
-        "--window", type=parse_duration, default=3600.0, help="observation window (default 1h)"
+        "--window",
+        type=parse_duration,
+        default=None,
+        help="observation window (default 1h, or an OpenMetrics file's span when that is shorter)",
     )
     parser.add_argument(
         "--at", type=parse_time, default=None, help="end of the window (default: now / newest sample)"
     )
     parser.add_argument(
         "--step", type=parse_duration, default=None, help="sample step (default: inferred, 60s)"
+    )
+    parser.add_argument(
+        "--min-window",
+        type=parse_duration,
+        default=None,
+        help="shortest window worth diagnosing (default 30m; e.g. 30s for short recordings)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        metavar="NAME=VALUE",
+        type=parse_setting,
+        action="append",
+        default=[],
+        help="override an engine threshold by its policy name (camelCase) or snake_case name; repeatable",
     )
     parser.add_argument("-n", "--namespace", default=None, help="only this namespace")
     parser.add_argument("--workload", default=None, help="only this workload (NAME or KIND/NAME)")
@@ -84,14 +129,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
 
 
+def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
+    """Seconds the longest busy series covers (samples × step), or None without GPU series."""
+    spans = [
+        stats.samples * window.step_seconds
+        for window in windows
+        for pod in window.pods
+        for gpu in pod.gpus
+        for signal, stats in gpu.stats.items()
+        if signal.value in {"gr_engine_active", "gpu_util"}
+    ]
+    return max(spans) if spans else None
+
+
+def _setting_names() -> list[str]:
+    from pydantic.alias_generators import to_camel
+
+    from gpu_rightsizer.logic.thresholds import EngineSettings
+
+    return [to_camel(name) for name in EngineSettings.model_fields]
+
+
+def _plain_text(path: Path, stack: contextlib.ExitStack) -> Path:
+    """The file itself, or a decompressed temporary copy of a gzipped one (removed when `stack` closes)."""
+    if path.suffix != ".gz":
+        return path
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-rightsizer-")))
+    plain = folder / path.stem
+    with gzip.open(path, "rb") as source, plain.open("wb") as target:
+        shutil.copyfileobj(source, target)
+    return plain
+
+
 def _progress(message: str) -> None:
     print(f"[analyze] {message}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
-    from pathlib import Path
-
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
         PrometheusConfig,
@@ -99,21 +174,44 @@ def run(args: argparse.Namespace) -> int:
         read_prometheus,
     )
     from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
 
+    overrides: dict[str, object] = dict(getattr(args, "settings", None) or [])
+    if getattr(args, "min_window", None) is not None:
+        overrides["minWindowSeconds"] = args.min_window
+    try:
+        settings = EngineSettings().with_overrides(overrides)
+    except ValueError as error:
+        names = ", ".join(sorted(_setting_names()))
+        print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
+        return 2
     started = time.monotonic()
+    stack = contextlib.ExitStack()
     try:
         if args.openmetrics:
             _progress(f"reading {args.openmetrics}")
-            windows = read_openmetrics(
-                Path(args.openmetrics),
-                window_seconds=args.window,
-                at=args.at,
-                step_seconds=args.step,
-                namespace=args.namespace,
-                workload=args.workload,
-            )
+            path = _plain_text(Path(args.openmetrics), stack)
+            window_seconds = args.window or DEFAULT_WINDOW_SECONDS
+
+            def read(seconds: float) -> list[WorkloadWindow]:
+                return read_openmetrics(
+                    path,
+                    window_seconds=seconds,
+                    at=args.at,
+                    step_seconds=args.step,
+                    namespace=args.namespace,
+                    workload=args.workload,
+                )
+
+            windows = read(window_seconds)
+            recorded = _recorded_span(windows)
+            if args.window is None and recorded is not None and recorded < window_seconds:
+                _progress(
+                    f"the file spans {recorded:.0f}s, less than the {window_seconds:.0f}s window; using its span"
+                )
+                windows = read(recorded)
         else:
             token = args.bearer_token or os.environ.get("PROMETHEUS_BEARER_TOKEN")
             if args.bearer_token_file:
@@ -131,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
             )
             windows = read_prometheus(
                 config,
-                window_seconds=args.window,
+                window_seconds=args.window or DEFAULT_WINDOW_SECONDS,
                 at=args.at,
                 step_seconds=args.step,
                 namespace=args.namespace,
@@ -144,11 +242,13 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    finally:
+        stack.close()
     _progress(f"{len(windows)} GPU workload(s) read in {time.monotonic() - started:.1f}s; diagnosing")
     sharing = SharingStrategy(args.sharing)
     rows = []
     for index, window in enumerate(windows, start=1):
-        analysis = analyze_window(window, sharing=sharing)
+        analysis = analyze_window(window, settings, sharing=sharing)
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         rows.append(ReportRow(analysis=analysis, warnings=list(window.warnings), window=span))
         if len(windows) > 50 and index % 50 == 0:

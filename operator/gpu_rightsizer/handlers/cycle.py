@@ -219,7 +219,7 @@ def write_recommendation(
             ref,
             uid,
             "DiagnosisChanged",
-            f"{before or 'none'} -> {analysis.primary.value}: {analysis.summary}",
+            f"Diagnosis changed from {before or 'none'} to {analysis.primary.value}: {analysis.summary}",
             warning=warning,
         )
 
@@ -301,19 +301,38 @@ def _recent_changes(recommendations: list[dict[str, Any]], now: datetime) -> lis
     return changes
 
 
+def observation_seconds(
+    settings: EffectiveSettings, policies: list[GPURightsizingPolicy], default: float
+) -> float:
+    """The window a workload is observed over: its policy's `spec.observation.window` when that
+    policy sets one explicitly, else the operator's `--window` (the default for everything else)."""
+    policy = next((p for p in policies if p.name == settings.policy), None)
+    if policy is None or "window" not in policy.spec.observation.model_fields_set:
+        return default
+    return settings.window.total_seconds()
+
+
+@dataclass
+class _Pending:
+    """One workload to analyse this cycle, once its window's batch of metrics is in."""
+
+    ref: WorkloadRef
+    recommendation: dict[str, Any]
+    workload: dict[str, Any]
+    settings: EffectiveSettings
+    window_seconds: float
+
+
 def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
-    """Analyse every workload that has a GPURecommendation; returns how many were updated."""
+    """Analyse every workload that has a GPURecommendation; returns how many were updated.
+
+    Workloads are grouped by observation window (the operator's `--window`, or their policy's), and
+    each distinct window costs one batch of queries, whatever the number of workloads. A failing
+    metrics source changes nothing: the recommendations keep what they said.
+    """
     cfg: OperatorConfig = memo.config
     kube: KubeAdapter = memo.kube
     end = now or datetime.now(UTC)
-    start = end - timedelta(seconds=cfg.window_seconds)
-    try:
-        windows = fetch_windows(cfg, start, end)
-    except Exception as error:
-        metrics.ERRORS.labels("metrics_source").inc()
-        LOG.warning("metrics source failed, nothing analysed this cycle: %s", error)
-        return 0
-    by_key = {window.workload.key: window for window in windows}
     try:
         recommendations = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
         state = CycleState(now=end, policies=load_policies(kube))
@@ -323,31 +342,101 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         return 0
     state.recent_changes = _recent_changes(recommendations, end)
     memo.policies = state.policies
+    pending: list[_Pending] = []
+    for recommendation in recommendations:
+        ref = ref_of(recommendation)
+        try:
+            item = _prepare(memo, kube, cfg, state, ref, recommendation)
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("cycle step for %s failed", ref.key)
+            continue
+        if item is not None:
+            pending.append(item)
+    batches = _fetch_batches(cfg, sorted({item.window_seconds for item in pending}), end)
     acting = (
         _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()
     )
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
-    for recommendation in recommendations:
-        ref = ref_of(recommendation)
+    for item in pending:
+        batch = batches.get(item.window_seconds)
+        if batch is None:  # no metrics for this window this cycle: keep what the status says
+            continue
         try:
             updated += _one_workload(
-                memo, kube, cfg, state, ref, recommendation, by_key.get(ref.key), acting, by_diagnosis, wasted
+                memo, kube, cfg, state, item, batch.get(item.ref.key), acting, by_diagnosis, wasted
             )
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("cycle step for %s failed", ref.key)
+            LOG.exception("cycle step for %s failed", item.ref.key)
     if _has_role(cfg, "recommender"):
         update_policy_statuses(kube, state)
-        metrics.RECOMMENDATIONS.clear()
-        for (diagnosis, namespace), count in by_diagnosis.items():
-            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
-        metrics.WASTED_GPU_HOURS.clear()
-        for namespace, hours in wasted.items():
-            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+        if batches or not pending:
+            metrics.RECOMMENDATIONS.clear()
+            for (diagnosis, namespace), count in by_diagnosis.items():
+                metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
+            metrics.WASTED_GPU_HOURS.clear()
+            for namespace, hours in wasted.items():
+                metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
     memo.last_cycle = time.monotonic()
     return updated
+
+
+def _fetch_batches(
+    cfg: OperatorConfig, windows: list[float], end: datetime
+) -> dict[float, dict[str, WorkloadWindow]]:
+    """Window length -> workload key -> window: one batch of queries per distinct window length.
+
+    A window whose batch fails is left out (counted and logged); the others still go ahead.
+    """
+    if not cfg.prometheus_url or not windows:
+        return {}
+    batches: dict[float, dict[str, WorkloadWindow]] = {}
+    for seconds in windows:
+        try:
+            fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end)
+        except Exception as error:
+            metrics.ERRORS.labels("metrics_source").inc()
+            LOG.warning(
+                "metrics source %s failed for the %s window; recommendations keep their last "
+                "analysis this cycle: %s",
+                cfg.prometheus_url,
+                timedelta(seconds=seconds),
+                error,
+            )
+            continue
+        batches[seconds] = {window.workload.key: window for window in fetched}
+    return batches
+
+
+def _prepare(
+    memo: kopf.Memo,
+    kube: KubeAdapter,
+    cfg: OperatorConfig,
+    state: CycleState,
+    ref: WorkloadRef,
+    recommendation: dict[str, Any],
+) -> _Pending | None:
+    """Read the workload and decide its settings; remove the recommendation of an opted-out one."""
+    workload = kube.read(ref.kind, ref.namespace, ref.name)
+    if workload is None:  # the workload is gone; garbage collection removes the recommendation
+        return None
+    metadata = workload.get("metadata") or {}
+    namespace_labels = state.labels_of(kube, ref.namespace)
+    settings = settings_for_workload(
+        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
+    )
+    if not settings.ignored:
+        state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
+    if not settings.recommends:
+        if _has_role(cfg, "recommender"):
+            why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
+            remove_recommendation(kube, memo, ref, why)
+        return None
+    seconds = observation_seconds(settings, state.policies, cfg.window_seconds)
+    return _Pending(ref, recommendation, workload, settings, seconds)
 
 
 def _one_workload(
@@ -355,33 +444,20 @@ def _one_workload(
     kube: KubeAdapter,
     cfg: OperatorConfig,
     state: CycleState,
-    ref: WorkloadRef,
-    recommendation: dict[str, Any],
+    item: _Pending,
     window: WorkloadWindow | None,
     acting: bool,
     by_diagnosis: Tally[tuple[str, str]],
     wasted: dict[str, float],
 ) -> int:
-    workload = kube.read(ref.kind, ref.namespace, ref.name)
-    if workload is None:  # the workload is gone; garbage collection removes the recommendation
-        return 0
-    metadata = workload.get("metadata") or {}
-    namespace_labels = state.labels_of(kube, ref.namespace)
-    settings = settings_for_workload(
-        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
-    )
-    state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
-    if not settings.recommends:
-        if _has_role(cfg, "recommender"):
-            why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
-            remove_recommendation(kube, memo, ref, why)
-        return 0
     if window is None:
         return 0
+    ref, recommendation, workload, settings = item.ref, item.recommendation, item.workload, item.settings
+    metadata = workload.get("metadata") or {}
     hpa = kube.hpa_for(ref) if ref.kind in ("Deployment", "StatefulSet", "ReplicaSet") else None
     window = with_hpa(window, hpa)
     try:
-        analysis = analyse(window, settings, state.now, cfg.window_seconds)
+        analysis = analyse(window, settings, state.now, item.window_seconds)
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)
@@ -407,9 +483,8 @@ def _one_workload(
 async def analysis_loop(memo: kopf.Memo) -> None:
     """Run a cycle every `interval`; the first one soon after startup. Never dies on one bad cycle."""
     cfg: OperatorConfig = memo.config
-    if not cfg.prometheus_url:
+    if not cfg.prometheus_url:  # the cycle still removes opted-out recommendations, updates policies
         LOG.warning("no --prometheus-url: recommendations stay InsufficientData until one is configured")
-        return
     stop: asyncio.Event = memo.stop
     delay = min(5.0, cfg.interval_seconds)
     while not stop.is_set():

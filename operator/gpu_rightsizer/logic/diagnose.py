@@ -78,6 +78,20 @@ _PCIE_FALLBACK_BYTES_PER_S = (
 _SERVING_TYPES = frozenset({"inference", "serving"})
 
 
+def fleet_replicas_needed(figures: WorkloadFigures, target: float) -> int | None:
+    """Replicas that carry the fleet's load at `target` saturation, or None without a busy figure.
+
+    The fleet's load is the replicas' busy p95 averaged over replicas, times the replica count: an
+    upper-bound proxy of the p95 of the fleet's summed busy (the engine holds per-GPU statistics, not
+    series), so a consolidated fleet is sized for each replica's own peak, not for its median.
+    """
+    if figures.busy_p95 is None or figures.replicas < 1:
+        return None
+    gpus_per_replica = max(1, figures.gpus_per_pod)
+    load = figures.busy_p95 * max(figures.total_gpus, figures.replicas * gpus_per_replica)
+    return max(1, math.ceil(load / (target * gpus_per_replica) - 1e-9))
+
+
 def _pct(value: float) -> str:
     return f"{value * 100:.0f}%"
 
@@ -1029,25 +1043,39 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
         )
         return
     queue_quiet = figures.queue_length_p95 is None or figures.queue_length_p95 < 1.0
-    busy = figures.busy_p95_max
-    if (
-        figures.replicas >= 2
-        and busy is not None
-        and busy < settings.over_replicated_busy_p95
-        and queue_quiet
-    ):
+    # R11 is fleet-level: a few replicas that peak do not make a mostly idle fleet right-sized.
+    fleet = figures.busy_p95
+    needed = fleet_replicas_needed(figures, settings.replica_target_utilisation)
+    busy_gpus = [g.busy for g in figures.gpus if g.busy is not None]
+    idle_share = (
+        sum(1 for b in busy_gpus if b.p50 < settings.active_busy) / len(busy_gpus) if busy_gpus else None
+    )
+    low_fleet = fleet is not None and fleet < settings.over_replicated_busy_p95
+    idle_fleet = (
+        idle_share is not None
+        and idle_share >= settings.over_replicated_idle_share
+        and needed is not None
+        and needed * 2 <= figures.replicas
+    )
+    if figures.replicas >= 2 and fleet is not None and (low_fleet or idle_fleet) and queue_quiet:
         out.add(
             DiagnosisCode.OVER_REPLICATED,
             Severity.INFO,
-            base * 0.8,
-            f"Seen: {figures.replicas} replicas, every GPU's busy p95 at most {_pct(busy)} and "
+            base * (0.8 if low_fleet else 0.7),
+            f"Seen: {figures.replicas} replicas, fleet busy p95 {_pct(fleet)} (replicas' p95 averaged; "
+            f"busiest {_pct(figures.busy_p95_max or 0.0)}), "
+            f"{_pct(idle_share or 0.0)} of replicas idle at the median, and "
             f"{'no queue' if figures.queue_length_p95 is not None else 'no queue signal'}"
             f"{f', {figures.requests_per_s:.1f} requests/s' if figures.requests_per_s is not None else ''}. "
-            "Meaning: the traffic fits on fewer replicas. Change: "
+            f"Meaning: the traffic fits on about {needed} replica(s) at "
+            f"{_pct(settings.replica_target_utilisation)} saturation. Change: "
             f"{'lower the HPA minimum' if hpa else 'scale in'}, or consolidate onto MIG slices / time-sliced "
             "GPUs.",
             {
-                "gpuBusyP95Max": busy,
+                "fleetBusyP95": fleet,
+                "gpuBusyP95Max": figures.busy_p95_max,
+                "idleReplicaShare": idle_share,
+                "replicasNeeded": float(needed) if needed is not None else None,
                 "replicas": float(figures.replicas),
                 "queueP95": figures.queue_length_p95,
             },

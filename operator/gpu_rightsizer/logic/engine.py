@@ -6,6 +6,7 @@ depend on the order of pods, GPUs or series: every aggregate sorts its inputs fi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -22,15 +23,34 @@ _DEFAULT_SETTINGS = EngineSettings()
 
 
 def _allocated_gpu_equivalents(figures: WorkloadFigures) -> float:
-    """Whole-GPU equivalents the workload holds now (a MIG slice counts as its share of a GPU)."""
+    """Whole-GPU equivalents the workload holds now.
+
+    A MIG slice counts as its share of a GPU. A pod on a shared (time-sliced/MPS) GPU counts only its
+    share of the device: 1 / the pods that see the device (`shared_by_pods`, or the pods of this
+    workload seen on it, whichever is larger), and at most 1/2 when the allocation is shared but no
+    neighbour is visible (a time-sliced device has at least two replicas). Crediting each sharing pod
+    with a whole GPU counted one device several times over.
+    """
     allocation = figures.window.allocation
     devices = allocation.gpu_count * max(allocation.replicas, 0) or figures.total_gpus
     profile = next((g.profile for g in figures.gpus if g.profile), None)
-    fraction = profile.gpu_fraction if profile is not None else 1.0
-    if figures.is_shared and profile is None:
-        sharers = max((g.observation.shared_by_pods for g in figures.gpus), default=1)
-        fraction = 1.0 / sharers
-    return float(devices) * fraction
+    if profile is not None:
+        return float(devices) * profile.gpu_fraction
+    if not figures.is_shared:
+        return float(devices)
+    allocation_shared = allocation.sharing in {"time-slicing", "mps"} or allocation.gpu_resource.endswith(
+        ".shared"
+    )
+    minimum = 2 if allocation_shared else 1
+    pods_per_uuid: dict[str, int] = {}
+    for pod in figures.window.pods:
+        for uuid in {gpu.uuid for gpu in pod.gpus}:
+            pods_per_uuid[uuid] = pods_per_uuid.get(uuid, 0) + 1
+    shares = [
+        1.0 / max(minimum, g.observation.shared_by_pods, pods_per_uuid.get(g.uuid, 1)) for g in figures.gpus
+    ]
+    per_device = math.fsum(shares) / len(shares) if shares else 1.0 / minimum
+    return float(devices) * per_device
 
 
 def analyze_window(

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpu_rightsizer.logic.diagnose import Diagnosis, WorkloadFigures, sizing_need
+from gpu_rightsizer.logic.diagnose import Diagnosis, WorkloadFigures, fleet_replicas_needed, sizing_need
 from gpu_rightsizer.logic.mig import (
     BANDWIDTH_UPGRADE_PATH,
     GPU_MODELS,
@@ -324,13 +324,26 @@ def _under_replicated(figures: WorkloadFigures, settings: EngineSettings) -> lis
 
 
 def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list[PlannedAction]:
-    busy = figures.busy_p95_max
+    """Scale in to the replicas that carry the fleet's load at the target saturation (bounded step)."""
+    fleet = figures.busy_p95
     replicas = figures.replicas
-    if busy is None or replicas < 2:
+    sized = fleet_replicas_needed(figures, settings.replica_target_utilisation)
+    if fleet is None or sized is None or replicas < 2:
         return []
-    needed = max(1, _replicas_needed(replicas, busy, settings.replica_target_utilisation, 1.0))
+    floor = math.ceil(replicas / settings.max_replica_factor - 1e-9)
+    needed = max(1, sized, floor)
     if replicas - needed < settings.min_replica_delta:
         return []
+    step = (
+        f" (one step goes to at most 1/{settings.max_replica_factor:g} of the fleet)"
+        if needed > sized
+        else ""
+    )
+    basis = (
+        f"the fleet's busy p95 is {fleet:.0%} (replicas' p95 averaged, busiest "
+        f"{(figures.busy_p95_max or 0.0):.0%}); {sized} replica(s) carry the load at "
+        f"{settings.replica_target_utilisation:.0%}{step}"
+    )
     hpa = figures.window.allocation.hpa
     if hpa is not None:
         if hpa.min_replicas - needed < settings.min_replica_delta:
@@ -341,8 +354,8 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                     type=ActionType.HPA_BOUNDS,
                     from_value=f"{hpa.min_replicas}-{hpa.max_replicas}",
                     to_value=f"{needed}-{hpa.max_replicas}",
-                    reason=f"Every replica's busy p95 is at most {busy:.0%}; the HPA '{hpa.name}' owns the replica "
-                    "count, so its minimum is lowered.",
+                    reason=f"{basis[0].upper()}{basis[1:]}; the HPA '{hpa.name}' owns the replica count, so "
+                    "its minimum is lowered.",
                     resource="replicas",
                     automatic=True,
                 ),
@@ -356,9 +369,7 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                 type=ActionType.REPLICAS,
                 from_value=str(replicas),
                 to_value=str(needed),
-                reason=f"Every replica's busy p95 is at most {busy:.0%} with no queue; {needed} replica(s) carry "
-                f"the load at {settings.replica_target_utilisation:.0%} (the policy's minReplicas still "
-                "applies).",
+                reason=f"{basis[0].upper()}{basis[1:]}, with no queue (the policy's minReplicas still applies).",
                 resource="replicas",
                 automatic=True,
             ),

@@ -319,7 +319,16 @@ class EngineSettings(BaseModel):
         default=0.2,
         ge=0,
         le=1,
-        description="All replicas' busy p95 below this with no queue = over-replicated. Heur (R11).",
+        description="Fleet busy p95 (the replicas' busy p95, averaged over replicas) below this with no queue "
+        "= over-replicated, however much a few replicas peak. Heur (R11).",
+    )
+    over_replicated_idle_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Or: at least this share of the replicas idle at the median (busy p50 below active_busy) "
+        "and the fleet fits on at most half its replicas at the target saturation, with no queue. Heur "
+        "(R11; the GenTD26 serving fleet: ~110 replicas, median duty cycle 0 %).",
     )
     replica_target_utilisation: float = Field(
         default=0.6,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -601,19 +602,97 @@ def pod_series(
     return out
 
 
+#: Counters are integrated on this grid from the pod's start (midpoint rule): exact integrals of the
+#: level functions are not closed-form once levels follow the traffic wave, and `rate(t) × elapsed`
+#: (the earlier shortcut) goes down whenever the rate does, which readers see as counter resets.
+_COUNTER_GRID_SECONDS = 60.0
+#: Pods whose running totals are kept (least recently used first out); a re-computed pod gets the same
+#: totals, since they depend only on the scenario, the pod and time.
+_COUNTER_CACHE_PODS = 4096
+#: A pod first asked for longer than this after its start (live mode: it ran before the exporter) gets
+#: its earlier history in one step at the then-current rates, so the work stays bounded.
+_COUNTER_MAX_HISTORY_SECONDS = 2 * 86400.0
+_COUNTER_FIELDS = ("cpu", "periods", "throttled", "fs_read", "fs_write", "net_rx", "net_tx", "served")
+#: Per pod: (origin, totals at origin + k × grid).
+_COUNTER_TOTALS: OrderedDict[tuple[str, str, int, str, str, float], tuple[float, list[tuple[float, ...]]]] = (
+    OrderedDict()
+)
+
+
+def _counter_rates(scenario: Scenario, ctx: PodContext, t: float) -> tuple[float, ...]:
+    """Per-second rates of every cAdvisor and serving counter at time t, from the pod's current levels."""
+    lv = levels(scenario, ctx, t)
+    periods = 10.0 if ctx.cpu_limit is not None else 0.0  # CFS period 100 ms
+    return (
+        lv.cpu_cores,
+        periods,
+        periods * lv.throttled_ratio,
+        lv.fs_read,
+        lv.fs_write,
+        lv.net_rx,
+        lv.net_tx,
+        lv.qps or 0.0,
+    )
+
+
+def counter_totals(scenario: Scenario, ctx: PodContext, t: float) -> dict[str, float]:
+    """∫ rate dt from the pod's start to t for every counter: monotonic, deterministic.
+
+    Totals up to the last grid point are kept per pod and extended forward, so in live mode a changed
+    CPU limit (a new `ctx`) changes the rates from now on and never rewrites the past.
+    """
+    key = (scenario.name, scenario.namespace, scenario.seed, ctx.namespace, ctx.pod, ctx.started_at)
+    grid = _COUNTER_GRID_SECONDS
+    entry = _COUNTER_TOTALS.get(key)
+    if entry is None:
+        origin = ctx.started_at
+        base = tuple(0.0 for _ in _COUNTER_FIELDS)
+        if t - ctx.started_at > _COUNTER_MAX_HISTORY_SECONDS:
+            skipped = math.floor((t - ctx.started_at - _COUNTER_MAX_HISTORY_SECONDS) / grid) * grid
+            origin = ctx.started_at + skipped
+            base = tuple(max(0.0, rate) * skipped for rate in _counter_rates(scenario, ctx, origin))
+        entry = (origin, [base])
+        _COUNTER_TOTALS[key] = entry
+        while len(_COUNTER_TOTALS) > _COUNTER_CACHE_PODS:
+            _COUNTER_TOTALS.popitem(last=False)
+    else:
+        _COUNTER_TOTALS.move_to_end(key)
+    origin, totals = entry
+    gap = t - (origin + (len(totals) - 1) * grid)
+    if gap > _COUNTER_MAX_HISTORY_SECONDS:
+        # Asked again long after the last read (live mode after a pause): cross the gap in one step at
+        # the rates of its start, then integrate the last stretch on the grid as usual.
+        skipped = math.floor((gap - _COUNTER_MAX_HISTORY_SECONDS) / grid) * grid
+        start = origin + (len(totals) - 1) * grid
+        rates = _counter_rates(scenario, ctx, start)
+        base = tuple(total + max(0.0, rate) * skipped for total, rate in zip(totals[-1], rates, strict=True))
+        origin, totals = start + skipped, [base]
+        _COUNTER_TOTALS[key] = (origin, totals)
+    elapsed = max(0.0, t - origin)
+    steps = math.floor(elapsed / grid)
+    while len(totals) <= steps:
+        k = len(totals) - 1
+        mid = _counter_rates(scenario, ctx, origin + (k + 0.5) * grid)
+        totals.append(
+            tuple(total + max(0.0, rate) * grid for total, rate in zip(totals[k], mid, strict=True))
+        )
+    rates = _counter_rates(scenario, ctx, origin + (steps + 0.5) * grid)
+    partial = elapsed - steps * grid
+    return {
+        name: total + max(0.0, rate) * partial
+        for name, total, rate in zip(_COUNTER_FIELDS, totals[steps], rates, strict=True)
+    }
+
+
 def _cadvisor_series(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) -> list[SeriesSample]:
     seed = scenario.seed
     base = {"namespace": ctx.namespace, "pod": ctx.pod}
     app = {**base, "container": ctx.container}
     pod_level = {**base, "container": ""}
-    phase = _phase(seed, ctx.pod)
-
-    def elapsed_integral(rate: float, amplitude: float = 0.1) -> float:
-        return _wave_integral(rate, amplitude, 600.0, phase, ctx.started_at, t)
-
-    cpu = elapsed_integral(lv.cpu_cores, 0.02)
-    periods = elapsed_integral(10.0, 0.0) if ctx.cpu_limit is not None else 0.0
-    throttled = periods * lv.throttled_ratio
+    totals = counter_totals(scenario, ctx, t)
+    cpu = totals["cpu"]
+    periods = totals["periods"]
+    throttled = min(periods, totals["throttled"])
     working_set = _jitter(lv.working_set_bytes, noise(seed, ctx.pod, mn.CADVISOR_MEMORY_WORKING_SET, t), 0.02)
     out: list[SeriesSample] = []
     for labels in (app, pod_level):
@@ -623,19 +702,17 @@ def _cadvisor_series(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) 
             out.append((mn.CADVISOR_CPU_PERIODS, labels, math.floor(periods), True))
             out.append((mn.CADVISOR_CPU_THROTTLED_PERIODS, labels, math.floor(throttled), True))
     device = {**app, "device": "/dev/nvme0n1"}
-    out.append((mn.CADVISOR_FS_READS, device, elapsed_integral(lv.fs_read), True))
-    out.append((mn.CADVISOR_FS_WRITES, device, elapsed_integral(lv.fs_write), True))
+    out.append((mn.CADVISOR_FS_READS, device, totals["fs_read"], True))
+    out.append((mn.CADVISOR_FS_WRITES, device, totals["fs_write"], True))
     network = {**pod_level, "interface": "eth0"}
-    out.append((mn.CADVISOR_NET_RX, network, elapsed_integral(lv.net_rx), True))
-    out.append((mn.CADVISOR_NET_TX, network, elapsed_integral(lv.net_tx), True))
+    out.append((mn.CADVISOR_NET_RX, network, totals["net_rx"], True))
+    out.append((mn.CADVISOR_NET_TX, network, totals["net_tx"], True))
     return out
 
 
 def _serving_series(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) -> list[SeriesSample]:
     labels = {"namespace": ctx.namespace, "pod": ctx.pod, "model_name": scenario.name}
-    replicas = max(1, ctx.replicas)
-    phase = _phase(scenario.seed, ctx.workload)
-    served = _wave_integral(scenario.traffic_qps / replicas, 0.2, 86400.0, phase, ctx.started_at, t)
+    served = counter_totals(scenario, ctx, t)["served"]
     u = noise(scenario.seed, ctx.pod, mn.VLLM_REQUESTS_WAITING, t)
     queue = round(_jitter(lv.queue, u, 0.3))
     return [

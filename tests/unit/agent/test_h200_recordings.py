@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +146,59 @@ def test_analyze_command_refuses_a_short_recording(
     text = json.dumps(report)
     assert "membw" in text
     assert DiagnosisCode.INSUFFICIENT_DATA.value in text
+
+
+#: What each recording deserves, including the transfer-bound copy loop (the CLI reads the .gz directly).
+CLI_EXPECTED: dict[str, DiagnosisCode] = {**EXPECTED, "pageable-h2d": DiagnosisCode.HOST_TRANSFER_BOUND}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_EXPECTED))
+def test_real_cli_diagnoses_each_gzipped_recording(name: str) -> None:
+    """`python -m gpu_rightsizer analyze --openmetrics X.om.gz --min-window 30s -o json`, as a user runs it."""
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root / "operator")}
+    answer = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_rightsizer",
+            "analyze",
+            "--openmetrics",
+            str(FIXTURES / f"{name}.om.gz"),
+            "--min-window",
+            "30s",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert answer.returncode == 0, answer.stderr
+    report = json.loads(answer.stdout)
+    assert [row["workload"]["name"] for row in report] == [name]
+    assert report[0]["primary"] == CLI_EXPECTED[name].value, report[0]["summary"]
+
+
+def test_cli_rejects_an_unknown_setting_with_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_rightsizer.commands import analyze
+
+    parser = argparse.ArgumentParser()
+    analyze.add_arguments(parser)
+    args = parser.parse_args(["--openmetrics", str(FIXTURES / "membw.om.gz"), "--set", "noSuchThreshold=1"])
+    assert analyze.run(args) == 2
+    assert "noSuchThreshold" in capsys.readouterr().err
+
+
+def test_cli_threshold_override_changes_the_diagnosis(capsys: pytest.CaptureFixture[str]) -> None:
+    """Raising the absolute transfer threshold above 9 GB/s turns the copy loop back into no transfer finding."""
+    from gpu_rightsizer.commands import analyze
+
+    parser = argparse.ArgumentParser()
+    analyze.add_arguments(parser)
+    base = ["--openmetrics", str(FIXTURES / "pageable-h2d.om.gz"), "--min-window", "30s", "-o", "json"]
+    overrides = ["--set", "transferBoundBytesPerS=2e10", "--set", "transfer_bound_link_share=0.5"]
+    assert analyze.run(parser.parse_args(base + overrides)) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report[0]["primary"] != DiagnosisCode.HOST_TRANSFER_BOUND.value

@@ -633,3 +633,49 @@ def test_absolute_transfer_rule_threshold(rx_p50: float, expected: bool) -> None
 
 def test_moderate_transfers_with_busy_compute_are_not_transfer_bound() -> None:
     assert DiagnosisCode.HOST_TRANSFER_BOUND not in codes(_copy_loop(5e9, 5.5e9, sm=0.7))
+
+
+# --- R11 is fleet-level ------------------------------------------------------------------------------
+def _fleet(idle_replicas: int, peaky_replicas: int, *, peaky: SignalStats | None = None) -> WorkloadWindow:
+    quiet = stat(0.0, 0.02)
+    peak = peaky or stat(0.0, 0.9, peak=0.97)
+    pods = [
+        pod(
+            f"pod-{i:03d}",
+            gpus=[
+                gpu(
+                    f"GPU-{i:03d}",
+                    gr_engine_active=peak if i < peaky_replicas else quiet,
+                    fb_used_mib=stat(50000),
+                )
+            ],
+        )
+        for i in range(idle_replicas + peaky_replicas)
+    ]
+    return window(
+        pods,
+        alloc=allocation(replicas=len(pods), workload_type="inference"),
+        stats={Signal.QUEUE_LENGTH: stat(0.0, active_fraction=0.0), Signal.REQUESTS_PER_S: stat(0.3)},
+    )
+
+
+def test_a_few_peaking_replicas_do_not_hide_an_idle_fleet() -> None:
+    """100 replicas, 5 of which peak at 90 %: every-replica rules called this Healthy."""
+    analysis = analyze_window(_fleet(95, 5))
+    assert analysis.primary is DiagnosisCode.OVER_REPLICATED, analysis.summary
+    replicas = next(a for a in analysis.actions if a.type.value == "replicas")
+    # fleet p95 = (5 × 0.9 + 95 × 0.02) / 100 = 0.064 → 100 × 0.064 / 0.6 = 10.7 → 11; step floor 100/3 → 34
+    assert replicas.from_value == "100"
+    assert replicas.to_value == "34"
+
+
+def test_a_fleet_whose_replicas_all_peak_is_not_over_replicated() -> None:
+    assert DiagnosisCode.OVER_REPLICATED not in codes(_fleet(10, 90))
+
+
+def test_mostly_idle_at_the_median_fleet_is_over_replicated_when_half_suffices() -> None:
+    """Fleet p95 0.25 (above 0.2) but every replica idles at the median: 40 × 0.25 / 0.6 = 17 ≤ 20."""
+    w = _fleet(0, 40, peaky=stat(0.0, 0.25, peak=0.6))
+    assert primary(w) is DiagnosisCode.OVER_REPLICATED
+    busy_median = _fleet(0, 40, peaky=stat(0.2, 0.05))
+    assert DiagnosisCode.OVER_REPLICATED not in codes(busy_median)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from tests.unit.logic.logic_builders import allocation, gpu, pod, stat, window
 
+from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.savings import combined_share, estimate_savings
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import DiagnosisCode
+from gpu_rightsizer.model.observation import WorkloadWindow
 
 
 def test_every_setting_is_documented_with_its_source() -> None:
@@ -45,3 +49,32 @@ def test_savings_in_gpu_hours_per_day() -> None:
     assert estimate_savings(0.0, [1.0]).gpu_hours_per_day == 0.0
     with pytest.raises(ValueError, match="finite number"):
         estimate_savings(-1.0, [])
+
+
+# --- savings of GPUs shared by time-slicing / MPS ----------------------------------------------------
+def _idle_shared(pods_on_device: int, shared_by: int, sharing: str = "time-slicing") -> WorkloadWindow:
+    pods = [
+        pod(
+            f"pod-{i}",
+            gpus=[gpu("GPU-shared", shared_by=shared_by, gr_engine_active=stat(0.0), fb_used_mib=stat(2000))],
+        )
+        for i in range(pods_on_device)
+    ]
+    return window(pods, alloc=allocation(replicas=pods_on_device, sharing=sharing))
+
+
+def test_time_sliced_pod_is_credited_only_its_share_of_the_gpu() -> None:
+    """One idle pod of four on a time-sliced GPU frees a quarter of it, not a whole GPU."""
+    analysis = analyze_window(_idle_shared(1, shared_by=4))
+    assert analysis.primary is DiagnosisCode.IDLE_ALLOCATION
+    assert analysis.savings.gpu_hours_per_day == 6.0
+
+
+def test_pods_sharing_one_gpu_count_that_gpu_once() -> None:
+    """Two pods of one workload on one device, even when the source did not count the sharers (was 48)."""
+    assert analyze_window(_idle_shared(2, shared_by=1)).savings.gpu_hours_per_day == 24.0
+    assert analyze_window(_idle_shared(2, shared_by=2)).savings.gpu_hours_per_day == 24.0
+
+
+def test_shared_pod_without_visible_neighbours_gets_at_most_half_a_gpu() -> None:
+    assert analyze_window(_idle_shared(1, shared_by=1)).savings.gpu_hours_per_day == 12.0

@@ -70,6 +70,7 @@ def test_quantities() -> None:
 
 def test_only_annotated_running_pods_are_simulated_with_their_actual_resources() -> None:
     pending = _pod("trainer-5d8f-c", "input-cpu-bound")
+    assert pending.status is not None
     pending.status.phase = "Pending"
     pods = simulated_pods(
         [_pod("trainer-5d8f-a", "input-cpu-bound", cpu="3"), _pod("other", None), pending,

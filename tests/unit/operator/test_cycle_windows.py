@@ -1,0 +1,275 @@
+"""The analysis cycle without a cluster: per-policy observation windows (one metrics batch per distinct
+window), policy minSamples and threshold overrides, a failing metrics source, and housekeeping
+without one."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+import pytest
+
+from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.handlers import cycle, metrics
+from gpu_rightsizer.logic.policy import effective_settings
+from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.observation import Allocation, WorkloadRef, WorkloadWindow
+
+NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
+
+
+class FakeKube:
+    """The KubeAdapter calls the cycle makes, over in-memory objects, recording the writes."""
+
+    def __init__(
+        self,
+        workloads: dict[tuple[str, str], dict[str, Any]],
+        namespaces: dict[str, dict[str, str]],
+        policies: list[dict[str, Any]],
+    ) -> None:
+        self.workloads = workloads
+        self.namespaces = namespaces
+        self.policies = policies
+        self.recommendations = {
+            key: {
+                "metadata": {"namespace": key[0], "name": f"deployment-{key[1]}", "generation": 1},
+                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": key[1]}},
+                "status": {"diagnosis": {"primary": "InsufficientData"}},
+            }
+            for key in workloads
+        }
+        self.status_patches: list[tuple[str, Mapping[str, Any]]] = []
+        self.policy_patches: dict[str, Mapping[str, Any]] = {}
+        self.deleted: list[str] = []
+        self.events: list[tuple[str, str, str]] = []
+
+    def list_recommendations(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        return [r for (ns, _), r in self.recommendations.items() if not namespaces or ns in namespaces]
+
+    def list_policies(self) -> list[dict[str, Any]]:
+        return self.policies
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.workloads.get((namespace, name))
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        return self.namespaces.get(namespace, {})
+
+    def hpa_for(self, ref: WorkloadRef) -> None:
+        return None
+
+    def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any] | None:
+        return self.recommendations.get((ref.namespace, ref.name))
+
+    def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> None:
+        self.status_patches.append((ref.key, status))
+
+    def post_event(
+        self, ref: WorkloadRef, uid: str, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        self.events.append((ref.key, reason, message))
+
+    def delete_recommendation(self, ref: WorkloadRef) -> bool:
+        self.deleted.append(ref.key)
+        return self.recommendations.pop((ref.namespace, ref.name), None) is not None
+
+    def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.policy_patches[name] = status
+
+
+def deployment(namespace: str, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": {"app": name},
+            "annotations": annotations or {},
+        },
+        "spec": {"replicas": 1},
+    }
+
+
+def policy(name: str, namespace: str, observation: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "mode": "Recommend",
+    }
+    if observation is not None:
+        spec["observation"] = observation
+    return {"metadata": {"name": name, "generation": 1}, "spec": spec}
+
+
+def cluster(*policies: dict[str, Any], annotations: dict[str, str] | None = None) -> FakeKube:
+    """team-a: 2 workloads, team-b: 1, team-c: 1 (team-c/solo carries `annotations`)."""
+    workloads = {
+        ("team-a", "one"): deployment("team-a", "one"),
+        ("team-a", "two"): deployment("team-a", "two"),
+        ("team-b", "three"): deployment("team-b", "three"),
+        ("team-c", "solo"): deployment("team-c", "solo", annotations),
+    }
+    namespaces = {ns: {"kubernetes.io/metadata.name": ns} for ns in ("team-a", "team-b", "team-c")}
+    return FakeKube(workloads, namespaces, list(policies))
+
+
+def memo_for(kube: FakeKube, **config: Any) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.config = OperatorConfig(
+        **{"prometheus_url": "http://prometheus.invalid", "window_seconds": 3600.0, **config}
+    )
+    memo.kube = kube
+    memo.known = set()
+    memo.lock = threading.Lock()
+    return memo
+
+
+class FetchRecorder:
+    """Stands in for `fetch_windows`: records each batch's window and returns one window per workload."""
+
+    def __init__(self, kube: FakeKube, failing: frozenset[float] = frozenset()) -> None:
+        self.kube = kube
+        self.failing = failing
+        self.calls: list[float] = []
+
+    def __call__(self, cfg: OperatorConfig, start: datetime, end: datetime) -> list[WorkloadWindow]:
+        seconds = (end - start).total_seconds()
+        self.calls.append(seconds)
+        if seconds in self.failing:
+            raise ValueError("Prometheus answered something that is not JSON")
+        return [
+            WorkloadWindow(
+                workload=WorkloadRef(namespace=ns, kind="Deployment", name=name),
+                start=start,
+                end=end,
+                step_seconds=max(1.0, seconds / 60),
+                allocation=Allocation(),
+            )
+            for ns, name in self.kube.workloads
+        ]
+
+
+@pytest.fixture
+def analysed_with(monkeypatch: pytest.MonkeyPatch) -> dict[str, float | None]:
+    """Workload key -> the window length its analysis was run with."""
+    seen: dict[str, float | None] = {}
+    original = cycle.analyse
+
+    def recording(
+        window: WorkloadWindow, settings: Any, now: datetime, window_seconds: float | None = None
+    ) -> Any:
+        seen[window.workload.key] = window_seconds
+        assert window.duration_seconds == window_seconds, "the window read is the window analysed"
+        return original(window, settings, now, window_seconds)
+
+    monkeypatch.setattr(cycle, "analyse", recording)
+    return seen
+
+
+def test_each_policy_window_costs_one_batch_and_governs_its_workloads(
+    monkeypatch: pytest.MonkeyPatch, analysed_with: dict[str, float | None]
+) -> None:
+    kube = cluster(
+        policy("short", "team-a", {"window": "10m", "minSamples": 5}),
+        policy("defaults", "team-b"),  # sets no window: the operator's --window applies
+    )
+    fetch = FetchRecorder(kube)
+    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+
+    updated = cycle.run_cycle(memo_for(kube), now=NOW)
+
+    assert updated == 4
+    assert sorted(fetch.calls) == [600.0, 3600.0]  # one batch per distinct window, not per workload
+    assert analysed_with == {
+        "team-a/Deployment/one": 600.0,
+        "team-a/Deployment/two": 600.0,
+        "team-b/Deployment/three": 3600.0,
+        "team-c/Deployment/solo": 3600.0,
+    }
+    assert {key for key, _ in kube.status_patches} == set(analysed_with)
+
+
+def test_one_window_when_every_workload_shares_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = cluster(policy("same", "team-a", {"window": "1h"}))
+    fetch = FetchRecorder(kube)
+    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+    cycle.run_cycle(memo_for(kube), now=NOW)
+    assert fetch.calls == [3600.0]
+
+
+def test_observation_seconds_prefers_an_explicit_policy_window() -> None:
+    explicit = GPURightsizingPolicy.model_validate(policy("p", "team-a", {"window": "30m"}))
+    implicit = GPURightsizingPolicy.model_validate(policy("q", "team-a", {"minSamples": 3}))
+    assert cycle.observation_seconds(effective_settings(explicit), [explicit], 120.0) == 1800.0
+    assert cycle.observation_seconds(effective_settings(implicit), [implicit], 120.0) == 120.0
+    assert cycle.observation_seconds(effective_settings(None), [], 120.0) == 120.0
+
+
+def test_policy_min_samples_and_thresholds_reach_the_engine() -> None:
+    chosen = GPURightsizingPolicy.model_validate(
+        policy("p", "team-a", {"window": "30m", "minSamples": 7, "thresholds": {"lowBusy": 0.33}})
+    )
+    settings = cycle.engine_settings(effective_settings(chosen), 1800.0)
+    assert settings.min_samples == 7
+    assert settings.low_busy == pytest.approx(0.33)
+    assert settings.window_seconds == 1800.0
+
+
+def test_a_failing_batch_changes_nothing_for_its_workloads_only(
+    monkeypatch: pytest.MonkeyPatch, analysed_with: dict[str, float | None]
+) -> None:
+    kube = cluster(policy("short", "team-a", {"window": "10m"}))
+    fetch = FetchRecorder(kube, failing=frozenset({600.0}))
+    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+    errors_before = metrics.ERRORS.labels("metrics_source")._value.get()
+
+    cycle.run_cycle(memo_for(kube), now=NOW)
+
+    assert metrics.ERRORS.labels("metrics_source")._value.get() == errors_before + 1
+    patched = {key for key, _ in kube.status_patches}
+    assert patched == {"team-b/Deployment/three", "team-c/Deployment/solo"}
+    assert not any(key.startswith("team-a/") for key, _, _ in kube.events)
+    assert set(analysed_with) == patched
+
+
+def test_without_a_metrics_source_the_cycle_still_keeps_house(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"})
+    fetch = FetchRecorder(kube)
+    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+
+    assert cycle.run_cycle(memo_for(kube, prometheus_url=None), now=NOW) == 0
+
+    assert fetch.calls == []
+    assert kube.status_patches == []
+    assert kube.deleted == ["team-c/Deployment/solo"]  # the opted-out workload's recommendation
+    assert kube.policy_patches["a"]["matchedWorkloads"] == 2
+
+
+def test_a_diagnosis_change_event_speaks_plain_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    monkeypatch.setattr(cycle, "analyse", _analysis_with("IdleAllocation", "The GPU sat idle."))
+    cycle.run_cycle(memo_for(kube), now=NOW)
+    messages = {key: message for key, reason, message in kube.events if reason == "DiagnosisChanged"}
+    assert messages["team-a/Deployment/one"] == (
+        "Diagnosis changed from InsufficientData to IdleAllocation: The GPU sat idle."
+    )
+
+
+def _analysis_with(code: str, summary: str) -> Any:
+    from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.model.codes import DiagnosisCode
+    from gpu_rightsizer.model.result import Analysis
+
+    def fake(
+        window: WorkloadWindow, settings: Any, now: datetime, window_seconds: float | None = None
+    ) -> Any:
+        real = analyze_window(window, cycle.engine_settings(settings, window_seconds), now=now)
+        assert isinstance(real, Analysis)
+        return real.model_copy(update={"primary": DiagnosisCode(code), "summary": summary})
+
+    return fake

@@ -1,0 +1,268 @@
+"""API contract tests of adapters/kube.py against kmock, an in-memory Kubernetes API over HTTP.
+
+The adapter is synchronous (the kubernetes client); kmock serves from the test's event loop, so each
+adapter call runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import kmock
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.model.observation import WorkloadRef
+
+pytestmark = pytest.mark.asyncio
+
+T = TypeVar("T")
+NS = "team-a"
+RECS = f"/apis/gpurightsizer.io/v1alpha1/namespaces/{NS}/gpurecommendations"
+REC_RESOURCE = "gpurightsizer.io/v1alpha1/gpurecommendations"
+TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "main", "image": "i"}]}}
+
+
+async def call(function: Callable[..., T], *args: Any) -> T:
+    return await asyncio.to_thread(function, *args)
+
+
+@pytest.fixture
+def adapter(kmock: kmock.KubernetesEmulator) -> KubeAdapter:
+    configuration = client.Configuration()
+    configuration.host = str(kmock.url).rstrip("/")
+    return KubeAdapter(client.ApiClient(configuration))
+
+
+def owned(kind: str, name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1" if kind in ("ReplicaSet", "Deployment") else "batch/v1",
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+    }
+
+
+def meta(name: str, uid: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    found: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid}
+    if owner is not None:
+        found["ownerReferences"] = [owner]
+    return found
+
+
+def seed_deployment_chain(
+    handler: kmock.KubernetesEmulator, *, with_deployment: bool = True
+) -> dict[str, Any]:
+    """Deployment `trainer` -> ReplicaSet `trainer-5d4` -> the returned Pod."""
+    selector = {"matchLabels": {"app": "x"}}
+    if with_deployment:
+        handler.objects["apps/v1/deployments", NS, "trainer"] = {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("trainer", "uid-deploy"),
+            "spec": {"selector": selector, "template": TEMPLATE},
+        }  # fmt: skip
+    handler.objects["apps/v1/replicasets", NS, "trainer-5d4"] = {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": meta("trainer-5d4", "uid-rs", owned("Deployment", "trainer", "uid-deploy")),
+        "spec": {"selector": selector, "template": TEMPLATE},
+    }  # fmt: skip
+    return {"metadata": meta("trainer-5d4-abc", "uid-pod", owned("ReplicaSet", "trainer-5d4", "uid-rs"))}
+
+
+def writes(handler: kmock.KubernetesEmulator) -> list[str]:
+    return [f"{request.method} {request.url}" for request in handler if str(request.method) != "method.GET"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Owner resolution
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_pod_resolves_through_its_replicaset_to_the_deployment(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    pod = seed_deployment_chain(kmock)
+    resolved = await call(adapter.resolve_owner, pod)
+    assert resolved.ref == WorkloadRef(namespace=NS, kind="Deployment", name="trainer", api_version="apps/v1")
+    assert resolved.uid == "uid-deploy"
+    assert not writes(kmock)
+
+
+async def test_job_pod_resolves_to_its_cronjob(kmock: kmock.KubernetesEmulator, adapter: KubeAdapter) -> None:
+    kmock.objects["batch/v1/cronjobs", NS, "nightly"] = {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta("nightly", "uid-cron"),
+        "spec": {"schedule": "0 1 * * *", "jobTemplate": {"spec": {"template": TEMPLATE}}},
+    }  # fmt: skip
+    kmock.objects["batch/v1/jobs", NS, "nightly-29"] = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": meta("nightly-29", "uid-job", owned("CronJob", "nightly", "uid-cron")),
+        "spec": {"template": TEMPLATE},
+    }  # fmt: skip
+    pod = {"metadata": meta("nightly-29-xyz", "uid-pod", owned("Job", "nightly-29", "uid-job"))}
+    resolved = await call(adapter.resolve_owner, pod)
+    assert (resolved.ref.kind, resolved.ref.name, resolved.ref.api_version) == (
+        "CronJob",
+        "nightly",
+        "batch/v1",
+    )
+    assert resolved.uid == "uid-cron"
+
+
+async def test_a_bare_pod_is_its_own_workload(kmock: kmock.KubernetesEmulator, adapter: KubeAdapter) -> None:
+    resolved = await call(adapter.resolve_owner, {"metadata": meta("lonely", "uid-pod")})
+    assert (resolved.ref.kind, resolved.ref.name, resolved.ref.api_version, resolved.uid) == (
+        "Pod", "lonely", "v1", "uid-pod"
+    )  # fmt: skip
+    assert len(kmock) == 0  # nothing to look up
+
+
+async def test_a_missing_owner_stops_at_the_last_known_object(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    pod = seed_deployment_chain(kmock, with_deployment=False)  # the Deployment is gone (404)
+    resolved = await call(adapter.resolve_owner, pod)
+    assert (resolved.ref.kind, resolved.ref.name, resolved.uid) == ("ReplicaSet", "trainer-5d4", "uid-rs")
+
+
+async def test_an_owner_of_an_unmanaged_kind_is_not_followed(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray", "uid": "u", "controller": True}
+    resolved = await call(adapter.resolve_owner, {"metadata": meta("ray-worker", "uid-pod", owner)})
+    assert (resolved.ref.kind, resolved.ref.name) == ("Pod", "ray-worker")
+    assert len(kmock) == 0
+
+
+@pytest.mark.parametrize("status", [500, 403])
+async def test_an_api_error_while_resolving_is_raised_not_guessed(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int
+) -> None:
+    pod = seed_deployment_chain(kmock)
+    kmock[f"get /apis/apps/v1/namespaces/{NS}/replicasets/trainer-5d4"] << status
+    with pytest.raises(ApiException) as raised:
+        await call(adapter.resolve_owner, pod)
+    assert raised.value.status == status  # not mistaken for a bare pod or a missing owner
+    assert not writes(kmock)
+
+
+# --------------------------------------------------------------------------------------------------
+# Recommendations
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_ensure_recommendation_creates_one_owned_by_the_workload(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    kmock[f"post {RECS}"] << 201 << (lambda request: request.data)  # the real API answers 201
+    resolved = await call(adapter.resolve_owner, seed_deployment_chain(kmock))
+    created = await call(adapter.ensure_recommendation, resolved)
+    assert created["metadata"]["name"] == "deployment-trainer"
+    posts = list(kmock[f"post {RECS}"])
+    assert len(posts) == 1
+    body = posts[0].data
+    assert body["spec"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"}
+    owner = body["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Deployment", "trainer", "uid-deploy")
+    assert posts[0].params.get("fieldManager") == "gpu-rightsizer"
+
+
+async def test_ensure_recommendation_on_409_returns_the_winners_copy(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    resolved = await call(adapter.resolve_owner, seed_deployment_chain(kmock))
+    winner = {
+        "metadata": {"name": "deployment-trainer", "namespace": NS},
+        "spec": {},
+        "status": {"by": "winner"},
+    }
+    kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = winner
+    kmock[f"get {RECS}/deployment-trainer"][:1] << 404  # not there yet when first looked for
+    found = await call(adapter.ensure_recommendation, resolved)
+    assert found["status"] == {"by": "winner"}
+    assert len(kmock[f"post {RECS}"]) == 1  # one create attempt, answered 409 (already exists)
+    assert kmock.objects[REC_RESOURCE, NS, "deployment-trainer"]["status"] == {"by": "winner"}
+
+
+async def test_ensure_recommendation_returns_an_existing_one_without_writing(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    resolved = await call(adapter.resolve_owner, seed_deployment_chain(kmock))
+    kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = {"metadata": {"name": "deployment-trainer"}}
+    found = await call(adapter.ensure_recommendation, resolved)
+    assert found["metadata"]["name"] == "deployment-trainer"
+    assert not writes(kmock)
+
+
+@pytest.mark.parametrize("status", [500, 403])
+async def test_ensure_recommendation_surfaces_errors_and_writes_nothing(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int
+) -> None:
+    resolved = await call(adapter.resolve_owner, seed_deployment_chain(kmock))
+    kmock[f"get {RECS}/deployment-trainer"] << status
+    with pytest.raises(ApiException) as raised:
+        await call(adapter.ensure_recommendation, resolved)
+    assert raised.value.status == status
+    assert not writes(kmock)  # an unreadable recommendation is not blindly created
+
+
+async def test_status_patch_is_a_merge_patch_of_the_status_subresource(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = {
+        "metadata": {"name": "deployment-trainer", "namespace": NS},
+        "spec": {"targetRef": {"kind": "Deployment", "name": "trainer"}},
+    }
+    ref = WorkloadRef(namespace=NS, kind="Deployment", name="trainer")
+    await call(adapter.patch_recommendation_status, ref, {"diagnosis": {"primary": "IdleAllocation"}})
+    [patch] = list(kmock["patch"])
+    assert str(patch.url).endswith(f"{RECS}/deployment-trainer/status")
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    assert patch.data == {"status": {"diagnosis": {"primary": "IdleAllocation"}}}
+    stored = kmock.objects[REC_RESOURCE, NS, "deployment-trainer"]
+    assert stored["status"]["diagnosis"]["primary"] == "IdleAllocation"
+
+
+@pytest.mark.parametrize("status", [500, 403])
+async def test_a_failed_status_patch_raises_and_is_sent_once(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int
+) -> None:
+    kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = {"metadata": {"name": "deployment-trainer"}}
+    kmock[f"patch {RECS}/deployment-trainer/status"] << status
+    ref = WorkloadRef(namespace=NS, kind="Deployment", name="trainer")
+    with pytest.raises(ApiException) as raised:
+        await call(adapter.patch_recommendation_status, ref, {"diagnosis": {"primary": "Healthy"}})
+    assert raised.value.status == status
+    assert len(writes(kmock)) == 1  # no retry storm, no fallback write elsewhere
+
+
+async def test_delete_recommendation_reports_whether_there_was_one(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = {"metadata": {"name": "deployment-trainer"}}
+    ref = WorkloadRef(namespace=NS, kind="Deployment", name="trainer")
+    assert await call(adapter.delete_recommendation, ref) is True
+    assert await call(adapter.delete_recommendation, ref) is False  # 404: already gone
+
+
+async def test_events_are_posted_on_the_workload_and_failures_do_not_raise(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    ref = WorkloadRef(namespace=NS, kind="Deployment", name="trainer")
+    kmock[f"post /api/v1/namespaces/{NS}/events"] << 201 << (lambda request: request.data)
+    await call(lambda: adapter.post_event(ref, "uid-deploy", "DiagnosisChanged", "plain words", warning=True))
+    [event] = [r.data for r in kmock["post"]]
+    assert event["involvedObject"] == {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer", "namespace": NS, "uid": "uid-deploy"
+    }  # fmt: skip
+    assert (event["reason"], event["message"], event["type"]) == (
+        "DiagnosisChanged",
+        "plain words",
+        "Warning",
+    )
+
+    kmock[f"post /api/v1/namespaces/{NS}/events"] << 403
+    await call(lambda: adapter.post_event(ref, "uid-deploy", "DiagnosisChanged", "again"))  # logged only
