@@ -82,7 +82,7 @@ def deployment(
     }  # fmt: skip
 
 
-def apply_policy(namespace: str) -> dict[str, Any]:
+def apply_policy(namespace: str, window: str) -> dict[str, Any]:
     """An Apply policy for one namespace: CPU and memory only, fast verification for the demo."""
     return {
         "apiVersion": "gpurightsizer.io/v1alpha1",
@@ -92,7 +92,7 @@ def apply_policy(namespace: str) -> dict[str, Any]:
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
             "mode": "Apply",
             "actions": ["cpu", "memory"],
-            "observation": {"window": "5m", "minSamples": 10},
+            "observation": {"window": window, "minSamples": 10},
             "safety": {"cooldown": "1h", "verifyFor": "45s"},
         },
     }
@@ -196,9 +196,9 @@ def run(args: argparse.Namespace) -> int:
                  "--metrics-port", str(free_port()), "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
                 logs / "operator.log", env={"KUBECONFIG": str(cluster.kubeconfig)},
             ) as operator:  # fmt: skip
-                _show_recommendations(cluster, operator, deadline)
+                _show_recommendations(cluster, operator, deadline, args.window, args.interval)
                 if not args.no_apply:
-                    _show_apply(cluster, operator, deadline)
+                    _show_apply(cluster, operator, deadline, args.window)
                 if args.keep:
                     _say(f"running; KUBECONFIG={cluster.kubeconfig}; Ctrl-C to stop")
                     while operator.poll() is None:
@@ -221,28 +221,40 @@ def _recommendations(cluster: Any) -> list[dict[str, Any]]:
     return items
 
 
-def _show_recommendations(cluster: Any, operator: subprocess.Popen[bytes], deadline: float) -> None:
+def _diagnosed(item: dict[str, Any]) -> bool:
+    diagnosis = (item.get("status") or {}).get("diagnosis") or {}
+    return bool(diagnosis) and diagnosis.get("primary") != "InsufficientData"
+
+
+def _show_recommendations(
+    cluster: Any, operator: subprocess.Popen[bytes], deadline: float, window: str, interval: str
+) -> None:
+    from gpu_rightsizer.config import parse_duration
+
     expected = len(DEMO_WORKLOADS) + 1
 
-    def analysed() -> bool:
+    def diagnosed() -> bool:
         if operator.poll() is not None:
             raise RuntimeError(f"the operator exited with {operator.returncode}")
-        items = _recommendations(cluster)
-        done = [i for i in items if (i.get("status") or {}).get("window")]
-        return len(done) >= expected
+        return sum(_diagnosed(item) for item in _recommendations(cluster)) >= expected
 
-    _wait(
-        analysed,
-        timeout=max(30.0, deadline - time.monotonic()),
-        what="every workload's first analysed window",
-    )
+    # A diagnosis needs a full window of metrics: wait for it (and a few cycles), not just the first status.
+    patience = parse_duration(window) + 4 * parse_duration(interval) + 60
+    try:
+        _wait(
+            diagnosed,
+            timeout=min(patience, max(30.0, deadline - time.monotonic())),
+            what="a full window of metrics",
+        )
+    except TimeoutError as error:
+        _say(f"{error}; showing what is known (InsufficientData means the window is not full yet)")
     _say("step 5/5: recommendations")
     print(cluster.kubectl("get", "gpurecommendations", "-A").stdout, flush=True)
     print(cluster.kubectl("get", "gpurecommendations", "-A", "-o", "wide").stdout, flush=True)
 
 
-def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float) -> None:
-    cluster.apply([apply_policy("demo-apply")])
+def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float, window: str) -> None:
+    cluster.apply([apply_policy("demo-apply", window)])
     _say("Apply policy on namespace demo-apply: the CPU-starved trainer gets more CPU, then is verified")
 
     def state() -> dict[str, Any]:
@@ -274,5 +286,23 @@ def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float
         cluster.kubectl("get", "deployment", "-n", "demo-apply", "trainer", "-o", "json").stdout
     )
     cpu = limits["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
-    _say(f"trainer CPU limit is now {cpu}")
+    _say(f"trainer CPU limit is now {cpu}; waiting for a full window of the new pods to re-diagnose")
+    from gpu_rightsizer.config import parse_duration
+
+    def rediagnosed() -> bool:
+        rec = json.loads(
+            cluster.kubectl(
+                "get", "gpurecommendation", "-n", "demo-apply", "deployment-trainer", "-o", "json"
+            ).stdout
+        )
+        return _diagnosed(rec)
+
+    try:
+        _wait(
+            rediagnosed,
+            timeout=min(parse_duration(window) + 90, max(30.0, deadline - time.monotonic())),
+            what="the new diagnosis",
+        )
+    except TimeoutError as error:
+        _say(str(error))
     print(cluster.kubectl("get", "gpurecommendations", "-n", "demo-apply", "-o", "wide").stdout, flush=True)
