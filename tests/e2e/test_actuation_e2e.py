@@ -29,7 +29,7 @@ def apply_policy(kube: Kube, name: str, namespace: str, actions: list[str], **sa
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
         "mode": "Apply",
         "actions": actions,
-        "observation": {"window": "5m", "minSamples": 10},
+        "observation": {"minSamples": 10},  # no window: the operator's short --window applies
         "safety": {"cooldown": "1h", "verifyFor": "30s", **safety},
     }
     kube.apply(

@@ -82,7 +82,7 @@ def deployment(
     }  # fmt: skip
 
 
-def apply_policy(namespace: str, window: str) -> dict[str, Any]:
+def apply_policy(namespace: str) -> dict[str, Any]:
     """An Apply policy for one namespace: CPU and memory only, fast verification for the demo."""
     return {
         "apiVersion": "gpurightsizer.io/v1alpha1",
@@ -92,7 +92,7 @@ def apply_policy(namespace: str, window: str) -> dict[str, Any]:
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
             "mode": "Apply",
             "actions": ["cpu", "memory"],
-            "observation": {"window": window, "minSamples": 10},
+            "observation": {"minSamples": 10},  # no window: the operator's --window applies
             "safety": {"cooldown": "1h", "verifyFor": "45s"},
         },
     }
@@ -254,7 +254,7 @@ def _show_recommendations(
 
 
 def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float, window: str) -> None:
-    cluster.apply([apply_policy("demo-apply", window)])
+    cluster.apply([apply_policy("demo-apply")])
     _say("Apply policy on namespace demo-apply: the CPU-starved trainer gets more CPU, then is verified")
 
     def state() -> dict[str, Any]:

@@ -1,13 +1,28 @@
-"""The labelled scenario library: several variants of every diagnosis code.
+"""The labelled scenario libraries: several variants of every diagnosis code.
 
-Variants differ in seed, GPU model, GPU count, CPU limit, replicas, MIG slice, sharing and workload
-kind, so a rule that only works for one allocation shows up as a miss in `bench/diagnosis_accuracy.py`.
+`scenario_library()`: variants differ in seed, GPU model, GPU count, CPU limit, replicas, MIG slice,
+sharing and workload kind, so a rule that only works for one allocation shows up as a miss in
+`bench/diagnosis_accuracy.py`. Its shapes sit far from every threshold.
+
+`hard_scenario_library()`: the difficulties of real clusters — noise and bursts, missing profiling
+fields, missed scrapes, `exported_*` and `hostname` label variants, shared GPUs and MIG slices, values
+near each threshold on both sides, and decoys whose signals look like one problem but are another (or
+none). Each carries the code a careful expert gives from the numbers, with a one-line `why`.
 """
 
 from __future__ import annotations
 
+from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.codes import DiagnosisCode
-from gpu_rightsizer.sim.scenarios import GIB, DataDefect, Scenario, Shape
+from gpu_rightsizer.sim.scenarios import (
+    GIB,
+    NO_SM_FIELDS,
+    PROFILING_FIELDS,
+    DataDefect,
+    LabelStyle,
+    Scenario,
+    Shape,
+)
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 H200 = "NVIDIA-H200"
@@ -166,3 +181,207 @@ def scenarios_by_code(namespace: str = "sim") -> dict[DiagnosisCode, list[Scenar
     for scenario in scenario_library(namespace):
         grouped.setdefault(scenario.expected, []).append(scenario)
     return grouped
+
+
+#: dcgm-exporter behind a ServiceMonitor without honorLabels, on an exporter built after d5e5f51.
+EXPORTED = LabelStyle(exported_pod_labels=True, hostname_label="hostname")
+#: Plain pod labels, lower-case `hostname` (dcgm-exporter main after d5e5f51).
+LOWER_HOSTNAME = LabelStyle(hostname_label="hostname")
+H100_PCIE = 63.0e9  # one direction, bytes/s (GPU_MODELS)
+
+
+def _hard_training(name: str, shape: Shape, seed: int, why: str, **changes: object) -> Scenario:
+    return Scenario(name, shape, seed=seed, why=why).with_(**changes)
+
+
+def _hard_serving(name: str, shape: Shape, seed: int, why: str, **changes: object) -> Scenario:
+    return _serving(name, shape, seed, why=why).with_(**changes)
+
+
+def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
+    """Realistic, harder scenarios (≥ 3 per diagnosis code), each labelled by expert reading, with a `why`."""
+    t, v = _hard_training, _hard_serving
+    code = DiagnosisCode
+    scenarios = [
+        # --- IdleAllocation ------------------------------------------------------------------------
+        t("h-idle-noisy-gaps", Shape.IDLE, 201, "busy ≈ 0.4 % with jitter and 20 % missed scrapes is still "
+          "an idle allocation", noise_additive=0.01, gap_fraction=0.2, kind="Pod"),
+        t("h-idle-gpu-util-only", Shape.IDLE, 202, "no profiling module: GPU_UTIL ≈ 0 % for the whole hour "
+          "is enough to call it idle", dropped_metrics=PROFILING_FIELDS, label_style=EXPORTED),
+        t("h-idle-near-floor", Shape.IDLE, 203, "busy ≈ 2 % (under the 5 % floor), no copies: a keep-alive "
+          "poller on an otherwise idle GPU", level_overrides={"busy": 0.02, "sm": 0.01}, noise_amplitude=0.3,
+          gpu_model=H100, mig_profile="1g.10gb"),
+        v("h-idle-shared-service", Shape.IDLE, 204, "two replicas time-sliced on one GPU that does nothing",
+          replicas=2, pods_per_gpu=2, label_style=LOWER_HOSTNAME),
+        # --- InputPipelineCPUBound -----------------------------------------------------------------
+        t("h-loader-noisy-bursts", Shape.INPUT_CPU_BOUND, 211, "3 cores for a 12-core pipeline, CPU pegged "
+          "and throttled; noise and bursts do not change that", cpu_limit=3.0, noise_amplitude=0.15,
+          burst_probability=0.1, burst_scale=1.6),
+        t("h-loader-no-sm", Shape.INPUT_CPU_BOUND, 212, "default counters CSV (no SM fields): busy sawtooth "
+          "and a saturated 2-core limit still show the starved loader", cpu_limit=2.0,
+          dropped_metrics=NO_SM_FIELDS),
+        t("h-loader-gpu-util-only", Shape.INPUT_CPU_BOUND, 213, "GPU_UTIL only and 15 % missed scrapes: "
+          "GPU ~30 % with CPU pegged at its 4-core limit", cpu_limit=4.0, dropped_metrics=PROFILING_FIELDS,
+          gap_fraction=0.15, gpu_model=A100_80),
+        t("h-loader-near-busy-ceiling", Shape.INPUT_CPU_BOUND, 214, "busy ≈ 0.70 (under 0.8) with the CPU "
+          "limit saturated and 60 % of periods throttled: more CPU still buys speed", cpu_limit=9.5),
+        t("h-loader-half-gaps", Shape.INPUT_CPU_BOUND, 215, "half the scrapes missing still leaves ~30 "
+          "samples of an obviously starved GPU", cpu_limit=2.0, gap_fraction=0.5, label_style=EXPORTED),
+        # --- InputPipelineIOBound ------------------------------------------------------------------
+        t("h-fetch-noisy", Shape.INPUT_IO_BOUND, 221, "GPU ~28 % in a sawtooth, CPU idle, 750 MB/s of "
+          "storage and network reads, under noise and read bursts", cpu_limit=16.0, noise_amplitude=0.2,
+          burst_probability=0.15, burst_scale=1.5),
+        t("h-fetch-exported-no-sm", Shape.INPUT_IO_BOUND, 222, "exported_* labels, no SM fields, gaps: "
+          "the starved GPU and the busy storage are unchanged", cpu_limit=8.0, label_style=EXPORTED,
+          dropped_metrics=NO_SM_FIELDS, gap_fraction=0.15),
+        t("h-fetch-near-io-threshold", Shape.INPUT_IO_BOUND, 223, "reads ≈ 120 MB/s (just over 100 MiB/s) "
+          "with CPU idle and the GPU starved: a fetch stall", cpu_limit=16.0,
+          level_overrides={"fs_read": 9.0e7, "net_rx": 3.0e7}),
+        t("h-fetch-latency-bound", Shape.INPUT_IO_BOUND, 224, "only ≈ 80 MB/s read, but CPU idle and the GPU "
+          "starved in a sawtooth: latency-bound remote reads, still a fetch stall", cpu_limit=16.0,
+          level_overrides={"fs_read": 6.0e7, "net_rx": 2.0e7}),
+        # --- HostTransferBound ---------------------------------------------------------------------
+        t("h-copies-noisy-gaps", Shape.HOST_TRANSFER_BOUND, 231, "PCIe RX ≈ 78 % of the link with SMs at "
+          "30 %, under noise and missed scrapes", noise_amplitude=0.15, gap_fraction=0.2),
+        t("h-copies-idle-looking", Shape.HOST_TRANSFER_BOUND, 232, "decoy: busy 3 %, but PCIe RX moves "
+          "≈ 25 GB/s: the GPU waits on host copies, it is not idle",
+          level_overrides={"busy": 0.03, "sm": 0.015, "tensor": 0.0, "fp32": 0.01, "dram": 0.04,
+                           "pcie_rx": 0.4 * H100_PCIE}),
+        t("h-copies-mig", Shape.HOST_TRANSFER_BOUND, 233, "a MIG slice whose board PCIe counter runs at "
+          "78 % of the link with low SM activity", mig_profile="3g.40gb"),
+        t("h-copies-near-link-share", Shape.HOST_TRANSFER_BOUND, 234, "PCIe RX ≈ 62 % of the link (just "
+          "over 0.6) with SMs at 45 %: transfer-bound",
+          level_overrides={"pcie_rx": 0.62 * H100_PCIE, "sm": 0.45, "busy": 0.6}, noise_amplitude=0.05),
+        # --- CommunicationBound --------------------------------------------------------------------
+        t("h-allreduce-noisy", Shape.COMMUNICATION_BOUND, 241, "4 GPUs, NVLink ≈ 76 % of nominal while SMs "
+          "idle, under noise", gpu_count=4, cpu_limit=32.0, noise_amplitude=0.15),
+        t("h-allreduce-no-sm", Shape.COMMUNICATION_BOUND, 242, "8×A100 without SM fields: NVLink saturated "
+          "and tensor pipes mostly idle", gpu_count=8, cpu_limit=64.0, gpu_model=A100_80,
+          dropped_metrics=NO_SM_FIELDS, kind="Job"),
+        t("h-allreduce-exported-gaps", Shape.COMMUNICATION_BOUND, 243, "exported_* labels and missed "
+          "scrapes on a 2×H200 job", gpu_count=2, gpu_model=H200, cpu_limit=16.0, label_style=EXPORTED,
+          gap_fraction=0.2),
+        t("h-allreduce-near", Shape.COMMUNICATION_BOUND, 244, "NVLink ≈ 56 % of nominal (just over 0.5) "
+          "while SMs sit at 15–40 %", gpu_count=4, cpu_limit=32.0, level_scales={"nvlink_each_way": 0.74}),
+        # --- LowOccupancy --------------------------------------------------------------------------
+        t("h-tiny-batch-noisy", Shape.LOW_OCCUPANCY, 251, "busy 92 % but SMs 30 % and occupancy 8 %, "
+          "with multiplicative and additive noise", noise_amplitude=0.1, noise_additive=0.02),
+        t("h-tiny-batch-near", Shape.LOW_OCCUPANCY, 252, "busy 85 %, SMs 45 % (just under half), occupancy "
+          "18 %: most SMs idle while the GPU looks busy",
+          level_overrides={"busy": 0.85, "sm": 0.45, "occupancy": 0.18}),
+        t("h-tiny-batch-shared", Shape.LOW_OCCUPANCY, 253, "two time-sliced pods on a GPU whose SMs are 30 % "
+          "active at 92 % busy", replicas=2, pods_per_gpu=2, label_style=EXPORTED),
+        t("h-tiny-batch-no-occupancy", Shape.LOW_OCCUPANCY, 254, "SM_ACTIVE 30 % at busy 92 % is enough "
+          "even without SM_OCCUPANCY", dropped_metrics=frozenset({mn.DCGM_SM_OCCUPANCY}), gpu_model=A100_40),
+        # --- MemoryBandwidthBound ------------------------------------------------------------------
+        t("h-decode-noisy-dips", Shape.MEMORY_BANDWIDTH_BOUND, 261, "DRAM 72 % with tensor 8 %, noise and "
+          "occasional dips", noise_amplitude=0.1, burst_probability=0.1, burst_scale=0.6),
+        t("h-decode-near", Shape.MEMORY_BANDWIDTH_BOUND, 262, "DRAM ≈ 63 % (just over 0.6) with tensor 12 %",
+          level_overrides={"dram": 0.63, "tensor": 0.12}),
+        t("h-decode-mig", Shape.MEMORY_BANDWIDTH_BOUND, 263, "a 3g.40gb slice at 72 % DRAM activity: "
+          "bandwidth-bound, and a smaller slice would only have less bandwidth", mig_profile="3g.40gb"),
+        t("h-decode-gaps-hostname", Shape.MEMORY_BANDWIDTH_BOUND, 264, "lower-case hostname and 25 % "
+          "missed scrapes", label_style=LOWER_HOSTNAME, gap_fraction=0.25, gpu_model=H200),
+        # --- NoTensorCores -------------------------------------------------------------------------
+        t("h-fp32-noisy", Shape.NO_TENSOR_CORES, 271, "FP32 pipe 60 %, tensor 1 %, under noise",
+          noise_amplitude=0.15),
+        t("h-fp32-near", Shape.NO_TENSOR_CORES, 272, "tensor 4 % (under 5 %) and FP32 32 % (over 30 %) with "
+          "SMs 80 % active", level_overrides={"tensor": 0.04, "fp32": 0.32}),
+        t("h-fp32-no-sm", Shape.NO_TENSOR_CORES, 273, "no SM fields, but the pipe fields show FP32 60 % "
+          "and tensor 1 % at busy 95 %", dropped_metrics=NO_SM_FIELDS, gpu_model=A100_80),
+        t("h-fp32-exported-gaps", Shape.NO_TENSOR_CORES, 274, "exported_* labels and missed scrapes",
+          label_style=EXPORTED, gap_fraction=0.2, gpu_model=L4),
+        # --- OversizedGPU --------------------------------------------------------------------------
+        v("h-small-model-noisy", Shape.OVERSIZED, 281, "3 req/s on a whole H100, 10 % memory, with noise "
+          "and request bursts", traffic_qps=3.0, memory_share=0.1, noise_amplitude=0.2,
+          burst_probability=0.1, burst_scale=2.5),
+        v("h-small-model-gpu-util-only", Shape.OVERSIZED, 282, "GPU_UTIL ≈ 14 % and 12 % memory: a small "
+          "model on a whole GPU, even without profiling fields", traffic_qps=3.0, memory_share=0.12,
+          dropped_metrics=PROFILING_FIELDS, gpu_model=A100_80),
+        v("h-small-model-near-memory", Shape.OVERSIZED, 283, "memory 40 % (× 1.2 = 48 % < half) and busy "
+          "≈ 12 %: fits a half-GPU slice", traffic_qps=2.5, memory_share=0.4),
+        v("h-small-model-exported", Shape.OVERSIZED, 284, "exported_* labels, gaps", traffic_qps=2.0,
+          memory_share=0.15, gpu_model=H200, label_style=EXPORTED, gap_fraction=0.15),
+        # --- MemoryCapacityBound -------------------------------------------------------------------
+        t("h-oom-noisy", Shape.MEMORY_CAPACITY_BOUND, 291, "memory 97.5 % with OOM restarts, under noise",
+          noise_amplitude=0.1),
+        t("h-oom-exported-gaps", Shape.MEMORY_CAPACITY_BOUND, 292, "exported_* labels and missed scrapes",
+          label_style=EXPORTED, gap_fraction=0.2, gpu_model=A100_40, kind="Job"),
+        t("h-oom-near", Shape.MEMORY_CAPACITY_BOUND, 293, "memory 95.5 % (just over 95 %) and restarts "
+          "every 30 min", memory_share=0.955, level_overrides={"memory_share": 0.955}),
+        # --- UnderReplicated -----------------------------------------------------------------------
+        v("h-busy-service-noisy", Shape.UNDER_REPLICATED, 301, "2 replicas for 60 req/s (capacity 40): "
+          "queue all hour, under noise", traffic_qps=60.0, replicas=2, memory_share=0.6, noise_amplitude=0.1),
+        v("h-busy-service-peak", Shape.UNDER_REPLICATED, 302, "load 0.77–1.43 of capacity over an hourly "
+          "cycle: queue ~70 % of the window at saturation", traffic_qps=44.0, replicas=2, memory_share=0.6,
+          traffic_amplitude=0.3, traffic_period_seconds=3600.0),
+        v("h-busy-service-gpu-util-only", Shape.UNDER_REPLICATED, 303, "GPU_UTIL pegged and a sustained "
+          "queue, no profiling fields", traffic_qps=35.0, replicas=1, dropped_metrics=PROFILING_FIELDS,
+          gpu_model=A100_80),
+        v("h-busy-service-mig", Shape.UNDER_REPLICATED, 304, "3 replicas on 3g.40gb slices with a queue all "
+          "hour", traffic_qps=90.0, replicas=3, mig_profile="3g.40gb", memory_share=0.6),
+        # --- OverReplicated ------------------------------------------------------------------------
+        v("h-quiet-service-noisy", Shape.OVER_REPLICATED, 311, "4 replicas at ~10 % busy, no queue, with "
+          "noise and request bursts", traffic_qps=8.0, replicas=4, memory_share=0.6, noise_amplitude=0.2,
+          burst_probability=0.1, burst_scale=2.0),
+        v("h-quiet-service-near", Shape.OVER_REPLICATED, 312, "4 replicas at busy p95 ≈ 18 % (under 20 %), "
+          "no queue: one or two would do", traffic_qps=14.0, replicas=4, memory_share=0.6),
+        v("h-quiet-service-exported", Shape.OVER_REPLICATED, 313, "6 replicas, exported_* labels, gaps",
+          traffic_qps=10.0, replicas=6, memory_share=0.55, label_style=EXPORTED, gap_fraction=0.15),
+        # --- Throttled -----------------------------------------------------------------------------
+        t("h-hot-node-noisy", Shape.THROTTLED, 321, "thermal clock events 60 % of the time, clocks at 55 %, "
+          "under noise", noise_amplitude=0.15),
+        t("h-hot-node-no-sm", Shape.THROTTLED, 322, "no SM fields and exported_* labels; the clock events "
+          "and clocks still show thermal throttling", dropped_metrics=NO_SM_FIELDS, label_style=EXPORTED),
+        t("h-hot-node-mig", Shape.THROTTLED, 323, "a MIG slice on a thermally throttled board",
+          mig_profile="3g.40gb", gpu_model=A100_80),
+        t("h-slowdown-all-window", Shape.HEALTHY, 324, "HW slowdown set in every sample and clocks at 85 % "
+          "of the rated max: throttled all hour (no unthrottled peak to compare with)",
+          level_overrides={"clock_events": float(mn.CLOCK_EVENT_HW_SLOWDOWN), "sm_clock_share": 0.85},
+          expected_code=code.THROTTLED),
+        # --- HardwareFault -------------------------------------------------------------------------
+        t("h-xid79-noisy", Shape.XID_FAULT, 331, "Xid 79 (fallen off the bus) after 20 min, under noise "
+          "and bursts", xid=79, noise_amplitude=0.15, burst_probability=0.1),
+        t("h-xid48-exported-gaps", Shape.XID_FAULT, 332, "Xid 48 (DBE) with exported_* labels and gaps",
+          xid=48, label_style=EXPORTED, gap_fraction=0.2, gpu_model=A100_80, kind="Job"),
+        t("h-xid94-mig", Shape.XID_FAULT, 333, "Xid 94 (contained ECC) on a MIG slice", xid=94,
+          mig_profile="3g.40gb", gpu_model=H100),
+        # --- Healthy (decoys) ----------------------------------------------------------------------
+        t("h-bursty-trainer", Shape.HEALTHY, 341, "decoy: busy 93 % with short dips for evaluation and "
+          "checkpoints (15 % of minutes at a third) is a healthy trainer", cpu_limit=16.0,
+          burst_probability=0.15, burst_scale=0.35, noise_amplitude=0.1),
+        v("h-diurnal-service", Shape.HEALTHY, 342, "decoy: a service sized for its peak (load 0.22–0.88, "
+          "no queue): quiet troughs are not over-replication", traffic_qps=22.0, replicas=2,
+          memory_share=0.6, traffic_amplitude=0.6, traffic_period_seconds=3600.0),
+        t("h-cpu-heavy-not-starved", Shape.HEALTHY, 343, "decoy: CPU at its 6-core limit and 35 % throttled, "
+          "but the GPU is 93 % busy: the GPU is not starved", cpu_limit=6.0,
+          level_overrides={"cpu_cores": 6.0, "throttled_ratio": 0.35}),
+        t("h-big-model-full-memory", Shape.HEALTHY, 344, "decoy: 97 % memory with no OOM restarts and "
+          "SMs 85 % active: a big model that computes well", level_overrides={"memory_share": 0.97}),
+        t("h-power-capped", Shape.HEALTHY, 345, "decoy: SW power cap at full load with clocks at 88 % is "
+          "normal (rule H2), not throttling",
+          level_overrides={"clock_events": float(mn.CLOCK_EVENT_SW_POWER_CAP), "sm_clock_share": 0.88}),
+        t("h-healthy-no-sm", Shape.HEALTHY, 346, "the default counters CSV (no SM fields) on a busy trainer",
+          dropped_metrics=NO_SM_FIELDS, cpu_limit=16.0, label_style=LOWER_HOSTNAME),
+        t("h-healthy-shared", Shape.HEALTHY, 347, "two time-sliced pods on a GPU that is 93 % busy with SMs "
+          "85 % active", replicas=2, pods_per_gpu=2, cpu_limit=16.0),
+        # --- InsufficientData ----------------------------------------------------------------------
+        t("h-mostly-gaps", Shape.HEALTHY, 351, "85 % of the scrapes missing: too few samples to say anything",
+          gap_fraction=0.85, expected_code=code.INSUFFICIENT_DATA),
+        t("h-new-pod-exported", Shape.INSUFFICIENT_DATA, 352, "5 minutes of history, exported_* labels",
+          defect=DataDefect.SHORT, label_style=EXPORTED),
+        t("h-mig-no-profiling", Shape.LOW_OCCUPANCY, 353, "a MIG slice without profiling fields has no busy "
+          "signal at all (GPU_UTIL is not reported under MIG)", mig_profile="3g.40gb",
+          dropped_metrics=PROFILING_FIELDS, expected_code=code.INSUFFICIENT_DATA),
+        t("h-nan-gaps", Shape.INSUFFICIENT_DATA, 354, "NaN in every GPU field plus missed scrapes",
+          defect=DataDefect.NAN, gap_fraction=0.2, gpu_model=H200),
+    ]  # fmt: skip
+    # Every workload on nodes of its own: two workloads never share a GPU unless a scenario says so.
+    return [
+        sc.with_(
+            namespace=namespace,
+            memory_limit_bytes=sc.memory_limit_bytes or 64 * GIB,
+            node_prefix=f"gpu-node-h{index:02d}",
+        )
+        for index, sc in enumerate(scenarios)
+    ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 
 from gpu_rightsizer.model import metric_names as mn
@@ -137,11 +137,57 @@ class Scenario:
     defect: DataDefect = DataDefect.NONE
     short_history_seconds: float = 300.0
     extra_labels: dict[str, str] = field(default_factory=dict)
+    # --- realism knobs: the neutral defaults leave every series exactly as the shape makes it ---------
+    #: Serving traffic: relative amplitude and period of the daily wave (a short period puts a whole
+    #: "day", trough included, inside one observation window).
+    traffic_amplitude: float = 0.2
+    traffic_period_seconds: float = 86400.0
+    #: Levels fields (see `Levels`) set to a fixed value, then scaled, before noise and bursts: values
+    #: placed near a rule's threshold, or a decoy's extra load.
+    level_overrides: dict[str, float] = field(default_factory=dict)
+    level_scales: dict[str, float] = field(default_factory=dict)
+    #: Jitter on the activity levels per 10-second tick: multiplicative (shared by the GPU activity
+    #: fields, as real counters move together, plus half as much per field) and additive (per 0..1 ratio).
+    noise_amplitude: float = 0.0
+    noise_additive: float = 0.0
+    #: Bursts: each `burst_seconds` block is a burst with this probability; during a burst the GPU
+    #: activity, PCIe and CPU levels are multiplied by `burst_scale` (> 1 spikes, < 1 dips).
+    burst_probability: float = 0.0
+    burst_scale: float = 2.0
+    burst_seconds: float = 60.0
+    #: dcgm-exporter series never exported (e.g. `NO_SM_FIELDS`: the default counters CSV lacks
+    #: SM_ACTIVE/SM_OCCUPANCY; `PROFILING_FIELDS`: no DCGM profiling module at all, GPU_UTIL only).
+    dropped_metrics: frozenset[str] = frozenset()
+    #: Missed dcgm-exporter scrapes: each `gap_seconds` block is missing with this probability.
+    gap_fraction: float = 0.0
+    gap_seconds: float = 300.0
+    #: Node names of the backfilled pods: "<prefix>-<replica>" (one node for time-sliced pods). None =
+    #: hashed from the scenario name, where two workloads of one library may land on one GPU.
+    node_prefix: str | None = None
+    #: The dcgm-exporter label style of this workload's node; None = the caller's style.
+    label_style: LabelStyle | None = None
+    #: The diagnosis a careful expert gives from the numbers when it differs from the shape's (decoys).
+    expected_code: DiagnosisCode | None = None
+    #: One line: why this scenario carries its expected code.
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        level_fields = {f.name for f in fields(Levels)}
+        unknown = sorted((set(self.level_overrides) | set(self.level_scales)) - level_fields)
+        if unknown:
+            raise ValueError(f"scenario {self.name!r}: unknown level field(s) {', '.join(unknown)}")
+        for knob in ("noise_amplitude", "noise_additive", "burst_probability", "gap_fraction"):
+            amount = getattr(self, knob)
+            if not 0.0 <= amount <= 1.0 or math.isnan(amount):
+                raise ValueError(f"scenario {self.name!r}: {knob} must be in [0, 1], got {amount}")
+        for knob in ("burst_seconds", "gap_seconds", "traffic_period_seconds"):
+            if not getattr(self, knob) > 0:
+                raise ValueError(f"scenario {self.name!r}: {knob} must be positive")
 
     @property
     def expected(self) -> DiagnosisCode:
         """The primary diagnosis this scenario should produce."""
-        return EXPECTED_CODE[self.shape]
+        return self.expected_code or EXPECTED_CODE[self.shape]
 
     @property
     def gpu(self) -> GPUModel:
@@ -287,7 +333,13 @@ def _cpu_limit(ctx: PodContext) -> float:
 def _serving_levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
     """A service whose load is the diurnal traffic split across the replicas that exist now."""
     replicas = max(1, ctx.replicas)
-    total = _wave(scenario.traffic_qps, 0.2, 86400.0, _phase(scenario.seed, ctx.workload), t)
+    total = _wave(
+        scenario.traffic_qps,
+        scenario.traffic_amplitude,
+        scenario.traffic_period_seconds,
+        _phase(scenario.seed, ctx.workload),
+        t,
+    )
     per_pod = total / replicas
     load = per_pod / scenario.replica_capacity_qps
     busy = min(0.97, 0.95 * load)
@@ -312,8 +364,101 @@ def _serving_levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
     )
 
 
+#: Level fields that are 0..1 ratios of the GPU's activity (noise and bursts move them together).
+_ACTIVITY_FIELDS = ("busy", "sm", "occupancy", "tensor", "fp32", "fp16", "dram")
+#: Level fields in bytes/s or cores that bursts and multiplicative noise also move.
+_RATE_FIELDS = ("pcie_rx", "pcie_tx", "nvlink_each_way", "cpu_cores")
+#: dcgm-exporter's default counters CSV lacks the SM fields (gpu-signals §1.2).
+NO_SM_FIELDS: frozenset[str] = frozenset({mn.DCGM_SM_ACTIVE, mn.DCGM_SM_OCCUPANCY})
+#: Every DCGM profiling field: a GPU or exporter without the profiling module leaves GPU_UTIL only.
+PROFILING_FIELDS: frozenset[str] = frozenset(
+    {
+        mn.DCGM_GR_ENGINE_ACTIVE,
+        mn.DCGM_SM_ACTIVE,
+        mn.DCGM_SM_OCCUPANCY,
+        mn.DCGM_TENSOR_ACTIVE,
+        mn.DCGM_FP32_ACTIVE,
+        mn.DCGM_FP16_ACTIVE,
+        mn.DCGM_DRAM_ACTIVE,
+        mn.DCGM_PCIE_RX_BYTES,
+        mn.DCGM_PCIE_TX_BYTES,
+        mn.DCGM_NVLINK_RX_BYTES,
+        mn.DCGM_NVLINK_TX_BYTES,
+    }
+)
+
+
+def _has_realism_knobs(scenario: Scenario) -> bool:
+    return bool(
+        scenario.level_overrides
+        or scenario.level_scales
+        or scenario.noise_amplitude
+        or scenario.noise_additive
+        or scenario.burst_probability
+    )
+
+
+def _knob_entity(scenario: Scenario, ctx: PodContext) -> str:
+    """Noise key of the pod's activity: time-sliced pods share their device, and so its jitter."""
+    if scenario.pods_per_gpu > 1:
+        return f"{ctx.node}/gpu{ctx.pod_index // scenario.pods_per_gpu}"
+    return ctx.pod
+
+
+def in_burst(scenario: Scenario, ctx: PodContext, t: float) -> bool:
+    """Whether the pod is in a burst at time t (fixed per `burst_seconds` block)."""
+    if scenario.burst_probability <= 0.0:
+        return False
+    block = math.floor(t / scenario.burst_seconds) * _TICK_SECONDS
+    return noise(scenario.seed, _knob_entity(scenario, ctx), "knob-burst", block) < scenario.burst_probability
+
+
+def scrape_missing(scenario: Scenario, ctx: PodContext, t: float) -> bool:
+    """Whether the pod's dcgm-exporter scrape at time t is missing (fixed per `gap_seconds` block)."""
+    if scenario.gap_fraction <= 0.0:
+        return False
+    block = math.floor(t / scenario.gap_seconds) * _TICK_SECONDS
+    return noise(scenario.seed, ctx.node, "knob-gap", block) < scenario.gap_fraction
+
+
+def _apply_realism(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) -> None:
+    """Overrides, scales, noise and bursts on top of the shape's levels (in place)."""
+    for name, value in scenario.level_overrides.items():
+        current = getattr(lv, name)
+        setattr(lv, name, int(value) if isinstance(current, int) and not isinstance(current, bool) else value)
+    for name, factor in scenario.level_scales.items():
+        current = getattr(lv, name)
+        if current is not None:
+            setattr(lv, name, current * factor)
+    seed, entity = scenario.seed, _knob_entity(scenario, ctx)
+    if scenario.noise_amplitude or scenario.noise_additive:
+        amplitude = scenario.noise_amplitude
+        common = amplitude * (2.0 * noise(seed, entity, "knob-noise", t) - 1.0)
+        for name in _ACTIVITY_FIELDS + _RATE_FIELDS:
+            own = 0.5 * amplitude * (2.0 * noise(seed, entity, f"knob-noise/{name}", t) - 1.0)
+            shared = common if name in _ACTIVITY_FIELDS else 0.0
+            value = max(0.0, getattr(lv, name) * (1.0 + shared + own))
+            if name in _ACTIVITY_FIELDS and scenario.noise_additive:
+                value += scenario.noise_additive * (2.0 * noise(seed, entity, f"knob-add/{name}", t) - 1.0)
+            setattr(lv, name, value)
+    if in_burst(scenario, ctx, t):
+        for name in _ACTIVITY_FIELDS + _RATE_FIELDS:
+            setattr(lv, name, getattr(lv, name) * scenario.burst_scale)
+    for name in _ACTIVITY_FIELDS:
+        setattr(lv, name, min(1.0, max(0.0, getattr(lv, name))))
+    lv.cpu_cores = min(lv.cpu_cores, _cpu_limit(ctx))
+
+
 def levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
     """Mean signal levels of the pod at time t, shaped by the scenario and the pod's actual resources."""
+    lv = _shape_levels(scenario, ctx, t)
+    if _has_realism_knobs(scenario):
+        _apply_realism(scenario, ctx, t, lv)
+    return lv
+
+
+def _shape_levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
+    """The shape's levels alone (no overrides, noise or bursts)."""
     shape = scenario.shape
     entity = ctx.pod
     u = noise(scenario.seed, entity, "phase-coin", t)
@@ -513,7 +658,7 @@ def pod_series(
     """Every dcgm-exporter, cAdvisor and serving series of one pod at time t (empty before it starts)."""
     if t < ctx.started_at:
         return []
-    style = style or LabelStyle()
+    style = scenario.label_style or style or LabelStyle()
     lv = levels(scenario, ctx, t)
     out: list[SeriesSample] = []
     seed = scenario.seed
@@ -521,7 +666,8 @@ def pod_series(
     capacity = scenario.device_memory_mib
     mig = scenario.mig_profile
     shared = scenario.pods_per_gpu > 1
-    for index, uuid in _gpu_devices(scenario, ctx):
+    devices = [] if scrape_missing(scenario, ctx, t) else _gpu_devices(scenario, ctx)
+    for index, uuid in devices:
         # Device-level values of a shared GPU are the device's, identical in every sharing pod's copy.
         entity = uuid if shared else f"{ctx.pod}/{uuid}"
         device = {
@@ -581,6 +727,9 @@ def pod_series(
             board.append((mn.DCGM_GPU_UTIL, round(100.0 * min(1.0, value(mn.DCGM_GPU_UTIL, lv.busy * 1.05)))))
         defect = scenario.defect if scenario.shape is Shape.INSUFFICIENT_DATA else DataDefect.NONE
         broken = {DataDefect.BLANK: float(0x7FFFFFFFFFFFFFF2), DataDefect.NAN: math.nan}.get(defect)
+        if scenario.dropped_metrics:
+            gauges = [(metric, v) for metric, v in gauges if metric not in scenario.dropped_metrics]
+            board = [(metric, v) for metric, v in board if metric not in scenario.dropped_metrics]
         for metric, v in gauges:
             spoilt = broken is not None and metric not in (mn.DCGM_FB_USED, mn.DCGM_FB_FREE)
             out.append((metric, attached, broken if spoilt and broken is not None else v, False))
@@ -853,7 +1002,9 @@ def pod_contexts(scenario: Scenario, start: float, end: float) -> list[PodContex
             pod = f"{scenario.name}-{digest[:5]}{index}"
         else:
             pod = scenario.name
-        if scenario.pods_per_gpu > 1:
+        if scenario.node_prefix is not None:
+            node = f"{scenario.node_prefix}-{0 if scenario.pods_per_gpu > 1 else index}"
+        elif scenario.pods_per_gpu > 1:
             node = f"gpu-node-{zlib.crc32(scenario.name.encode()) % 97:02d}"
         else:
             node = f"gpu-node-{(zlib.crc32(scenario.name.encode()) + index) % 97:02d}"
