@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpu_rightsizer.adapters.openmetrics import read_openmetrics
-from gpu_rightsizer.commands.analyze import parse_duration
+from gpu_rightsizer.config import parse_duration
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.result import Analysis
@@ -80,8 +80,12 @@ def evaluate(
     print(f"=== set: {set_name} ({len(scenarios)} scenarios) ===")
     _print_confusion(confusion)
     correct = sum(1 for name in expected if name in results and results[name].primary == expected[name])
-    print(f"\nprimary diagnosis accuracy ({set_name}): {correct}/{len(expected)} = {correct / len(expected):.1%}")
-    misses = [name for name in sorted(expected) if name not in results or results[name].primary != expected[name]]
+    print(
+        f"\nprimary diagnosis accuracy ({set_name}): {correct}/{len(expected)} = {correct / len(expected):.1%}"
+    )
+    misses = [
+        name for name in sorted(expected) if name not in results or results[name].primary != expected[name]
+    ]
     if misses:
         print("misclassified:")
     for name in misses:

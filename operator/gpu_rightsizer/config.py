@@ -14,17 +14,35 @@ from typing import Literal
 
 Role = Literal["recommender", "actuator", "all"]
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+class DurationError(argparse.ArgumentTypeError, ValueError):
+    """A command-line duration that does not parse (argparse shows its message as is)."""
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '30m', '1h30m', '2d' -> seconds; a clear ValueError otherwise."""
+    """Seconds in a command-line duration: '90s', '30m', '1h30m', '7d', '500ms', or bare seconds '3'.
+
+    The one parser of every subcommand's duration flags; policy durations in the CRDs use the
+    stricter Go format of `model.crd.duration_seconds`.
+    """
     cleaned = text.strip()
-    parts = _DURATION.findall(cleaned)
-    if not parts or "".join(f"{n}{u}" for n, u in parts) != cleaned:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 30m, 1h30m, 2d)")
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    try:
+        total = float(cleaned)
+    except ValueError:
+        position, total = 0, 0.0
+        for match in _DURATION_PART.finditer(cleaned):
+            if match.start() != position:
+                break
+            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            position = match.end()
+        if position != len(cleaned) or not cleaned:
+            raise DurationError(f"invalid duration {text!r} (examples: 90s, 30m, 1h30m, 7d)") from None
+    if total <= 0:
+        raise DurationError(f"duration must be positive: {text!r}")
+    return total
 
 
 @dataclass(frozen=True)

@@ -9,24 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import socket
 import sys
 
+from gpu_rightsizer.config import parse_duration
+
 DEFAULT_LISTEN = "127.0.0.1:9400"
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str) -> float:
-    """'1s', '500ms', '2m', '1h' or a bare number of seconds → seconds (> 0)."""
-    match = _DURATION_RE.match(text)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 5m)")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"duration must be positive: {text!r}")
-    return seconds
 
 
 def parse_listen(text: str) -> tuple[str, int]:

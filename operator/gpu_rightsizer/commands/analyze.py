@@ -16,7 +16,6 @@ import contextlib
 import gzip
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -25,25 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpu_rightsizer.config import parse_duration
+
 if TYPE_CHECKING:
     from gpu_rightsizer.model.observation import WorkloadWindow
 
 DEFAULT_WINDOW_SECONDS = 3600.0
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus-style duration ('90s', '30m', '1h30m', '7d')."""
-    position, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        position = match.end()
-    if position != len(text) or total <= 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 90s, 30m, 1h30m, 7d)")
-    return total
 
 
 def parse_time(text: str) -> datetime:

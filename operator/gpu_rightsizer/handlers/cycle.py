@@ -30,7 +30,7 @@ from gpu_rightsizer.logic.policy import (
     policy_problems,
     settings_for_workload,
 )
-from gpu_rightsizer.logic.status import analysed_status
+from gpu_rightsizer.logic.status import analysed_status, merge_conditions
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, PolicyMode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -162,20 +162,6 @@ def _has_role(cfg: OperatorConfig, role: str) -> bool:
     return cfg.role in (role, "all")
 
 
-def _merge_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """New conditions replace old ones of the same type (keeping lastTransitionTime when unchanged);
-    other types (written by the other role) stay."""
-    by_type = {c.get("type"): c for c in old}
-    merged = {c.get("type"): c for c in old}
-    for fresh in new:
-        before = by_type.get(fresh.get("type"))
-        kept = fresh
-        if before is not None and before.get("status") == fresh.get("status"):
-            kept = {**fresh, "lastTransitionTime": before.get("lastTransitionTime")}
-        merged[fresh.get("type")] = kept
-    return list(merged.values())
-
-
 def write_recommendation(
     kube: KubeAdapter,
     ref: WorkloadRef,
@@ -208,7 +194,7 @@ def write_recommendation(
         body["apply"] = {"state": "Pending", "reason": "waiting for the actuator", "policy": settings.policy}
     else:
         body.setdefault("apply", {})["policy"] = settings.policy
-    body["conditions"] = _merge_conditions(
+    body["conditions"] = merge_conditions(
         list(old_status.get("conditions") or []), body.get("conditions", [])
     )
     kube.patch_recommendation_status(ref, body)

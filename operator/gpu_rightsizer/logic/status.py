@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from gpu_rightsizer.logic.workloads import format_cpu, format_memory
 from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode
@@ -62,19 +63,18 @@ def _condition(
     )
 
 
-def merge_conditions(old: list[Condition], new: list[Condition]) -> list[Condition]:
-    """Keep a condition's lastTransitionTime when its status did not change (metav1 convention)."""
-    previous = {c.type: c for c in old}
-    merged = []
-    for condition in new:
-        before = previous.get(condition.type)
-        unchanged = before is not None and before.status == condition.status
-        merged.append(
-            condition.model_copy(update={"last_transition_time": before.last_transition_time})
-            if unchanged and before is not None
-            else condition
-        )
-    return merged
+def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """New conditions replace old ones of the same type, keeping lastTransitionTime when the status
+    did not change (metav1 convention); other types (written by the other role) stay."""
+    by_type = {c.get("type"): c for c in old}
+    merged = dict(by_type)
+    for fresh in new:
+        before = by_type.get(fresh.get("type"))
+        kept = fresh
+        if before is not None and before.get("status") == fresh.get("status"):
+            kept = {**fresh, "lastTransitionTime": before.get("lastTransitionTime")}
+        merged[fresh.get("type")] = kept
+    return list(merged.values())
 
 
 def waiting_status(

@@ -375,6 +375,27 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
           dropped_metrics=PROFILING_FIELDS, expected_code=code.INSUFFICIENT_DATA),
         t("h-nan-gaps", Shape.INSUFFICIENT_DATA, 354, "NaN in every GPU field plus missed scrapes",
           defect=DataDefect.NAN, gap_fraction=0.2, gpu_model=H200),
+        # --- the other side of the thresholds: just short of a rule, labelled by what the numbers say --
+        t("h-dram-just-under", Shape.MEMORY_BANDWIDTH_BOUND, 361, "DRAM 57 % (under 0.6), SMs 70 %, busy "
+          "95 %: a well-used GPU, no bandwidth wall", level_overrides={"dram": 0.57},
+          expected_code=code.HEALTHY),
+        t("h-tensor-just-over", Shape.NO_TENSOR_CORES, 362, "tensor 7 % (over 5 %) with FP32 50 %: mixed "
+          "precision is on for the big GEMMs; SMs 80 % active", level_overrides={"tensor": 0.07, "fp32": 0.5},
+          expected_code=code.HEALTHY),
+        t("h-sm-just-over-half", Shape.LOW_OCCUPANCY, 363, "SMs 55 % (over half) and occupancy 25 % at busy "
+          "92 %: kernels fill the GPU well enough", level_overrides={"sm": 0.55, "occupancy": 0.25,
+                                                                    "tensor": 0.35}, expected_code=code.HEALTHY),
+        t("h-cpu-just-enough", Shape.INPUT_CPU_BOUND, 364, "12.5 cores for a 12-core pipeline: GPU 92 % "
+          "busy, CPU not throttled", cpu_limit=12.5, expected_code=code.HEALTHY),
+        t("h-busy-just-over-idle", Shape.IDLE, 365, "busy 7 % (over the 5 % floor) with 3 % memory: small "
+          "but real work on a whole GPU, a slice or shared GPU fits it",
+          level_overrides={"busy": 0.07, "sm": 0.05, "occupancy": 0.1}, memory_share=0.1,
+          expected_code=code.OVERSIZED_GPU),
+        t("h-oom-at-93", Shape.MEMORY_CAPACITY_BOUND, 366, "memory p99 ≈ 93 % (under 95 %) but an OOM restart "
+          "every 30 min: capacity-bound all the same", level_overrides={"memory_share": 0.93}),
+        v("h-queue-at-peaks", Shape.UNDER_REPLICATED, 367, "queue only at each peak (~⅓ of the hour) with the "
+          "GPU saturated then: latency spikes at peak = too few replicas (SPEC §1)", traffic_qps=31.0,
+          replicas=2, memory_share=0.6, traffic_amplitude=0.3, traffic_period_seconds=3600.0),
     ]  # fmt: skip
     # Every workload on nodes of its own: two workloads never share a GPU unless a scenario says so.
     return [
