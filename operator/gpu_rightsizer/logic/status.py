@@ -17,7 +17,7 @@ from gpu_rightsizer.model.crd import (
     RecommendationSummary,
 )
 from gpu_rightsizer.model.observation import Allocation, WorkloadRef
-from gpu_rightsizer.model.result import Analysis
+from gpu_rightsizer.model.result import Action, Analysis
 
 
 def allocation_status(allocation: Allocation) -> AllocationStatus:
@@ -39,6 +39,16 @@ def allocation_status(allocation: Allocation) -> AllocationStatus:
         else format_memory(allocation.memory_limit_bytes),
         replicas=allocation.replicas,
     )
+
+
+#: Width of the Action printer column; the full actions are in `status.actions`.
+ACTION_COLUMN_WIDTH = 48
+
+
+def action_column(action: Action) -> str:
+    """The main change in a few words for `kubectl get`: 'cpu 1->8', 'migProfile ...->mig-1g.18gb'."""
+    text = f"{action.type.value} {action.from_value}->{action.to_value}"
+    return text if len(text) <= ACTION_COLUMN_WIDTH else text[: ACTION_COLUMN_WIDTH - 1] + "…"
 
 
 def format_duration(seconds: float) -> str:
@@ -113,7 +123,7 @@ def analysed_status(
     apply: ApplyStatus | None = None,
 ) -> GPURecommendationStatus:
     """Status after an analysis: diagnosis, actions, savings, and the summary the printer columns show."""
-    main_action = next(iter(analysis.actions), None)
+    main_action = next((a for a in analysis.actions if a.automatic), next(iter(analysis.actions), None))
     busy = "-" if analysis.gpu_busy_p95 is None else f"{analysis.gpu_busy_p95 * 100:.0f}%"
     insufficient = analysis.primary == DiagnosisCode.INSUFFICIENT_DATA
     return GPURecommendationStatus(
@@ -137,9 +147,7 @@ def analysed_status(
         ),
         summary=RecommendationSummary(
             workload=f"{workload.kind}/{workload.name}",
-            action="none"
-            if main_action is None
-            else f"{main_action.type.value} {main_action.from_value}->{main_action.to_value}",
+            action="none" if main_action is None else action_column(main_action),
             gpu_busy_p95=busy,
             savings=f"{analysis.savings.gpu_hours_per_day:.1f} GPUh/d",
             confidence=f"{analysis.confidence:.2f}",

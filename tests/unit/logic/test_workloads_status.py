@@ -148,3 +148,27 @@ def test_conditions_keep_their_transition_time_unless_their_status_changes() -> 
     assert merged["Applied"]["lastTransitionTime"] == "t1"  # the other role's condition stays
     flipped = merge_conditions(old, [{"type": "Analyzed", "status": "False", "lastTransitionTime": "t3"}])
     assert {c["type"]: c for c in flipped}["Analyzed"]["lastTransitionTime"] == "t3"
+
+
+def test_action_column_prefers_the_change_the_actuator_can_make_and_stays_short() -> None:
+    advice = Action(
+        type=ActionType.SOFTWARE,
+        from_value="current code and settings",
+        to_value="more DataLoader workers, pin_memory=True, prefetching; GPU decoding (DALI)",
+        reason="starved loader",
+    )
+    change = Action(
+        type=ActionType.CPU, from_value="1", to_value="8", reason="starved loader", automatic=True
+    )
+    analysis = Analysis(
+        workload=REF, primary=DiagnosisCode.INPUT_PIPELINE_CPU_BOUND, confidence=0.8, actions=[advice, change]
+    )
+    status = analysed_status(
+        analysis, Allocation(), window_start=NOW, window_end=NOW, workload=REF, now=NOW, generation=1
+    )
+    assert status.summary is not None and status.summary.action == "cpu 1->8"
+    only_advice = analysis.model_copy(update={"actions": [advice]})
+    column = analysed_status(
+        only_advice, Allocation(), window_start=NOW, window_end=NOW, workload=REF, now=NOW, generation=1
+    ).summary
+    assert column is not None and len(column.action) <= 48 and column.action.startswith("software ")
