@@ -29,9 +29,9 @@ class ReportRow:
 
 
 def _first_action(analysis: Analysis) -> str:
-    if not analysis.actions:
+    action = analysis.main_action
+    if action is None:
         return "-"
-    action = analysis.actions[0]
     text = f"{action.type.value}: {action.from_value} → {action.to_value}"
     return text if len(analysis.actions) == 1 else f"{text} (+{len(analysis.actions) - 1})"
 

@@ -150,6 +150,7 @@ class WorkloadFigures:
     sm_p50: float | None
     sm_p95: float | None
     occupancy_p50: float | None
+    tensor_p50: float | None
     tensor_p95: float | None
     fp32_p50: float | None
     dram_p95: float | None
@@ -159,6 +160,7 @@ class WorkloadFigures:
     pcie_utilisation: float | None
     pcie_bytes_p50: float | None  # busier direction's median, busiest GPU
     pcie_utilisation_p50: float | None  # the same as a share of the link (one direction)
+    pcie_link_known: bool  # every GPU's model (hence link capacity) is known; else a Gen4 x16 fallback
     transfer_bytes_p95: float | None  # largest PCIe/NVLink direction p95 of any GPU
     nvlink_utilisation: float | None
     nvlink_bytes_p95: float | None
@@ -385,6 +387,7 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         sm_p50=_fmean(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p50)),
         sm_p95=_fmean(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p95)),
         occupancy_p50=_fmean(_gpu_stat(gpus, Signal.SM_OCCUPANCY, lambda s: s.p50)),
+        tensor_p50=_fmean(_gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p50)),
         tensor_p95=_fmean(_gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p95)),
         fp32_p50=_fmean(_gpu_stat(gpus, Signal.FP32_ACTIVE, lambda s: s.p50)),
         dram_p95=_fmean(_gpu_stat(gpus, Signal.DRAM_ACTIVE, lambda s: s.p95)),
@@ -394,6 +397,7 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         pcie_utilisation=max(pcie_utils) if pcie_utils else None,
         pcie_bytes_p50=max(pcie_p50_bytes) if pcie_p50_bytes else None,
         pcie_utilisation_p50=max(pcie_p50_utils) if pcie_p50_utils else None,
+        pcie_link_known=bool(gpus) and all(g.spec is not None for g in gpus),
         transfer_bytes_p95=max(transfer_p95) if transfer_p95 else None,
         nvlink_utilisation=max(nvlink_utils) if nvlink_utils else None,
         nvlink_bytes_p95=max(nvlink_bytes) if nvlink_bytes else None,
@@ -872,28 +876,45 @@ def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builde
                 "CUDA Graphs / torch.compile to fuse kernels; or share the GPU (MIG/MPS).",
                 {"gpuBusyP50": busy, "smActiveP50": sm, "smOccupancyP50": occ},
             )
+    # Without SM_ACTIVE (dcgm-exporter's default counters lack it) busy stands in for SM activity in R6
+    # and R7, as in slice sizing: busy ≥ SM activity, so the rules see the GPU as at least this active, and
+    # the findings carry the proxy penalty. R5 needs SM fields and is skipped (said in the finding).
+    proxy = sm is None
+    proxy_factor = settings.busy_as_sm_proxy_penalty if proxy else 1.0
+    sm_or_busy = busy if proxy else sm
+    compute_name = "GPU busy (no SM_ACTIVE; stands in for SM activity)" if proxy else "SM activity"
+    skipped = (
+        " LowOccupancy was not checked: it needs SM_ACTIVE / SM_OCCUPANCY, which this GPU does not export."
+        if proxy and occ is None
+        else ""
+    )
     # R6: memory-bandwidth-bound
     dram, tensor = figures.dram_p95, figures.tensor_p95
-    sm_or_busy = sm if sm is not None else busy
     if (
         dram is not None
+        and sm_or_busy is not None
         and dram >= settings.dram_bound
         and (tensor is None or tensor < settings.dram_bound_max_tensor)
         and sm_or_busy >= settings.low_busy
     ):
-        confidence = base * 0.8 * (1.0 if tensor is not None else 0.8) * (1.0 if sm is not None else 0.85)
+        confidence = base * 0.8 * (1.0 if tensor is not None else 0.8) * proxy_factor
         out.add(
             DiagnosisCode.MEMORY_BANDWIDTH_BOUND,
             Severity.INFO,
             confidence,
             f"Seen: DRAM activity p95 {_pct(dram)} (practical peak ~80%), tensor activity p95 "
-            f"{_pct(tensor) if tensor is not None else 'unknown'}, SM activity p50 {_pct(sm_or_busy)}. "
+            f"{_pct(tensor) if tensor is not None else 'unknown'}, {compute_name} p50 {_pct(sm_or_busy)}. "
             "Meaning: "
             "memory bandwidth, not compute, limits the work (typical of LLM decode and element-wise "
             "kernels). "
             "Change: batch more (continuous batching), quantise weights/KV cache, or a higher-bandwidth GPU; "
-            "do not shrink to a MIG slice (bandwidth scales with memory slices).",
-            {"dramActiveP95": dram, "tensorActiveP95": tensor, "smActiveP50": sm_or_busy},
+            f"do not shrink to a MIG slice (bandwidth scales with memory slices).{skipped}",
+            {
+                "dramActiveP95": dram,
+                "tensorActiveP95": tensor,
+                "smActiveP50": sm,
+                "gpuBusyP50": busy if proxy else None,
+            },
         )
     # R7: tensor cores unused
     fp32 = figures.fp32_p50
@@ -902,22 +923,27 @@ def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builde
     ) and not is_pre_volta(figures.window.allocation.gpu_model)
     if (
         has_tensor_cores
-        and sm is not None
-        and sm >= settings.low_busy
+        and sm_or_busy is not None
+        and sm_or_busy >= (settings.high_busy if proxy else settings.low_busy)
         and tensor is not None
         and tensor < settings.no_tensor_max
-        and (fp32 is None or fp32 >= settings.no_tensor_min_fp32)
+        and (fp32 >= settings.no_tensor_min_fp32 if fp32 is not None else not proxy)
         and (dram is None or dram < settings.dram_bound)
     ):
         out.add(
             DiagnosisCode.NO_TENSOR_CORES,
             Severity.INFO,
-            base * (0.8 if fp32 is not None else 0.5),
-            f"Seen: SM activity p50 {_pct(sm)}, tensor-core activity p95 {_pct(tensor)}"
+            base * (0.8 if fp32 is not None else 0.5) * proxy_factor,
+            f"Seen: {compute_name} p50 {_pct(sm_or_busy)}, tensor-core activity p95 {_pct(tensor)}"
             f"{f', FP32 pipe p50 {_pct(fp32)}' if fp32 is not None else ''}. Meaning: the math runs on the "
             "FP32 pipes and skips the tensor cores. Change: enable mixed precision (AMP with BF16/FP16) or "
-            "TF32.",
-            {"smActiveP50": sm, "tensorActiveP95": tensor, "fp32ActiveP50": fp32},
+            f"TF32.{skipped}",
+            {
+                "smActiveP50": sm,
+                "gpuBusyP50": busy if proxy else None,
+                "tensorActiveP95": tensor,
+                "fp32ActiveP50": fp32,
+            },
         )
 
 

@@ -123,7 +123,7 @@ def analysed_status(
     apply: ApplyStatus | None = None,
 ) -> GPURecommendationStatus:
     """Status after an analysis: diagnosis, actions, savings, and the summary the printer columns show."""
-    main_action = next((a for a in analysis.actions if a.automatic), next(iter(analysis.actions), None))
+    main_action = analysis.main_action
     busy = "-" if analysis.gpu_busy_p95 is None else f"{analysis.gpu_busy_p95 * 100:.0f}%"
     insufficient = analysis.primary == DiagnosisCode.INSUFFICIENT_DATA
     return GPURecommendationStatus(

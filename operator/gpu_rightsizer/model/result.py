@@ -67,3 +67,8 @@ class Analysis(CamelModel):
     gpu_busy_p95: float | None = Field(default=None, description="p95 of GPU busy over the window, 0..1.")
     samples: int = 0
     summary: str = Field(default="", description="One sentence for tables and Events.")
+
+    @property
+    def main_action(self) -> Action | None:
+        """The change to show first: the first one the actuator can apply, else the first advice."""
+        return next((a for a in self.actions if a.automatic), next(iter(self.actions), None))
