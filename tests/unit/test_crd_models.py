@@ -385,7 +385,7 @@ def test_empty_policy_gets_documented_defaults() -> None:
     assert spec.mode is PolicyMode.RECOMMEND
     assert spec.dry_run is False
     assert spec.priority == 0
-    assert spec.observation.window == "1h"
+    assert spec.observation.window is None  # absent: the operator's --window
     assert spec.safety.cooldown == "6h"
     assert spec.safety.rollback_on_regression is True
 

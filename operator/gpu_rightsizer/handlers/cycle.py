@@ -287,15 +287,10 @@ def _recent_changes(recommendations: list[dict[str, Any]], now: datetime) -> lis
     return changes
 
 
-def observation_seconds(
-    settings: EffectiveSettings, policies: list[GPURightsizingPolicy], default: float
-) -> float:
-    """The window a workload is observed over: its policy's `spec.observation.window` when that
-    policy sets one explicitly, else the operator's `--window` (the default for everything else)."""
-    policy = next((p for p in policies if p.name == settings.policy), None)
-    if policy is None or "window" not in policy.spec.observation.model_fields_set:
-        return default
-    return settings.window.total_seconds()
+def observation_seconds(settings: EffectiveSettings, default: float) -> float:
+    """The window a workload is observed over: its policy's `spec.observation.window` when the
+    policy sets one, else the operator's `--window`."""
+    return default if settings.window is None else settings.window.total_seconds()
 
 
 @dataclass
@@ -421,7 +416,7 @@ def _prepare(
             why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
             remove_recommendation(kube, memo, ref, why)
         return None
-    seconds = observation_seconds(settings, state.policies, cfg.window_seconds)
+    seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
 
 

@@ -191,7 +191,7 @@ class EffectiveSettings:
     mode: PolicyMode
     dry_run: bool
     actions: frozenset[ActionType]
-    window: timedelta
+    window: timedelta | None  # None: the operator's --window
     min_samples: int
     threshold_overrides: Mapping[str, float]
     cooldown: timedelta
@@ -225,7 +225,7 @@ def effective_settings(policy: GPURightsizingPolicy | None, *, ignored: bool = F
         mode=PolicyMode.OFF if ignored else spec.mode,
         dry_run=spec.dry_run,
         actions=frozenset(spec.actions),
-        window=parse_duration(spec.observation.window),
+        window=None if spec.observation.window is None else parse_duration(spec.observation.window),
         min_samples=spec.observation.min_samples,
         threshold_overrides=thresholds.overrides() if thresholds is not None else {},
         cooldown=parse_duration(safety.cooldown),

@@ -375,11 +375,11 @@ class Observation(CamelModel):
 
     model_config = _with_cel(_WINDOW_MIN_RULE)
 
-    window: str = Field(
-        default="1h",
+    window: str | None = Field(
+        default=None,
         max_length=32,
         pattern=DURATION_PATTERN,
-        description="How far back to look, e.g. 30m, 1h, 24h (at least 5m).",
+        description="How far back to look, e.g. 30m, 1h, 24h (at least 5m); absent: the operator's --window.",
     )
     min_samples: int = Field(
         default=30, ge=1, le=1_000_000, description="Fewer samples than this yields InsufficientData."
@@ -388,8 +388,8 @@ class Observation(CamelModel):
 
     @field_validator("window")
     @classmethod
-    def _window_long_enough(cls, value: str) -> str:
-        if duration_seconds(value) < 300:
+    def _window_long_enough(cls, value: str | None) -> str | None:
+        if value is not None and duration_seconds(value) < 300:
             raise ValueError(_WINDOW_MIN_RULE.message)
         return value
 

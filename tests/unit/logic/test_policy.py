@@ -206,7 +206,7 @@ def test_settings_without_policy_are_recommend_defaults() -> None:
     assert settings_.mode is PolicyMode.RECOMMEND
     assert settings_.recommends
     assert not settings_.may_apply(ActionType.CPU)
-    assert settings_.window == timedelta(hours=1)
+    assert settings_.window is None  # the operator's --window decides
     assert settings_.cooldown == timedelta(hours=6)
     assert settings_.threshold_overrides == {}
 

@@ -204,9 +204,9 @@ def test_one_window_when_every_workload_shares_it(monkeypatch: pytest.MonkeyPatc
 def test_observation_seconds_prefers_an_explicit_policy_window() -> None:
     explicit = GPURightsizingPolicy.model_validate(policy("p", "team-a", {"window": "30m"}))
     implicit = GPURightsizingPolicy.model_validate(policy("q", "team-a", {"minSamples": 3}))
-    assert cycle.observation_seconds(effective_settings(explicit), [explicit], 120.0) == 1800.0
-    assert cycle.observation_seconds(effective_settings(implicit), [implicit], 120.0) == 120.0
-    assert cycle.observation_seconds(effective_settings(None), [], 120.0) == 120.0
+    assert cycle.observation_seconds(effective_settings(explicit), 120.0) == 1800.0
+    assert cycle.observation_seconds(effective_settings(implicit), 120.0) == 120.0
+    assert cycle.observation_seconds(effective_settings(None), 120.0) == 120.0
 
 
 def test_policy_min_samples_and_thresholds_reach_the_engine() -> None:
