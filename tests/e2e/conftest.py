@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,15 @@ from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, TestBi
 from gpu_rightsizer.testcluster.kwok import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A terminated test run tears its cluster and servers down like Ctrl-C does (fixtures' finally)."""
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

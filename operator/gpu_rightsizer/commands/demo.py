@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -98,6 +99,10 @@ def apply_policy(namespace: str) -> dict[str, Any]:
     }
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _wait(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 3.0) -> Any:
     deadline = time.monotonic() + timeout
     started = time.monotonic()
@@ -154,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         _say("demo cluster deleted")
         return 0
     deadline = time.monotonic() + args.timeout
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` tears down like Ctrl-C does
     try:
         _say("step 1/5: local cluster with fake GPU nodes (H100, H200, A100, MIG H200)")
         cluster.down()
