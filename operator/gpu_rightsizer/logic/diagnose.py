@@ -807,13 +807,26 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
     link_name = "NVLink"
     if link is None and multi_gpu and pcie is not None:
         link, link_name = pcie, "PCIe (no NVLink series)"
-    comm = multi_gpu and compute_low and link is not None and link >= settings.nvlink_utilisation
-    # R3: host <-> device transfer-bound. R3b: a copy loop rarely fills the link (pageable copies reach
-    # ~0.15 of a Gen5 x16 link on an H200), so a sustained absolute rate with idle compute counts too.
-    p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
-    sustained_transfer = (p50_bytes is not None and p50_bytes >= settings.transfer_bound_bytes_per_s) or (
-        p50_share is not None and p50_share >= settings.transfer_bound_link_share
+    # Without SM fields busy stands in for SM activity, and an all-reduce keeps the graphics engine busy
+    # (NCCL kernels) while the math pipes wait: there, idle tensor (and FP32) pipes are the compute figure.
+    tensor_p50, fp32_p50 = figures.tensor_p50, figures.fp32_p50
+    pipes_idle = (
+        not figures.profiling_fields
+        and tensor_p50 is not None
+        and tensor_p50 < settings.communication_max_tensor_p50
+        and (fp32_p50 is None or fp32_p50 < settings.no_tensor_min_fp32)
     )
+    link_busy = link is not None and link >= settings.nvlink_utilisation
+    comm = multi_gpu and link_busy and (compute_low or pipes_idle)
+    comm_from_pipes = comm and not compute_low
+    # R3: host <-> device transfer-bound. R3b: a copy loop rarely fills the link (pageable copies reach
+    # ~0.15 of a Gen5 x16 link on an H200, at the median), so a sustained rate with idle compute counts
+    # too: the absolute rate AND a non-trivial share of the link when the link is known (1.5 GB/s on a
+    # Gen5 x16 link leaves it 97 % free; the GPU is not waiting on it), the absolute rate alone otherwise.
+    p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
+    absolute_rate = p50_bytes is not None and p50_bytes >= settings.transfer_bound_bytes_per_s
+    link_share = p50_share is not None and p50_share >= settings.transfer_bound_link_share
+    sustained_transfer = absolute_rate and (link_share or not figures.pcie_link_known)
     link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
     if (
         pcie is not None
@@ -836,16 +849,27 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
         )
     # R4: communication-bound
     if comm and link is not None:
+        compute_text = (
+            f"{compute_name} p50 is {_pct(compute or 0.0)} but the tensor pipes are active only "
+            f"{_pct(tensor_p50 or 0.0)} of the time (p50; no SM_ACTIVE, so busy cannot show idle SMs)"
+            if comm_from_pipes
+            else f"{compute_name} p50 is {_pct(compute or 0.0)}"
+        )
         out.add(
             DiagnosisCode.COMMUNICATION_BOUND,
             Severity.WARNING,
-            base * 0.75,
+            base * 0.75 * (settings.busy_as_sm_proxy_penalty if comm_from_pipes else 1.0),
             f"Seen: {figures.total_gpus} GPUs, {link_name} traffic at {_pct(link)} of nominal (p95) while "
-            f"{compute_name} p50 is {_pct(compute or 0.0)}. Meaning: the GPUs wait on each other "
+            f"{compute_text}. Meaning: the GPUs wait on each other "
             "(communication and synchronisation). Change: pack the pods on one node / NVLink domain, overlap "
             "communication with compute, gradient accumulation or larger per-GPU batches; fewer, larger "
             "GPUs. Never MIG for this work (no P2P/NVLink on slices).",
-            {"linkUtilisation": link, "computeP50": compute, "gpus": float(figures.total_gpus)},
+            {
+                "linkUtilisation": link,
+                "computeP50": compute,
+                "tensorActiveP50": tensor_p50 if comm_from_pipes else None,
+                "gpus": float(figures.total_gpus),
+            },
         )
 
 
@@ -1001,11 +1025,18 @@ def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -
                 "deviceShareNeeded": need.share_of_device,
             },
         )
-    # R9: memory capacity
-    if share is not None and share >= settings.memory_full_share:
-        crashed = figures.restarts > 0 or figures.oom_killed
+    # R9: memory capacity. gpu-signals §4.3 R9: "p99 FB need ≥ 0.95 × capacity WITH OOM restarts". A pod
+    # that crashes is killed before its allocation peaks in the samples, so restarts / OOM kills with
+    # memory high (≥ memory_crash_share) are capacity evidence on their own; memory full with forced small
+    # batches (busy high, SM low) still needs the full line.
+    crashed = figures.restarts > 0 or figures.oom_killed
+    if share is not None and (
+        share >= settings.memory_full_share or (crashed and share >= settings.memory_crash_share)
+    ):
+        full = share >= settings.memory_full_share
         tiny_batch = (
-            figures.busy_p50 is not None
+            full
+            and figures.busy_p50 is not None
             and figures.busy_p50 >= settings.high_busy
             and figures.sm_p50 is not None
             and figures.sm_p50 < settings.low_busy
@@ -1020,7 +1051,7 @@ def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -
             out.add(
                 DiagnosisCode.MEMORY_CAPACITY_BOUND,
                 Severity.WARNING,
-                base * (0.8 if crashed else 0.65),
+                base * ((0.8 if full else 0.7) if crashed else 0.65),
                 f"Seen: p99 GPU memory {figures.fb_used_p99_gib or 0:.1f} GiB of "
                 f"{figures.capacity_gib or 0:.0f} GiB "
                 f"({_pct(share)}) and {symptom}. Meaning: GPU memory capacity, not compute, limits the work. "
@@ -1046,22 +1077,29 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
     sustained = (queue_active is not None and queue_active >= settings.queue_sustained_fraction) or (
         queue_active is None and queue_p50 is not None and queue_p50 > 0
     )
+    # Latency spikes at peak (SPEC §1): a queue at the p95 (present in ≥ 5 % of the window) while the GPUs
+    # saturate at those times is the same shortage, seen at the peaks only: lower confidence.
+    at_peaks = not sustained and figures.queue_length_p95 is not None and figures.queue_length_p95 > 0
     saturation = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95
     saturation_name = "SM activity" if figures.sm_p95 is not None else "GPU busy"
     hpa = figures.window.allocation.hpa
-    if sustained and saturation is not None and saturation >= settings.serving_saturation:
+    if (sustained or at_peaks) and saturation is not None and saturation >= settings.serving_saturation:
+        share = _pct(queue_active) if queue_active is not None else ("the peaks" if at_peaks else "most")
         out.add(
             DiagnosisCode.UNDER_REPLICATED,
             Severity.WARNING,
-            base * (0.85 if figures.sm_p95 is not None else 0.7),
-            f"Seen: requests queue for {_pct(queue_active) if queue_active is not None else 'most'} of the "
-            "window "
-            f"(queue p50 {queue_p50 or 0:.1f}) while {saturation_name} p95 is {_pct(saturation)} across "
-            f"{figures.replicas} replica(s). Meaning: too few replicas; latency grows at peak. Change: "
+            base
+            * (0.85 if figures.sm_p95 is not None else 0.7)
+            * (settings.queue_at_peaks_confidence if at_peaks else 1.0),
+            f"Seen: requests queue for {share} of the window "
+            f"(queue p50 {queue_p50 or 0:.1f}, p95 {figures.queue_length_p95 or 0:.1f}"
+            f"{', at the peaks only' if at_peaks else ''}) while {saturation_name} p95 is {_pct(saturation)} "
+            f"across {figures.replicas} replica(s). Meaning: too few replicas; latency grows at peak. Change: "
             f"{'raise the HPA maximum (it owns the replica count)' if hpa else 'add replicas'}; scale on SM "
             "activity or queue length, not GPU_UTIL.",
             {
                 "queueP50": queue_p50,
+                "queueP95": figures.queue_length_p95,
                 "queueActiveFraction": queue_active,
                 "saturationP95": saturation,
                 "replicas": float(figures.replicas),
@@ -1076,20 +1114,29 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
     idle_share = (
         sum(1 for b in busy_gpus if b.p50 < settings.active_busy) / len(busy_gpus) if busy_gpus else None
     )
+    # A p95 alone flips on a few burst minutes (0.22 vs 0.2 with a median of 0.12): a low fleet median
+    # also counts when the fleet, sized on its p95, fits on at most half its replicas.
+    half_suffices = needed is not None and needed * 2 <= figures.replicas
+    fleet_median = figures.busy_p50
     low_fleet = fleet is not None and fleet < settings.over_replicated_busy_p95
-    idle_fleet = (
-        idle_share is not None
-        and idle_share >= settings.over_replicated_idle_share
-        and needed is not None
-        and needed * 2 <= figures.replicas
+    quiet_median = (
+        fleet_median is not None and fleet_median < settings.over_replicated_busy_p50 and half_suffices
     )
-    if figures.replicas >= 2 and fleet is not None and (low_fleet or idle_fleet) and queue_quiet:
+    idle_fleet = (
+        idle_share is not None and idle_share >= settings.over_replicated_idle_share and half_suffices
+    )
+    if (
+        figures.replicas >= 2
+        and fleet is not None
+        and (low_fleet or quiet_median or idle_fleet)
+        and queue_quiet
+    ):
         out.add(
             DiagnosisCode.OVER_REPLICATED,
             Severity.INFO,
             base * (0.8 if low_fleet else 0.7),
             f"Seen: {figures.replicas} replicas, fleet busy p95 {_pct(fleet)} (replicas' p95 averaged; "
-            f"busiest {_pct(figures.busy_p95_max or 0.0)}), "
+            f"busiest {_pct(figures.busy_p95_max or 0.0)}), fleet busy p50 {_pct(fleet_median or 0.0)}, "
             f"{_pct(idle_share or 0.0)} of replicas idle at the median, and "
             f"{'no queue' if figures.queue_length_p95 is not None else 'no queue signal'}"
             f"{f', {figures.requests_per_s:.1f} requests/s' if figures.requests_per_s is not None else ''}. "
@@ -1099,6 +1146,7 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
             "GPUs.",
             {
                 "fleetBusyP95": fleet,
+                "fleetBusyP50": fleet_median,
                 "gpuBusyP95Max": figures.busy_p95_max,
                 "idleReplicaShare": idle_share,
                 "replicasNeeded": float(needed) if needed is not None else None,
@@ -1108,21 +1156,94 @@ def _serving(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) 
         )
 
 
-def _healthy(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
-    busy = figures.busy_p50 or 0.0
-    sm_text = f", SM activity p50 {_pct(figures.sm_p50)}" if figures.sm_p50 is not None else ""
-    note = (
-        " No profiling fields (SM_ACTIVE) were available, so in-GPU efficiency was not checked."
-        if not figures.profiling_fields
-        else ""
+#: Rules whose figure lies within this share of its threshold (on the quiet side) count as near misses.
+_NEAR_THRESHOLD = 0.1
+
+
+def _near_misses(figures: WorkloadFigures, settings: EngineSettings) -> list[str]:
+    """Rules that did not fire but whose figure is within 10 % of the threshold: the verdict is fragile."""
+    checks: list[tuple[str, float | None, float]] = [
+        ("CPU saturation", figures.cpu_saturation, settings.cpu_saturation),
+        ("CPU throttling", figures.cpu_throttled, settings.cpu_throttled_ratio),
+        ("PCIe p95 share of the link", figures.pcie_utilisation, settings.pcie_utilisation),
+        ("GPU memory p99 share", figures.memory_share_p99, settings.memory_full_share),
+        ("DRAM activity p95", figures.dram_p95, settings.dram_bound),
+    ]
+    if figures.total_gpus >= 2:
+        checks.append(("NVLink p95 share", figures.nvlink_utilisation, settings.nvlink_utilisation))
+    if not figures.is_serving:
+        checks.append(("file-system + network read median", figures.io_bytes_p50, settings.io_bytes_per_s))
+    near = [
+        f"{name} {value:.3g} vs {threshold:.3g}"
+        for name, value, threshold in checks
+        if value is not None and threshold > 0 and threshold * (1 - _NEAR_THRESHOLD) <= value < threshold
+    ]
+    # Rules that fire below their line: SM activity (R5 while busy looks high) and the fleet's load (R11).
+    below: list[tuple[str, float | None, float]] = [
+        ("SM activity p50", figures.sm_p50, settings.low_busy),
+    ]
+    if figures.is_serving and figures.replicas >= 2:
+        below.append(("fleet busy p95", figures.busy_p95, settings.over_replicated_busy_p95))
+    near.extend(
+        f"{name} {value:.3g} vs {threshold:.3g}"
+        for name, value, threshold in below
+        if value is not None and threshold > 0 and threshold <= value <= threshold * (1 + _NEAR_THRESHOLD)
     )
+    return near
+
+
+def _healthy(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    """Nothing fired: say what was measured, what was missing and which verdicts were close."""
+    figures_text = [f"GPU busy p50 {_pct(figures.busy_p50 or 0.0)}, p95 {_pct(figures.busy_p95 or 0.0)}"]
+    missing: list[str] = []
+    if figures.sm_p50 is not None:
+        figures_text.append(f"SM activity p50 {_pct(figures.sm_p50)}")
+    else:
+        missing.append("SM_ACTIVE")
+    if figures.tensor_p95 is not None:
+        figures_text.append(f"tensor activity p95 {_pct(figures.tensor_p95)}")
+    else:
+        missing.append("tensor-pipe activity")
+    if figures.cpu_saturation is not None:
+        figures_text.append(f"CPU p95 at {_pct(figures.cpu_saturation)} of its cores")
+    else:
+        missing.append("CPU use against a CPU limit/request")
+    if figures.memory_share_p99 is not None:
+        figures_text.append(
+            f"GPU memory p99 {figures.fb_used_p99_gib or 0.0:.1f} GiB ({_pct(figures.memory_share_p99)})"
+        )
+    else:
+        missing.append("GPU memory used")
+    near = _near_misses(figures, settings)
+    confidence = _base_confidence(figures, settings) * 0.9
+    if not figures.profiling_fields:
+        confidence *= 0.8
+    if len(missing) > (0 if figures.profiling_fields else 1):
+        confidence *= 0.9
+    if near:
+        confidence *= 0.85
+    notes = ""
+    if not figures.profiling_fields:
+        notes += " No SM_ACTIVE: LowOccupancy was not checked, and busy stood in for SM activity elsewhere."
+    if missing:
+        notes += f" Missing: {', '.join(missing)}."
+    if near:
+        notes += f" Near a threshold (within 10 %): {'; '.join(near)}."
     out.add(
         DiagnosisCode.HEALTHY,
         Severity.INFO,
-        _base_confidence(figures, settings) * (0.9 if figures.profiling_fields else 0.7),
-        f"Seen: GPU busy p50 {_pct(busy)}{sm_text}; no rule fired. Meaning: no waste pattern found. "
-        f"Change: nothing.{note}",
-        {"gpuBusyP50": figures.busy_p50, "smActiveP50": figures.sm_p50},
+        confidence,
+        f"Seen: {', '.join(figures_text)}; no rule fired. Meaning: no waste pattern found. "
+        f"Change: nothing.{notes}",
+        {
+            "gpuBusyP50": figures.busy_p50,
+            "gpuBusyP95": figures.busy_p95,
+            "smActiveP50": figures.sm_p50,
+            "tensorActiveP95": figures.tensor_p95,
+            "cpuSaturation": figures.cpu_saturation,
+            "memoryShareP99": figures.memory_share_p99,
+            "nearThresholds": float(len(near)),
+        },
     )
 
 

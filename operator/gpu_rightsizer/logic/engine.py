@@ -15,7 +15,7 @@ from gpu_rightsizer.logic.mig import MigTables
 from gpu_rightsizer.logic.recommend import recommend
 from gpu_rightsizer.logic.savings import estimate_savings
 from gpu_rightsizer.logic.thresholds import EngineSettings
-from gpu_rightsizer.model.codes import SharingStrategy
+from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
 
@@ -53,6 +53,20 @@ def _allocated_gpu_equivalents(figures: WorkloadFigures) -> float:
     return float(devices) * per_device
 
 
+def _key_figures(figures: WorkloadFigures) -> str:
+    """The figures a Healthy verdict rests on, so 'Healthy' is never a bare fall-through."""
+    parts = [f"busy p95 {figures.busy_p95 or 0.0:.0%}"]
+    if figures.sm_p50 is not None:
+        parts.append(f"SM p50 {figures.sm_p50:.0%}")
+    if figures.tensor_p95 is not None:
+        parts.append(f"tensor p95 {figures.tensor_p95:.0%}")
+    if figures.cpu_saturation is not None:
+        parts.append(f"CPU {figures.cpu_saturation:.0%} of cores")
+    if figures.memory_share_p99 is not None:
+        parts.append(f"GPU memory p99 {figures.memory_share_p99:.0%}")
+    return ", ".join(parts)
+
+
 def analyze_window(
     window: WorkloadWindow,
     settings: EngineSettings | None = None,
@@ -77,6 +91,8 @@ def analyze_window(
     first_action = planned[0].action if planned else None
     action_text = f"; do: {first_action.type.value} → {first_action.to_value}" if first_action else ""
     busy = figures.busy_p95_max
+    if primary.code is DiagnosisCode.HEALTHY:
+        action_text = f": {_key_figures(figures)}{action_text}"
     return Analysis(
         workload=window.workload,
         primary=diagnosis.primary,

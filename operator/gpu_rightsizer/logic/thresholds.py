@@ -196,17 +196,19 @@ class EngineSettings(BaseModel):
     transfer_bound_bytes_per_s: float = Field(
         default=1e9,
         ge=0,
-        description="PCIe RX or TX median at or above this (bytes/s) while compute is low = transfer-bound, "
-        "whatever the link's size (rule R3b). Heur; the H200 pageable-copy recording moves 8.9 GB/s (p50) "
-        "at 0.4 % SM activity, a starved loader 0.14 GB/s.",
+        description="PCIe RX or TX median at or above this (bytes/s) while compute is low, together with "
+        "transfer_bound_link_share when the link's capacity is known (alone when it is not) = transfer-bound "
+        "(rule R3b). Heur; the H200 pageable-copy recording moves 8.9 GB/s (p50) at 0.4 % SM activity, a "
+        "starved loader 0.14 GB/s.",
     )
     transfer_bound_link_share: float = Field(
         default=0.1,
         ge=0,
         le=1,
-        description="PCIe RX or TX median at or above this share of the link (one direction) while compute is "
-        "low = transfer-bound (rule R3b). Heur; a pageable copy reaches ≈ 0.15 of a Gen5 x16 link (H200 "
-        "recording).",
+        description="R3b also needs the PCIe RX or TX median at or above this share of the link (one "
+        "direction) when the GPU model, hence the link, is known: 1.5 GB/s leaves a Gen5 x16 link 97 % free. "
+        "Heur; a pageable copy's median reaches ≈ 0.14 of a Gen5 x16 link (H200 recording: 8.9 GB/s p50, "
+        "9.3 GB/s p95).",
     )
     nvlink_utilisation: float = Field(
         default=0.5,
@@ -215,6 +217,15 @@ class EngineSettings(BaseModel):
         description="NVLink (or PCIe on boxes without NVLink) bytes p95 / nominal at or above this, with "
         "SM activity low, = communication-bound. Heur 0.5; Lit: ≈ 0.8 × nominal is achievable "
         "(NVIDIA/nccl#1264).",
+    )
+    communication_max_tensor_p50: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Without SM fields (busy stands in for SM activity and NCCL kernels keep the engine busy), "
+        "multi-GPU work with NVLink (or PCIe) at nvlink_utilisation and tensor-pipe p50 below this (FP32 "
+        "pipes not busy either) = communication-bound, at the proxy penalty. Heur (R4b: the math units "
+        "mostly idle).",
     )
     nvlink_quiet_bytes_per_s: float = Field(
         default=1e9,
@@ -302,6 +313,14 @@ class EngineSettings(BaseModel):
         le=1,
         description="p99 GPU memory at or above this share of capacity = memory full. Heur (rule R9).",
     )
+    memory_crash_share: float = Field(
+        default=0.85,
+        ge=0,
+        le=1,
+        description="p99 GPU memory at or above this share of capacity WITH container restarts or OOM kills = "
+        "memory-capacity-bound (R9; a crashing pod dies before its peak is sampled). gpu-signals §4.3 R9; "
+        "0.85 Heur.",
+    )
     # --- serving (R10, R11) ------------------------------------------------------------------------
     queue_sustained_fraction: float = Field(
         default=0.5,
@@ -322,6 +341,14 @@ class EngineSettings(BaseModel):
         description="Fleet busy p95 (the replicas' busy p95, averaged over replicas) below this with no queue "
         "= over-replicated, however much a few replicas peak. Heur (R11).",
     )
+    over_replicated_busy_p50: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="Or: fleet busy p50 (the replicas' medians averaged) below this and the fleet, sized on its "
+        "p95 at replica_target_utilisation, fits on at most half its replicas, with no queue. The median is "
+        "robust to a few burst minutes that lift a p95 over its line. Heur (R11).",
+    )
     over_replicated_idle_share: float = Field(
         default=0.5,
         ge=0,
@@ -329,6 +356,14 @@ class EngineSettings(BaseModel):
         description="Or: at least this share of the replicas idle at the median (busy p50 below active_busy) "
         "and the fleet fits on at most half its replicas at the target saturation, with no queue. Heur "
         "(R11; the GenTD26 serving fleet: ~110 replicas, median duty cycle 0 %).",
+    )
+    queue_at_peaks_confidence: float = Field(
+        default=0.75,
+        ge=0,
+        le=1,
+        description="Confidence factor for R10 when requests queue only at the peaks (queue p95 > 0, active "
+        "under queue_sustained_fraction) while saturation p95 reaches serving_saturation: latency spikes at "
+        "peak (SPEC §1), less certain than sustained queueing. Heur.",
     )
     replica_target_utilisation: float = Field(
         default=0.6,

@@ -6,6 +6,8 @@ from datetime import timedelta
 
 import pytest
 from tests.unit.logic.logic_builders import (
+    H100,
+    H100_PRODUCT,
     START,
     allocation,
     busy_gpu,
@@ -575,12 +577,15 @@ def test_io_bursts_alone_are_not_a_fetch_stall() -> None:
 
 
 # --- transfers: copies are GPU work (real H200 pageable-copy recording) -----------------------------
-def _copy_loop(rx_p50: float, rx_p95: float, *, sm: float = 0.004) -> WorkloadWindow:
+def _copy_loop(
+    rx_p50: float, rx_p95: float, *, sm: float = 0.004, model: str | None = H100
+) -> WorkloadWindow:
     return window(
         [
             pod(
                 gpus=[
                     gpu(
+                        model=model,
                         gr_engine_active=stat(sm),
                         sm_active=stat(sm),
                         fb_used_mib=stat(1600),
@@ -591,7 +596,7 @@ def _copy_loop(rx_p50: float, rx_p95: float, *, sm: float = 0.004) -> WorkloadWi
                 cpu_usage_cores=stat(1.0),
             )
         ],
-        alloc=allocation(cpu_limit_cores=2.0, cpu_request_cores=2.0),
+        alloc=allocation(cpu_limit_cores=2.0, cpu_request_cores=2.0, gpu_model=model and H100_PRODUCT),
     )
 
 
@@ -624,10 +629,21 @@ def test_gpu_util_activity_next_to_an_idle_engine_counter_is_not_idle() -> None:
     assert DiagnosisCode.IDLE_ALLOCATION not in codes(w)
 
 
-@pytest.mark.parametrize(("rx_p50", "expected"), [(0.9e9, False), (1.1e9, True)])
-def test_absolute_transfer_rule_threshold(rx_p50: float, expected: bool) -> None:
-    """1 GB/s on a Gen5 x16 H100 link is well under 0.1 of the link, so the absolute rule decides."""
-    got = DiagnosisCode.HOST_TRANSFER_BOUND in codes(_copy_loop(rx_p50, rx_p50 * 1.05))
+@pytest.mark.parametrize(
+    ("rx_p50", "model", "expected"),
+    [
+        (0.9e9, None, False),  # unknown link: the absolute rule alone decides
+        (1.1e9, None, True),
+        (1.5e9, H100, False),  # 1.5 GB/s is 2 % of a Gen5 x16 link: the link is not what the GPU waits on
+        (6.0e9, H100, False),  # 0.095 of the link
+        (6.6e9, H100, True),  # 0.105 of the link and over 1 GB/s
+    ],
+)
+def test_sustained_transfer_rule_needs_the_rate_and_a_share_of_a_known_link(
+    rx_p50: float, model: str | None, expected: bool
+) -> None:
+    """R3b: the absolute rate AND ≥ 0.1 of the link when its capacity is known; the rate alone otherwise."""
+    got = DiagnosisCode.HOST_TRANSFER_BOUND in codes(_copy_loop(rx_p50, rx_p50 * 1.05, model=model))
     assert got is expected
 
 
