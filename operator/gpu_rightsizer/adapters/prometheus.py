@@ -136,15 +136,27 @@ def _throttle_expr(offset: str) -> str:
     return f"max by ({', '.join(GPU_KEYS)}) ({fold_labels(f'clamp_max({bits}, 1)')})"
 
 
+def counter_rate(selector: str, rate_window: float, offset: str) -> str:
+    """Per-second rate of a counter that stays right for series younger than the rate window.
+
+    `rate()` divides by the whole window, so a pod started 60 s ago reads a third of its real rate
+    under a 3-minute window (exactly when a change is verified); `deriv()` fits only the samples there
+    are but breaks at a counter reset, where `rate()` is right. The larger of the two is right in both
+    cases (the labels of both sides are the same, so `or` picks per series).
+    """
+    window = f"[{_duration(rate_window)}]{offset}"
+    return f"(rate({selector}{window}) > deriv({selector}{window}) or deriv({selector}{window}))"
+
+
 def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Callable[[str], str]:
     selector = f'{metric}{{container!="",container!="POD"}}' if app_containers else metric
     if metric in mn.CADVISOR_NETWORK_METRICS:
         return lambda offset: (
             "sum by (namespace, pod) (max by (namespace, pod, interface) "
-            f"({fold_labels(f'rate({metric}[{_duration(rate_window)}]{offset})')}))"
+            f"({fold_labels(counter_rate(metric, rate_window, offset))}))"
         )
     return lambda offset: (
-        f"sum by (namespace, pod) ({fold_labels(f'rate({selector}[{_duration(rate_window)}]{offset})')})"
+        f"sum by (namespace, pod) ({fold_labels(counter_rate(selector, rate_window, offset))})"
     )
 
 

@@ -7,6 +7,7 @@ scrape targets such as the workload-metrics simulator.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -87,8 +88,10 @@ class PrometheusServer:
             )
 
     def start(self, *, timeout: float = 60) -> PrometheusServer:
-        """Backfill, start the server and wait until it answers /-/ready."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Backfill, start the server and wait until it answers /-/ready (always on an empty TSDB)."""
+        if self.data_dir.exists():  # series of an earlier run with the same pod names would mix in
+            shutil.rmtree(self.data_dir)
+        self.data_dir.mkdir(parents=True)
         self._backfill()
         config = self._write_config()
         log = (self.workdir / "prometheus.log").open("wb")
