@@ -1,0 +1,449 @@
+"""Operator at scale on the real local cluster: time to recommend and diagnose, cycle cost, query count.
+
+Run: `python bench/operator_scale.py [--workloads N] [--small N0] [--nodes M]`. One invocation brings up
+a local cluster (real control plane, M fake GPU nodes), the live metrics simulator, Prometheus and the
+operator, then measures two sizes in turn: first N0 GPU Deployments (default 50), then N in all
+(default 250). For each size it prints the time until every workload has a GPURecommendation and a
+real (not InsufficientData) diagnosis, the cycle duration (p50/max, from the operator's log), the
+Prometheus queries per cycle (from Prometheus's own `prometheus_http_requests_total`), the
+kube-apiserver requests per cycle by verb and resource, and the operator's RSS (from /proc). The
+queries-per-cycle ratio between the sizes shows whether Prometheus load grows with the workload count.
+Everything is torn down on exit, on Ctrl-C and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import signal
+import statistics
+import sys
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_rightsizer.commands.cluster import crd_objects, state_dir
+from gpu_rightsizer.commands.demo import _process, deployment
+from gpu_rightsizer.sim.scenarios import Shape
+from gpu_rightsizer.testcluster.binaries import ensure_binaries
+from gpu_rightsizer.testcluster.kwok import LocalCluster
+from gpu_rightsizer.testcluster.nodes import H100_80GB, H200, NodeSpec
+from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
+
+CLUSTER_NAME = "gpu-rightsizer-bench"
+NAMESPACES = ("team-a", "team-b", "team-c", "team-d", "team-e")
+GROUP, VERSION, PLURAL = "gpurightsizer.io", "v1alpha1", "gpurecommendations"
+#: Shapes that end in a real diagnosis (insufficient-data by design never does).
+SHAPES = [shape for shape in Shape if shape is not Shape.INSUFFICIENT_DATA]
+CYCLE_LINE = re.compile(r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s")
+APISERVER_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def say(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# --- cluster shape -------------------------------------------------------------------------------
+
+
+@dataclass
+class Pool:
+    """Nodes of one product and GPU resource, with the GPUs still free for our workloads."""
+
+    product: str
+    resource: str
+    cpu: str
+    free: int
+
+
+def fleet(node_count: int) -> tuple[list[NodeSpec], list[Pool]]:
+    """About 84% whole-GPU H100 nodes, 12% H200, the rest MIG-mixed H200 (at least one), 8 GPUs each."""
+    mig = max(1, node_count // 25)
+    h200 = max(1, (node_count - mig) // 8)
+    h100 = max(1, node_count - mig - h200)
+    nodes = [NodeSpec(f"gpu-h100-{i}", H100_80GB) for i in range(h100)]
+    nodes += [NodeSpec(f"gpu-h200-{i}", H200) for i in range(h200)]
+    nodes += [NodeSpec(f"gpu-h200-mig-{i}", H200, mig_mixed=True) for i in range(mig)]
+    pools = [
+        Pool(H100_80GB.product, "nvidia.com/gpu", "16", 8 * h100),
+        Pool(H200.product, "nvidia.com/gpu", "16", 8 * h200),
+        Pool(H200.product, "nvidia.com/mig-1g.18gb", "2", 28 * mig),
+    ]
+    return nodes, pools
+
+
+def replicas_of(index: int) -> int:
+    """Mostly 1 replica; some 2, 3 or 4."""
+    if index % 29 == 11:
+        return 4
+    if index % 13 == 5:
+        return 3
+    if index % 7 == 3:
+        return 2
+    return 1
+
+
+def workloads(first: int, count: int, pools: list[Pool]) -> list[dict[str, Any]]:
+    """Deployments `wl-<first>`... with mixed scenarios, products and replica counts; fails if they don't fit."""
+    manifests = []
+    for index in range(first, first + count):
+        replicas = replicas_of(index)
+        preferred = 2 if index % 20 == 9 else (1 if index % 10 in (4, 8) else 0)
+        order = [preferred] + [i for i in range(len(pools)) if i != preferred]
+        pool = next((pools[i] for i in order if pools[i].free >= replicas), None)
+        if pool is None:
+            raise SystemExit(f"workload {index} does not fit on the fleet: raise --nodes")
+        pool.free -= replicas
+        shape = SHAPES[index % len(SHAPES)]
+        namespace = NAMESPACES[index % len(NAMESPACES)]
+        manifests.append(
+            deployment(
+                f"wl-{index:04d}", namespace, shape.value, pool.product, pool.resource, pool.cpu, replicas
+            )
+        )
+    return manifests
+
+
+# --- observation ---------------------------------------------------------------------------------
+
+
+def http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text: str = answer.read().decode()
+        return text
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample `name` (counter `_total` included) of a Prometheus text exposition."""
+    found = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                found.append((dict(sample.labels), float(sample.value)))
+    return found
+
+
+def prometheus_queries(prometheus_url: str) -> float:
+    """Instant plus range queries Prometheus has answered so far (its own HTTP counter)."""
+    rows = samples(http_text(f"{prometheus_url}/metrics"), "prometheus_http_requests_total")
+    return sum(v for labels, v in rows if labels.get("handler") in ("/api/v1/query", "/api/v1/query_range"))
+
+
+def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
+    """kube-apiserver's request counter, summed by `VERB resource[/subresource]` (WATCH excluded)."""
+    text = cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout
+    totals: defaultdict[str, float] = defaultdict(float)
+    for labels_text, value in APISERVER_LINE.findall(text):
+        labels = dict(LABEL.findall(labels_text))
+        if labels.get("verb") == "WATCH":
+            continue
+        resource = labels.get("resource", "") + (
+            f"/{labels['subresource']}" if labels.get("subresource") else ""
+        )
+        totals[f"{labels.get('verb')} {resource or labels.get('component', '-')}"] += float(value)
+    return totals
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(current, peak) resident set size of a process, MiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+    )
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def cycle_lines(log: Path) -> list[tuple[int, float]]:
+    """(recommendations updated, seconds) of each finished analysis cycle in the operator log."""
+    return [(int(n), float(s)) for n, s in CYCLE_LINE.findall(log.read_text(errors="replace"))]
+
+
+@dataclass
+class Phase:
+    """What one size measured."""
+
+    workloads: int
+    pods: int
+    time_to_recommendations: float | None = None
+    time_to_diagnoses: float | None = None
+    cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
+    queries_per_cycle: list[float] = field(default_factory=list)
+    apiserver_per_cycle: dict[str, float] = field(default_factory=dict)
+    apiserver_rate: float = 0.0
+    steady_cycle_count: int = 0
+    rss: tuple[float, float] = (0.0, 0.0)
+    codes: Counter[str] = field(default_factory=Counter)
+
+
+class Bench:
+    """Drives one size: waits for recommendations and diagnoses, then measures steady cycles."""
+
+    def __init__(self, cluster: LocalCluster, prometheus_url: str, operator: Any, log: Path) -> None:
+        from kubernetes import client, config
+
+        config.load_kube_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+        self.custom = client.CustomObjectsApi()
+        self.cluster = cluster
+        self.prometheus_url = prometheus_url
+        self.operator = operator
+        self.log = log
+        self.own_lists = 0  # our own LISTs of GPURecommendations, subtracted from the apiserver figures
+        self.marks: list[tuple[int, float]] = []  # (workloads in the cycle, Prometheus queries) at cycle ends
+        self.lines_seen = 0
+        self.deadline = float("inf")  # the whole benchmark's end: every wait stops there
+
+    def recommendations(self) -> list[dict[str, Any]]:
+        self.own_lists += 1
+        answer: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        items: list[dict[str, Any]] = answer["items"]
+        return items
+
+    def mark_cycles(self) -> None:
+        """Snapshot Prometheus's query counter whenever a cycle has just ended (between cycles it is idle)."""
+        lines = cycle_lines(self.log)
+        if len(lines) > self.lines_seen:
+            self.marks.append((lines[-1][0] if len(lines) == self.lines_seen + 1 else -1,
+                               prometheus_queries(self.prometheus_url)))  # fmt: skip
+            self.lines_seen = len(lines)
+
+    def queries_per_cycle(self, workloads: int) -> list[float]:
+        """Queries sent by each whole cycle that covered `workloads` workloads."""
+        return [b[1] - a[1] for a, b in itertools.pairwise(self.marks) if b[0] == workloads and a[0] >= 0]
+
+    def alive(self) -> None:
+        if self.operator.poll() is not None:
+            raise RuntimeError(f"the operator exited with {self.operator.returncode}; see {self.log}")
+
+    def measure(self, expected: set[tuple[str, str]], pods: int, started: float, timeout: float,
+                steady_cycles: int) -> Phase:  # fmt: skip
+        phase = Phase(workloads=len(expected), pods=pods)
+        first_line = len(cycle_lines(self.log))
+        deadline = min(started + timeout, self.deadline)
+        while time.monotonic() < deadline:
+            self.alive()
+            self.mark_cycles()
+            items = self.recommendations()
+            present = {(i["metadata"]["namespace"], i["spec"]["targetRef"]["name"]): i for i in items}
+            mine = [present[key] for key in expected if key in present]
+            diagnosed = [
+                i for i in mine
+                if ((i.get("status") or {}).get("diagnosis") or {}).get("primary") not in (None, "InsufficientData")
+            ]  # fmt: skip
+            now = time.monotonic() - started
+            if phase.time_to_recommendations is None and len(mine) == len(expected):
+                phase.time_to_recommendations = now
+                say(f"all {len(expected)} workloads have a GPURecommendation after {now:.1f} s")
+            if len(diagnosed) == len(expected):
+                phase.time_to_diagnoses = now
+                phase.codes = Counter(i["status"]["diagnosis"]["primary"] for i in mine)
+                say(f"all {len(expected)} workloads diagnosed after {now:.1f} s")
+                break
+            say(f"{now:5.0f} s: {len(mine)}/{len(expected)} recommendations, {len(diagnosed)} diagnosed")
+            time.sleep(3)
+        else:
+            say(f"not every workload was diagnosed within {timeout:.0f} s; measuring cycles anyway")
+        self.steady(phase, steady_cycles)
+        # Every cycle of this size that covered all its workloads, steady or not.
+        phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
+        phase.queries_per_cycle = self.queries_per_cycle(len(expected))
+        if phase.rss == (0.0, 0.0):
+            phase.rss = rss_mib(self.operator.pid)
+        return phase
+
+    def steady(self, phase: Phase, cycles: int) -> None:
+        """Watch `cycles` whole cycles: Prometheus queries and apiserver requests between cycle ends."""
+        self.mark_cycles()
+        seen = len(cycle_lines(self.log))
+        lists_before = self.own_lists
+        marks: list[tuple[float, float]] = []  # (monotonic, prometheus queries) at each cycle end
+        api_before: dict[str, float] | None = None
+        api_started = 0.0
+        limit = min(time.monotonic() + 30 * (cycles + 2), self.deadline + 60)
+        while len(marks) <= cycles and time.monotonic() < limit:
+            self.alive()
+            lines = cycle_lines(self.log)
+            if len(lines) > seen:
+                queries = prometheus_queries(self.prometheus_url)
+                if api_before is None:
+                    api_before, api_started = apiserver_requests(self.cluster), time.monotonic()
+                marks.append((time.monotonic(), queries))
+                self.marks.append((lines[-1][0] if len(lines) == seen + 1 else -1, queries))
+                seen = self.lines_seen = len(lines)
+            time.sleep(0.25)
+        if len(marks) < 2 or api_before is None:
+            return
+        api_after = apiserver_requests(self.cluster)
+        span = time.monotonic() - api_started
+        phase.steady_cycle_count = len(marks) - 1
+        delta = {key: value - api_before.get(key, 0.0) for key, value in api_after.items()}
+        own = self.own_lists - lists_before
+        delta[f"LIST {PLURAL}"] = delta.get(f"LIST {PLURAL}", 0.0) - own
+        phase.apiserver_rate = sum(v for v in delta.values() if v > 0) / span
+        phase.apiserver_per_cycle = {k: v / phase.steady_cycle_count for k, v in delta.items() if v > 0.5}
+        phase.rss = rss_mib(self.operator.pid)
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, unit: str = " s") -> str:
+    return "n/a" if value is None else f"{value:.1f}{unit}"
+
+
+def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int) -> None:
+    print()
+    print(f"operator at scale: {nodes} fake GPU nodes ({gpus} GPUs + MIG slices), window {args.window}, "
+          f"interval {args.interval}, scrape {args.scrape}")  # fmt: skip
+    print(f"{'':38s}" + "".join(f"{f'N={p.workloads} ({p.pods} pods)':>22s}" for p in phases))
+
+    def row(label: str, values: list[str]) -> None:
+        print(f"{label:38s}" + "".join(f"{v:>22s}" for v in values))
+
+    row("time to all GPURecommendations", [fmt(p.time_to_recommendations) for p in phases])
+    row("time to all real diagnoses", [fmt(p.time_to_diagnoses) for p in phases])
+    row("full cycles at this size", [str(len(p.cycles)) for p in phases])
+    row("steady cycles measured", [str(p.steady_cycle_count) for p in phases])
+    row(
+        "cycle duration p50",
+        [fmt(statistics.median(s for _, s in p.cycles) if p.cycles else None) for p in phases],
+    )
+    row("cycle duration max", [fmt(max((s for _, s in p.cycles), default=None)) for p in phases])
+    row("cycle seconds per workload (p50)", [
+        fmt(statistics.median(s for _, s in p.cycles) / p.workloads * 1000, " ms") if p.cycles else "n/a"
+        for p in phases
+    ])  # fmt: skip
+    row("recommendations updated per cycle", [",".join(str(n) for n, _ in p.cycles) or "n/a" for p in phases])
+    row(
+        "Prometheus queries per cycle",
+        [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],
+    )
+    row("kube-apiserver requests/s (all)", [fmt(p.apiserver_rate, "") for p in phases])
+    row("operator RSS now / peak (MiB)", [f"{p.rss[0]:.0f} / {p.rss[1]:.0f}" for p in phases])
+    keys = sorted({k for p in phases for k in p.apiserver_per_cycle if PLURAL in k or "deployments" in k
+                   or k.startswith("LIST ") or "pods" in k or "replicasets" in k})  # fmt: skip
+    print("kube-apiserver requests per cycle (steady; our own polling LISTs removed):")
+    for key in keys:
+        row(f"  {key}", [f"{p.apiserver_per_cycle.get(key, 0.0):.1f}" for p in phases])
+    for p in phases:
+        print(f"diagnoses at N={p.workloads}: " + ", ".join(f"{c} {n}" for c, n in p.codes.most_common()))
+    if len(phases) == 2 and all(p.queries_per_cycle for p in phases):
+        small, large = (statistics.median(p.queries_per_cycle) for p in phases)
+        print(f"Prometheus queries per cycle, N={phases[1].workloads} / N={phases[0].workloads}: "
+              f"{large:.0f} / {small:.0f} = {large / small:.2f}x for {phases[1].workloads / phases[0].workloads:.1f}x "
+              "the workloads")  # fmt: skip
+    if len(phases) == 2 and all(p.cycles for p in phases):
+        small_c, large_c = (statistics.median(s for _, s in p.cycles) for p in phases)
+        print(f"cycle duration p50 ratio: {large_c / small_c:.2f}x for "
+              f"{phases[1].workloads / phases[0].workloads:.1f}x the workloads")  # fmt: skip
+    sys.stdout.flush()
+
+
+# --- orchestration -------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--workloads", type=int, default=250, help="workloads at the large size (default 250)"
+    )
+    parser.add_argument(
+        "--small", type=int, default=50, help="workloads at the small size (default 50; 0 = skip)"
+    )
+    parser.add_argument("--nodes", type=int, default=48, help="fake GPU nodes (default 48)")
+    parser.add_argument("--window", default="2m", help="operator observation window (default 2m)")
+    parser.add_argument("--interval", default="15s", help="operator analysis interval (default 15s)")
+    parser.add_argument("--scrape", default="10s", help="Prometheus scrape interval (default 10s)")
+    parser.add_argument("--steady-cycles", type=int, default=2, help="cycles measured per size (default 2)")
+    parser.add_argument(
+        "--timeout", type=float, default=150, help="per-size wait for diagnoses (default 150 s)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=240,
+        help="stop waiting this long after the operator starts (default 240 s)",
+    )
+    args = parser.parse_args()
+    if not 0 <= args.small < args.workloads:
+        parser.error("--small must be below --workloads")
+
+    nodes, pools = fleet(args.nodes)
+    sizes = [n for n in (args.small, args.workloads) if n > 0]
+    batches = [workloads(0, sizes[0], pools)]
+    if len(sizes) == 2:
+        batches.append(workloads(sizes[0], sizes[1] - sizes[0], pools))
+    gpus = sum(n.gpus for n in nodes if not n.mig_mixed)
+
+    workdir = state_dir(CLUSTER_NAME)
+    cluster = LocalCluster(name=CLUSTER_NAME, workdir=workdir, bins=ensure_binaries(build=False), nodes=nodes)
+    signal.signal(signal.SIGTERM, interrupt)
+    began = time.monotonic()
+    phases: list[Phase] = []
+    try:
+        cluster.down()
+        cluster.up()
+        cluster.apply(crd_objects())
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+        cluster.apply(
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in NAMESPACES]
+        )
+        logs = workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        say(f"creating {len(batches[0])} workloads")
+        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batches[0]))
+        port = free_port()
+        with _process(
+            [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
+             "--host", "127.0.0.1", "--port", str(port), "--exit-after", "900"],
+            logs / "simulator.log",
+        ), PrometheusServer(workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"],
+                            scrape_interval=args.scrape) as prometheus:  # fmt: skip
+            operator_log = logs / "operator.log"
+            say(f"starting the operator; logs in {logs}")
+            with _process(
+                [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
+                 "--prometheus-url", prometheus.url, "--window", args.window, "--interval", args.interval,
+                 "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
+                 "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
+                operator_log, env={"KUBECONFIG": str(cluster.kubeconfig)},
+            ) as operator:  # fmt: skip
+                bench = Bench(cluster, prometheus.url, operator, operator_log)
+                bench.deadline = time.monotonic() + args.budget
+                started = time.monotonic()
+                expected: set[tuple[str, str]] = set()
+                for number, batch in enumerate(batches):
+                    if number > 0:
+                        say(f"creating {len(batch)} more workloads")
+                        started = time.monotonic()
+                        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batch))
+                    expected |= {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in batch}
+                    pods = sum(m["spec"]["replicas"] for b in batches[: number + 1] for m in b)
+                    phases.append(bench.measure(expected, pods, started, args.timeout, args.steady_cycles))
+    except KeyboardInterrupt:
+        say("interrupted")
+    finally:
+        say("tearing down")
+        cluster.down()
+    if phases:
+        report(phases, args, len(nodes), gpus)
+    say(f"total {time.monotonic() - began:.0f} s")
+    return 0 if phases and all(p.time_to_diagnoses is not None for p in phases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
