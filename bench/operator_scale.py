@@ -32,7 +32,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_rightsizer.commands.cluster import crd_objects, state_dir
-from gpu_rightsizer.commands.demo import _process, deployment
+from gpu_rightsizer.commands.demo import deployment, managed_process
 from gpu_rightsizer.sim.scenarios import Shape
 from gpu_rightsizer.testcluster.binaries import ensure_binaries
 from gpu_rightsizer.testcluster.kwok import LocalCluster
@@ -407,7 +407,7 @@ def main() -> int:
         say(f"creating {len(batches[0])} workloads")
         cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batches[0]))
         port = free_port()
-        with _process(
+        with managed_process(
             [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
              "--host", "127.0.0.1", "--port", str(port), "--exit-after", "900"],
             logs / "simulator.log",
@@ -415,7 +415,7 @@ def main() -> int:
                             scrape_interval=args.scrape) as prometheus:  # fmt: skip
             operator_log = logs / "operator.log"
             say(f"starting the operator; logs in {logs}")
-            with _process(
+            with managed_process(
                 [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
                  "--prometheus-url", prometheus.url, "--window", args.window, "--interval", args.interval,
                  "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),

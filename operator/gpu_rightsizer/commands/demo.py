@@ -120,9 +120,10 @@ def _wait(predicate: Callable[[], Any], *, timeout: float, what: str, every: flo
 
 
 @contextlib.contextmanager
-def _process(
+def managed_process(
     args: list[str], log: Path, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process with its output in `log`, terminated (then killed) when the block ends."""
     handle = log.open("wb")
     process = subprocess.Popen(
         args, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         logs = workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         _say("step 3/5: live metrics simulator and Prometheus (scrape every 5 s)")
-        with _process(
+        with managed_process(
             [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
              "--host", "127.0.0.1", "--port", str(port), "--exit-after", str(int(args.timeout) + 120)],
             logs / "simulator.log",
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             _say(
                 f"step 4/5: the operator (recommender + actuator), window {args.window}, interval {args.interval}"
             )
-            with _process(
+            with managed_process(
                 [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "all", "--prometheus-url", prometheus.url,
                  "--window", args.window, "--interval", args.interval, "--metrics-address", "127.0.0.1",
                  "--metrics-port", str(free_port()), "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
