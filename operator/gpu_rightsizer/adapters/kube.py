@@ -6,7 +6,7 @@ Everything here is a direct API call; decisions live in `gpu_rightsizer.logic`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -242,6 +242,77 @@ class KubeAdapter:
                 return {}
             raise
         return dict((found.metadata.labels if found.metadata else None) or {})
+
+    def list_workloads(
+        self, kind: str, namespaces: tuple[str, ...] = ()
+    ) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every workload of `kind` (in `namespaces` when given, else cluster-wide) by (namespace, name).
+
+        One LIST per kind and namespace instead of one GET per workload; items carry kind and
+        apiVersion as `read` returns them.
+        """
+        listers: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+            "ReplicaSet": (
+                self.apps.list_namespaced_replica_set,
+                self.apps.list_replica_set_for_all_namespaces,
+            ),
+            "Deployment": (
+                self.apps.list_namespaced_deployment,
+                self.apps.list_deployment_for_all_namespaces,
+            ),
+            "StatefulSet": (
+                self.apps.list_namespaced_stateful_set,
+                self.apps.list_stateful_set_for_all_namespaces,
+            ),
+            "DaemonSet": (
+                self.apps.list_namespaced_daemon_set,
+                self.apps.list_daemon_set_for_all_namespaces,
+            ),
+            "Job": (self.batch.list_namespaced_job, self.batch.list_job_for_all_namespaces),
+            "CronJob": (
+                self.batch.list_namespaced_cron_job,
+                self.batch.list_cron_job_for_all_namespaces,
+            ),
+            "Pod": (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
+        }
+        if kind not in listers:
+            raise ValueError(f"cannot list {kind} objects")
+        namespaced, cluster_wide = listers[kind]
+        listed = (
+            [item for namespace in namespaces for item in namespaced(namespace).items]
+            if namespaces
+            else list(cluster_wide().items)
+        )
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in listed:
+            result: dict[str, Any] = self._plain(item)
+            result.setdefault("kind", kind)
+            result.setdefault("apiVersion", _API_VERSIONS[kind])
+            metadata = result.get("metadata") or {}
+            found[(str(metadata.get("namespace")), str(metadata.get("name")))] = result
+        return found
+
+    def list_hpas(self, namespaces: tuple[str, ...] = ()) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """HorizontalPodAutoscalers by the (namespace, kind, name) they scale, in `namespaces` when given
+        (the namespaced RBAC of a namespace-scoped install), else cluster-wide; the first per target wins,
+        as in `hpa_for`."""
+        autoscaling = client.AutoscalingV2Api(self.api_client)
+        listed = (
+            [
+                item
+                for namespace in namespaces
+                for item in autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items
+            ]
+            if namespaces
+            else list(autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces().items)
+        )
+        found: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for item in listed:
+            plain: dict[str, Any] = self._plain(item)
+            target = (plain.get("spec") or {}).get("scaleTargetRef") or {}
+            namespace = (plain.get("metadata") or {}).get("namespace")
+            found.setdefault((str(namespace), str(target.get("kind")), str(target.get("name"))), plain)
+        return found
 
     def hpa_for(self, ref: WorkloadRef) -> dict[str, Any] | None:
         """The HorizontalPodAutoscaler that scales the workload, if any."""

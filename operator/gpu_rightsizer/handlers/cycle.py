@@ -1,8 +1,10 @@
 """The periodic analysis cycle: one batch of metric queries for all workloads, then one status patch each.
 
 Queries are aggregated server-side for the whole cluster per cycle (SPEC §4), so their number does
-not grow with the number of workloads; only the status writes do. The same cycle drives the
-actuator (when this process has that role and holds the lease), so both act on one analysis.
+not grow with the number of workloads. Workloads and HPAs are listed once per cycle too, and a status
+is only written when it says something new (or its window grows old), by a few threads at a time. The
+same cycle drives the actuator (when this process has that role and holds the lease), so both act on
+one analysis.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +41,17 @@ from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindo
 from gpu_rightsizer.model.result import Analysis
 
 LOG = logging.getLogger(__name__)
+
+#: Kinds an HPA can scale among the workloads we analyse.
+SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
+#: Kinds listed once per cycle instead of read one by one (bare Pods are read: a LIST of every pod
+#: would cost more than it saves).
+LISTED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "CronJob")
+#: A status that says nothing new is still rewritten after this many intervals, so `status.window`
+#: never looks older than that to its readers.
+REFRESH_AFTER_INTERVALS = 10
+#: Threads that analyse and write statuses in parallel (the client's connection pool is thread-safe).
+WRITERS = 4
 
 
 def api_client() -> client.ApiClient:
@@ -151,6 +165,36 @@ class CycleState:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     governed: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
     recent_changes: list[tuple[str, datetime]] = field(default_factory=list)
+    #: kind -> (namespace, name) -> object, for the kinds listed this cycle.
+    workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
+    #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
+    hpas: dict[tuple[str, str, str], dict[str, Any]] | None = None
+
+    def workload(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
+        """The workload from this cycle's listing, else (a kind not listed, or not found) a GET."""
+        found = self.workloads.get(ref.kind, {}).get((ref.namespace, ref.name))
+        return found if found is not None else kube.read(ref.kind, ref.namespace, ref.name)
+
+    def hpa_of(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
+        """The HPA scaling the workload, from this cycle's listing when there is one."""
+        if self.hpas is None:
+            return kube.hpa_for(ref)
+        return self.hpas.get((ref.namespace, ref.kind, ref.name))
+
+    def load(self, kube: KubeAdapter, refs: list[WorkloadRef], namespaces: tuple[str, ...]) -> None:
+        """List the workload kinds and HPAs `refs` need, once; whatever fails is read one by one."""
+        for kind in sorted({ref.kind for ref in refs} & set(LISTED_KINDS)):
+            try:
+                self.workloads[kind] = kube.list_workloads(kind, namespaces)
+            except Exception as error:
+                metrics.ERRORS.labels("kubernetes").inc()
+                LOG.warning("listing %s objects failed; reading them one by one: %s", kind, error)
+        if any(ref.kind in SCALABLE_KINDS for ref in refs):
+            try:
+                self.hpas = kube.list_hpas(namespaces)
+            except Exception as error:
+                metrics.ERRORS.labels("kubernetes").inc()
+                LOG.warning("listing HPAs failed; reading them per workload: %s", error)
 
     def labels_of(self, kube: KubeAdapter, namespace: str) -> dict[str, str]:
         if namespace not in self.namespace_labels:
@@ -162,6 +206,48 @@ def _has_role(cfg: OperatorConfig, role: str) -> bool:
     return cfg.role in (role, "all")
 
 
+def merge_patched(target: Any, patch: Any) -> Any:
+    """`target` after a JSON merge patch (RFC 7386), as the API server applies it to a status."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patched(result.get(key), value)
+    return result
+
+
+def _without_window_times(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status less the window's start and end, which move every cycle."""
+    window = status.get("window")
+    if not isinstance(window, Mapping):
+        return dict(status)
+    return {**status, "window": {k: v for k, v in window.items() if k not in ("start", "end")}}
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def status_unchanged(
+    old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
+) -> bool:
+    """True when the patch would change nothing but the window's timestamps, and the stored window
+    ended less than `refresh_after` ago (so readers still see a recent window)."""
+    stored_end = _parse_time((old_status.get("window") or {}).get("end"))
+    if stored_end is None or now - stored_end >= refresh_after:
+        return False
+    return _without_window_times(merge_patched(old_status, patch)) == _without_window_times(old_status)
+
+
 def write_recommendation(
     kube: KubeAdapter,
     ref: WorkloadRef,
@@ -171,11 +257,15 @@ def write_recommendation(
     window: WorkloadWindow,
     settings: EffectiveSettings,
     now: datetime,
-) -> None:
+    *,
+    refresh_after: timedelta | None = None,
+) -> bool:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
     `status.apply` belongs to the actuator for workloads under an Apply policy, so the recommender
-    leaves it alone there (a merge patch without the field keeps it).
+    leaves it alone there (a merge patch without the field keeps it). With `refresh_after`, a status
+    that would only move its window is left as stored while that window is younger than it. Returns
+    whether the status was written.
     """
     old_status = recommendation.get("status") or {}
     status = analysed_status(
@@ -197,7 +287,9 @@ def write_recommendation(
     body["conditions"] = merge_conditions(
         list(old_status.get("conditions") or []), body.get("conditions", [])
     )
-    kube.patch_recommendation_status(ref, body)
+    written = refresh_after is None or not status_unchanged(old_status, body, now, refresh_after)
+    if written:
+        kube.patch_recommendation_status(ref, body)
     before = (old_status.get("diagnosis") or {}).get("primary")
     if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
         warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
@@ -208,6 +300,7 @@ def write_recommendation(
             f"Diagnosis changed from {before or 'none'} to {analysis.primary.value}: {analysis.summary}",
             warning=warning,
         )
+    return written
 
 
 def remove_recommendation(kube: KubeAdapter, memo: kopf.Memo, ref: WorkloadRef, why: str) -> None:
@@ -323,9 +416,10 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         return 0
     state.recent_changes = _recent_changes(recommendations, end)
     memo.policies = state.policies
+    refs = [ref_of(recommendation) for recommendation in recommendations]
+    state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
     pending: list[_Pending] = []
-    for recommendation in recommendations:
-        ref = ref_of(recommendation)
+    for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
             item = _prepare(memo, kube, cfg, state, ref, recommendation)
         except Exception:
@@ -341,17 +435,44 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
+    work: list[tuple[_Pending, WorkloadWindow]] = []
     for item in pending:
         batch = batches.get(item.window_seconds)
         if batch is None:  # no metrics for this window this cycle: keep what the status says
             continue
+        window = batch.get(item.ref.key)
+        if window is not None:
+            work.append((item, window))
+    refresh_after = timedelta(seconds=cfg.interval_seconds * REFRESH_AFTER_INTERVALS)
+
+    def attempt(job: tuple[_Pending, WorkloadWindow]) -> _Analysed | None:
         try:
-            updated += _one_workload(
-                memo, kube, cfg, state, item, batch.get(item.ref.key), acting, by_diagnosis, wasted
-            )
+            return _analyse_and_write(kube, cfg, state, job[0], job[1], refresh_after)
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("cycle step for %s failed", item.ref.key)
+            LOG.exception("cycle step for %s failed", job[0].ref.key)
+            return None
+
+    if len(work) > 1:
+        with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
+            results = list(pool.map(attempt, work))
+    else:
+        results = [attempt(job) for job in work]
+    for done in results:
+        if done is None:
+            continue
+        ref = done.item.ref
+        if _has_role(cfg, "recommender"):
+            by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
+            wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
+        if acting:  # one workload at a time: the actuator's rate budget is shared
+            try:
+                _actuate(memo, kube, state, done)
+            except Exception:
+                metrics.ERRORS.labels("kubernetes").inc()
+                LOG.exception("cycle step for %s failed", ref.key)
+                continue
+        updated += 1
     if _has_role(cfg, "recommender"):
         update_policy_statuses(kube, state)
         if batches or not pending:
@@ -401,7 +522,7 @@ def _prepare(
     recommendation: dict[str, Any],
 ) -> _Pending | None:
     """Read the workload and decide its settings; remove the recommendation of an opted-out one."""
-    workload = kube.read(ref.kind, ref.namespace, ref.name)
+    workload = state.workload(kube, ref)
     if workload is None:  # the workload is gone; garbage collection removes the recommendation
         return None
     metadata = workload.get("metadata") or {}
@@ -420,45 +541,59 @@ def _prepare(
     return _Pending(ref, recommendation, workload, settings, seconds)
 
 
-def _one_workload(
-    memo: kopf.Memo,
+@dataclass
+class _Analysed:
+    """One workload's analysis this cycle, with what the actuator needs to act on it."""
+
+    item: _Pending
+    window: WorkloadWindow
+    hpa: dict[str, Any] | None
+    analysis: Analysis
+    uid: str
+
+
+def _analyse_and_write(
     kube: KubeAdapter,
     cfg: OperatorConfig,
     state: CycleState,
     item: _Pending,
-    window: WorkloadWindow | None,
-    acting: bool,
-    by_diagnosis: Tally[tuple[str, str]],
-    wasted: dict[str, float],
-) -> int:
-    if window is None:
-        return 0
-    ref, recommendation, workload, settings = item.ref, item.recommendation, item.workload, item.settings
-    metadata = workload.get("metadata") or {}
-    hpa = kube.hpa_for(ref) if ref.kind in ("Deployment", "StatefulSet", "ReplicaSet") else None
+    window: WorkloadWindow,
+    refresh_after: timedelta,
+) -> _Analysed | None:
+    """Analyse one workload and (recommender) write its status; None when the analysis failed.
+
+    Runs on a worker thread: it reads the shared cycle state and changes nothing in it.
+    """
+    ref, settings = item.ref, item.settings
+    hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
     window = with_hpa(window, hpa)
     try:
         analysis = analyse(window, settings, state.now, item.window_seconds)
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)
-        return 0
+        return None
     metrics.WORKLOADS_ANALYZED.inc()
-    uid = str(metadata.get("uid", ""))
+    uid = str((item.workload.get("metadata") or {}).get("uid", ""))
     if _has_role(cfg, "recommender"):
-        write_recommendation(kube, ref, uid, recommendation, analysis, window, settings, state.now)
-        by_diagnosis[(analysis.primary.value, ref.namespace)] += 1
-        wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + analysis.savings.gpu_hours_per_day
-    if acting:
-        from gpu_rightsizer.handlers.actuator import WorkloadCase, step
-
-        fresh = kube.get_recommendation(ref) or recommendation
-        case = WorkloadCase(
-            ref=ref, uid=uid, workload=workload, recommendation=fresh, settings=settings,
-            analysis=analysis, window=window, hpa=hpa, now=state.now,
+        write_recommendation(
+            kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
+            refresh_after=refresh_after,
         )  # fmt: skip
-        step(memo, case, state.recent_changes)
-    return 1
+    return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid)
+
+
+def _actuate(memo: kopf.Memo, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
+    """The actuator's step for one analysed workload, on the recommendation as it is now."""
+    from gpu_rightsizer.handlers.actuator import WorkloadCase, step
+
+    item = done.item
+    fresh = kube.get_recommendation(item.ref) or item.recommendation
+    case = WorkloadCase(
+        ref=item.ref, uid=done.uid, workload=item.workload, recommendation=fresh,
+        settings=item.settings, analysis=done.analysis, window=done.window, hpa=done.hpa, now=state.now,
+    )  # fmt: skip
+    step(memo, case, state.recent_changes)
 
 
 async def analysis_loop(memo: kopf.Memo) -> None:
