@@ -388,7 +388,7 @@ def _verify(memo: kopf.Memo, kube: KubeAdapter, case: WorkloadCase, apply: dict[
         windows = fetch_windows(memo.config, applied_at, case.now)
         mine = next((w for w in windows if w.workload.key == case.ref.key), None)
         if mine is not None:
-            after = actuation.signals_from_window(mine, pod_names)
+            after = actuation.signals_from_window(mine, pod_names, actuation.target_cpu_limit(record))
     except Exception as error:
         LOG.warning("metrics for verifying %s unavailable: %s", case.ref.key, error)
     problem = actuation.regression(record.baseline, after, health, record.actions)

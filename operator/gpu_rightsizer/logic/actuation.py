@@ -803,14 +803,28 @@ BUSY_KEY = "gpuBusyP95"
 CPU_SATURATION_KEY = "cpuSaturationP95"
 
 
-def signals_from_window(window: WorkloadWindow, pods: Iterable[str] | None = None) -> dict[str, float]:
+def target_cpu_limit(record: ChangeRecord) -> float | None:
+    """The pod's CPU limit after the change (summed over containers), when the change set one."""
+    limits = [
+        parse_quantity(value)
+        for path, value in record.target.items()
+        if value is not None and path.endswith("resources.limits[cpu]")
+    ]
+    return sum(limits) if limits else None
+
+
+def signals_from_window(
+    window: WorkloadWindow, pods: Iterable[str] | None = None, cpu_limit_cores: float | None = None
+) -> dict[str, float]:
     """The figures compared before and after a change: GPU busy p95 (worst GPU) and CPU saturation
     p95 (usage over limit, worst pod); only the given pods when `pods` is set. Missing figures are
-    left out rather than guessed."""
+    left out rather than guessed. `cpu_limit_cores` overrides the window's limit: right after a CPU
+    change the window still holds the old pods' limit, and the new pods' usage over the old limit
+    reads as a rise in saturation (4 cores used over a 1-core limit: 392 %)."""
     wanted = set(pods) if pods is not None else None
     busy: list[float] = []
     saturation: list[float] = []
-    limit = window.allocation.cpu_limit_cores or window.allocation.cpu_request_cores
+    limit = cpu_limit_cores or window.allocation.cpu_limit_cores or window.allocation.cpu_request_cores
     for pod in window.pods:
         if wanted is not None and pod.name not in wanted:
             continue

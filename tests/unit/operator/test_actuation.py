@@ -541,6 +541,37 @@ def test_signals_from_window_and_pod_filter() -> None:
     assert actuation.signals_from_window(window(0.4, 1.9), pods=["other"]) == {}
 
 
+def test_verification_measures_new_pods_against_the_new_cpu_limit() -> None:
+    """Right after 2 -> 8 cores the window may still carry the old 2-core limit: the new pods' 7.8
+    cores over it would read as 390 % saturation and roll a good change back."""
+    record = ChangeRecord(
+        change_id="c-1",
+        at=NOW,
+        target={
+            "containers[main].resources.limits[cpu]": "8",
+            "containers[main].resources.requests[cpu]": "8",
+        },
+        previous={
+            "containers[main].resources.limits[cpu]": "2",
+            "containers[main].resources.requests[cpu]": "2",
+        },
+        actions=(ActionType.CPU,),
+        baseline={"gpuBusyP95": 0.2, "cpuSaturationP95": 0.98},
+    )
+    assert actuation.target_cpu_limit(record) == 8.0
+    after = actuation.signals_from_window(
+        window(0.8, 7.8), cpu_limit_cores=actuation.target_cpu_limit(record)
+    )
+    assert after["cpuSaturationP95"] == pytest.approx(0.975)
+    assert actuation.regression(record.baseline, after, PodHealth(), record.actions) is None
+    stale = actuation.signals_from_window(window(0.8, 7.8))  # the old limit (2 cores) from the window
+    assert actuation.regression(record.baseline, stale, PodHealth(), record.actions) is not None
+    no_cpu_change = ChangeRecord(
+        change_id="c-2", at=NOW, target={"replicas": "3"}, previous={"replicas": "2"}
+    )
+    assert actuation.target_cpu_limit(no_cpu_change) is None
+
+
 @pytest.mark.parametrize(
     ("before", "after", "health", "actions", "words"),
     [
