@@ -112,10 +112,13 @@ class NodeSpec:
 
 
 def default_nodes() -> list[NodeSpec]:
-    """The default test fleet: whole-GPU H100, H200 and A100 nodes, a MIG-mixed H200, CPU nodes."""
+    """The default test fleet: whole-GPU H100, H200 and A100 nodes, a MIG-mixed H200, CPU nodes.
+
+    Six H100 nodes (48 GPUs) because one test session keeps every test's workloads: with two, the
+    later tests' pods stayed Pending for lack of GPUs.
+    """
     return [
-        NodeSpec("gpu-h100-0", H100_80GB),
-        NodeSpec("gpu-h100-1", H100_80GB),
+        *(NodeSpec(f"gpu-h100-{index}", H100_80GB) for index in range(6)),
         NodeSpec("gpu-h200-0", H200),
         NodeSpec("gpu-a100-0", A100_80GB),
         NodeSpec("gpu-h200-mig-0", H200, mig_mixed=True),
