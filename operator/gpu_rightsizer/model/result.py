@@ -31,6 +31,38 @@ class Finding(CamelModel):
     )
 
 
+class ActionTarget(CamelModel):
+    """What the actuator sets, in machine-readable form: the contract between engine and actuator.
+
+    The engine fills it for every action it marks `automatic`; the actuator reads only this (never
+    the display strings `from`/`to`). Quantities are in Kubernetes notation. A field left empty means
+    "leave as it is": in particular a pod without a CPU limit is never given one unless `limits` says so.
+    """
+
+    container: str | None = Field(
+        default=None, description="Container whose resources change; None for workload-level changes."
+    )
+    requests: dict[str, str] = Field(
+        default_factory=dict, description="Resource name -> quantity to set in requests, e.g. {'cpu': '4'}."
+    )
+    limits: dict[str, str] = Field(
+        default_factory=dict, description="Resource name -> quantity to set in limits, e.g. {'cpu': '4'}."
+    )
+    remove_resources: list[str] = Field(
+        default_factory=list,
+        description="Resource names to drop from requests and limits, e.g. 'nvidia.com/gpu' when moving "
+        "to a MIG slice.",
+    )
+    replicas: int | None = Field(default=None, ge=0, description="Replica count to set.")
+    min_replicas: int | None = Field(default=None, ge=0, description="HorizontalPodAutoscaler minReplicas.")
+    max_replicas: int | None = Field(default=None, ge=1, description="HorizontalPodAutoscaler maxReplicas.")
+    gpu_capacity_change: bool = Field(
+        default=False,
+        description="True when the change alters the GPU capacity the workload gets (slice, sharing, "
+        "GPU count, replicas, release); at most one such action per recommendation.",
+    )
+
+
 class Action(CamelModel):
     """One change, from what the workload has to what it should have, and why."""
 
@@ -45,6 +77,10 @@ class Action(CamelModel):
     container: str | None = None
     automatic: bool = Field(
         default=False, description="True when the actuator can apply it (policy permitting)."
+    )
+    target: ActionTarget | None = Field(
+        default=None,
+        description="Machine-readable values the actuator sets; present on every automatic action.",
     )
 
 
