@@ -399,6 +399,19 @@ def test_recommender_reads_and_writes_only_recommendations(
         for verb in ("create", "patch", "delete"):
             assert can(grants, verb, "gpurightsizer.io", "gpurecommendations", namespace)
         assert can(grants, "create", "", "events", namespace)
+        # the owner walk reads the known custom controllers by name (logic/owners.py)
+        for group, resource in [
+            ("kubeflow.org", "pytorchjobs"),
+            ("trainer.kubeflow.org", "trainjobs"),
+            ("jobset.x-k8s.io", "jobsets"),
+            ("ray.io", "rayclusters"),
+            ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+            ("argoproj.io", "rollouts"),
+            ("serving.kserve.io", "inferenceservices"),
+            ("serving.knative.dev", "services"),
+        ]:
+            assert can(grants, "get", group, resource, namespace), (group, resource, namespace)
+            assert not can(grants, "patch", group, resource, namespace), (group, resource, namespace)
         for group, resource, verb in WORKLOAD_WRITES + FORBIDDEN_EVERYWHERE:
             assert not can(grants, verb, group, resource, namespace), (verb, group, resource, namespace)
     assert can(grants, "list", "", "nodes", None)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     Allocation,
@@ -38,15 +39,9 @@ from gpu_rightsizer.model.observation import (
 Key = tuple[str, str]  # (namespace, name)
 Samples = list[tuple[float, float]]
 
-_KIND_API = {
-    "Deployment": "apps/v1",
-    "StatefulSet": "apps/v1",
-    "DaemonSet": "apps/v1",
-    "ReplicaSet": "apps/v1",
-    "Job": "batch/v1",
-    "CronJob": "batch/v1",
-    "Pod": "v1",
-}
+#: The controller owner of an object in a namespace, from a source other than kube-state-metrics (the
+#: operator passes API reads): KSM has no owner series for StatefulSets, Deployments or custom kinds.
+ExtraOwners = Callable[[str, ObjectLink], ObjectLink | None]
 
 
 class OpenMetricsError(ValueError):
@@ -63,6 +58,9 @@ class PodInfo:
     node: str | None = None
     owner_kind: str | None = None
     owner_name: str | None = None
+    owner_is_controller: bool = False
+    #: `leaderworkerset.sigs.k8s.io/name` when kube_pod_labels carries it (LWS puts it on every pod).
+    leaderworkerset: str | None = None
     cpu_request: float | None = None
     cpu_limit: float | None = None
     memory_request: float | None = None
@@ -90,6 +88,7 @@ class Inventory:
     replicas: dict[tuple[str, str, str], int] = field(default_factory=dict)
     hpa_target: dict[Key, tuple[str, str]] = field(default_factory=dict)
     hpa_bounds: dict[Key, dict[str, int]] = field(default_factory=dict)
+    extra_owners: ExtraOwners | None = None
 
     def pod(self, namespace: str, name: str) -> PodInfo:
         """The record of a pod, created on first use."""
@@ -104,8 +103,12 @@ class Inventory:
         if metric == mn.KSM_POD_OWNER and pod_name and value > 0:
             info = self.pod(namespace, pod_name)
             kind = labels.get("owner_kind", mn.KSM_NO_OWNER)
-            if kind != mn.KSM_NO_OWNER or info.owner_kind is None:
+            controller = labels.get("owner_is_controller", "true") == "true"
+            if info.owner_kind is None or (
+                kind != mn.KSM_NO_OWNER and (controller or not info.owner_is_controller)
+            ):
                 info.owner_kind, info.owner_name = kind, labels.get("owner_name", mn.KSM_NO_OWNER)
+                info.owner_is_controller = controller and kind != mn.KSM_NO_OWNER
         elif (
             metric == mn.KSM_REPLICASET_OWNER
             and value > 0
@@ -126,8 +129,10 @@ class Inventory:
             )
         elif metric == mn.KSM_POD_INFO and pod_name:
             self.pod(namespace, pod_name).node = labels.get(mn.NODE_LABEL) or None
-        elif metric == mn.KSM_POD_LABELS and pod_name and labels.get(mn.POD_LABEL_WORKLOAD_TYPE):
-            self.pod(namespace, pod_name).workload_type = labels[mn.POD_LABEL_WORKLOAD_TYPE]
+        elif metric == mn.KSM_POD_LABELS and pod_name:
+            info = self.pod(namespace, pod_name)
+            info.workload_type = labels.get(mn.POD_LABEL_WORKLOAD_TYPE) or info.workload_type
+            info.leaderworkerset = labels.get(mn.POD_LABEL_LWS_NAME) or info.leaderworkerset
         elif metric in (mn.KSM_POD_REQUESTS, mn.KSM_POD_LIMITS) and pod_name:
             self._add_resource(self.pod(namespace, pod_name), metric == mn.KSM_POD_LIMITS, labels, value)
         elif metric == mn.KSM_POD_RESTARTS and pod_name:
@@ -182,17 +187,33 @@ class Inventory:
             info.gpu_count = sum(v for k, v in chosen.items() if k[0] == info.gpu_resource)
 
     def workload_of(self, namespace: str, pod: str) -> WorkloadRef:
-        """The top-level owner of a pod (ReplicaSet → Deployment, Job → CronJob); bare pods own themselves."""
-        info = self.pods.get((namespace, pod))
-        kind, name = (info.owner_kind, info.owner_name) if info else (None, None)
-        if not kind or kind == mn.KSM_NO_OWNER or not name:
-            return WorkloadRef(namespace=namespace, kind="Pod", name=pod, api_version="v1")
-        if kind == "ReplicaSet":
-            kind, name = self.replicaset_owner.get((namespace, name), (kind, name))
-        elif kind == "Job":
-            kind, name = self.job_owner.get((namespace, name), (kind, name))
+        """The top-level owner of a pod, by the walk every entry point shares (`logic.owners`).
+
+        kube-state-metrics gives the pod's owner, a ReplicaSet's and a Job's; `extra_owners` (API reads,
+        in the operator) the rest. A pod of a LeaderWorkerSet belongs to it by its LWS label.
+        """
+
+        def parent_of(link: ObjectLink) -> ObjectLink | None:
+            found: tuple[str, str] | None = None
+            info = self.pods.get((namespace, link.name)) if link.kind == "Pod" else None
+            if info is not None:
+                if info.leaderworkerset:
+                    return ObjectLink("LeaderWorkerSet", info.leaderworkerset)
+                if info.owner_kind and info.owner_kind != mn.KSM_NO_OWNER and info.owner_name:
+                    found = (info.owner_kind, info.owner_name)
+            elif link.kind == "ReplicaSet":
+                found = self.replicaset_owner.get((namespace, link.name))
+            elif link.kind == "Job":
+                found = self.job_owner.get((namespace, link.name))
+            if found is not None:
+                return ObjectLink(found[0], found[1], api_version_for(found[0]))
+            if self.extra_owners is not None and link.kind != "Pod":
+                return self.extra_owners(namespace, link)
+            return None
+
+        top = resolve_workload(ObjectLink("Pod", pod, "v1"), parent_of).workload
         return WorkloadRef(
-            namespace=namespace, kind=kind, name=name, api_version=_KIND_API.get(kind, "apps/v1")
+            namespace=namespace, kind=top.kind, name=top.name, api_version=top.api_version or ""
         )
 
     def hpa_for(self, ref: WorkloadRef) -> HPAInfo | None:

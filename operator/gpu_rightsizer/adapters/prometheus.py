@@ -25,7 +25,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows
+from gpu_rightsizer.adapters.openmetrics import ExtraOwners, Inventory, Key, assemble_windows
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
@@ -245,8 +245,9 @@ class PrometheusSource:
         namespace: str | None = None,
         workload: str | None = None,
         progress: Progress | None = None,
+        owners: ExtraOwners | None = None,
     ) -> list[WorkloadWindow]:
-        """Workload windows over [at - window, at]."""
+        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or 60.0
@@ -318,7 +319,7 @@ class PrometheusSource:
                 done += 1
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
-        return self._assemble(results, start, end, step, coarse, namespace, workload)
+        return self._assemble(results, start, end, step, coarse, namespace, workload, owners)
 
     @staticmethod
     def _serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
@@ -345,8 +346,9 @@ class PrometheusSource:
         coarse: float,
         namespace: str | None,
         workload: str | None,
+        owners: ExtraOwners | None = None,
     ) -> list[WorkloadWindow]:
-        inventory = Inventory()
+        inventory = Inventory(extra_owners=owners)
         for name, rows in results.items():
             if name.startswith("ksm:"):
                 metric = name.removeprefix("ksm:")

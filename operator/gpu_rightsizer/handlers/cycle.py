@@ -23,6 +23,8 @@ import kopf
 from kubernetes import client, config
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.openmetrics import ExtraOwners
+from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.logic.engine import analyze_window
@@ -63,7 +65,9 @@ def api_client() -> client.ApiClient:
     return client.ApiClient()
 
 
-def fetch_windows(cfg: OperatorConfig, start: datetime, end: datetime) -> list[WorkloadWindow]:
+def fetch_windows(
+    cfg: OperatorConfig, start: datetime, end: datetime, owners: ExtraOwners | None = None
+) -> list[WorkloadWindow]:
     """All workload windows over [start, end] from the configured Prometheus, in one batch of queries.
 
     The step follows the window (about 60 points, between 1 s and 60 s), so short windows used in
@@ -85,7 +89,9 @@ def fetch_windows(cfg: OperatorConfig, start: datetime, end: datetime) -> list[W
     window_seconds = max(1.0, (end - start).total_seconds())
     step = max(1.0, min(60.0, window_seconds / 60.0))
     namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
-    return source.read(window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace)
+    return source.read(
+        window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace, owners=owners
+    )
 
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
@@ -173,7 +179,9 @@ class CycleState:
     def workload(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
         """The workload from this cycle's listing, else (a kind not listed, or not found) a GET."""
         found = self.workloads.get(ref.kind, {}).get((ref.namespace, ref.name))
-        return found if found is not None else kube.read(ref.kind, ref.namespace, ref.name)
+        if found is None:  # any kind: a PyTorchJob, a LeaderWorkerSet, ... (adapters.owners)
+            found = read_workload(kube, ref.api_version, ref.kind, ref.namespace, ref.name)
+        return found
 
     def hpa_of(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
         """The HPA scaling the workload, from this cycle's listing when there is one."""
@@ -428,7 +436,9 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
-    batches = _fetch_batches(cfg, sorted({item.window_seconds for item in pending}), end)
+    batches = _fetch_batches(
+        cfg, sorted({item.window_seconds for item in pending}), end, api_parent_lookup(kube)
+    )
     acting = (
         _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()
     )
@@ -487,7 +497,7 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
 
 
 def _fetch_batches(
-    cfg: OperatorConfig, windows: list[float], end: datetime
+    cfg: OperatorConfig, windows: list[float], end: datetime, owners: ExtraOwners | None = None
 ) -> dict[float, dict[str, WorkloadWindow]]:
     """Window length -> workload key -> window: one batch of queries per distinct window length.
 
@@ -498,7 +508,7 @@ def _fetch_batches(
     batches: dict[float, dict[str, WorkloadWindow]] = {}
     for seconds in windows:
         try:
-            fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end)
+            fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end, owners)
         except Exception as error:
             metrics.ERRORS.labels("metrics_source").inc()
             LOG.warning(

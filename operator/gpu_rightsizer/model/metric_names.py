@@ -138,6 +138,8 @@ NODE_LABEL_GPU_SHARING: Final = "label_nvidia_com_gpu_sharing_strategy"  # time-
 NODE_LABEL_GPU_REPLICAS: Final = "label_nvidia_com_gpu_replicas"
 #: Optional pod label `gpurightsizer.io/workload-type` (training|inference), as kube_pod_labels shows it.
 POD_LABEL_WORKLOAD_TYPE: Final = "label_gpurightsizer_io_workload_type"
+#: LeaderWorkerSet's group label on every leader and worker pod (`leaderworkerset.sigs.k8s.io/name`).
+POD_LABEL_LWS_NAME: Final = "label_leaderworkerset_sigs_k8s_io_name"
 
 #: Owner kind kube-state-metrics writes for a pod without a controller.
 KSM_NO_OWNER: Final = "<none>"

@@ -136,7 +136,9 @@ class FetchRecorder:
         self.failing = failing
         self.calls: list[float] = []
 
-    def __call__(self, cfg: OperatorConfig, start: datetime, end: datetime) -> list[WorkloadWindow]:
+    def __call__(
+        self, cfg: OperatorConfig, start: datetime, end: datetime, owners: object = None
+    ) -> list[WorkloadWindow]:
         seconds = (end - start).total_seconds()
         self.calls.append(seconds)
         if seconds in self.failing:
