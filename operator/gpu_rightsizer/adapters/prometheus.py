@@ -13,11 +13,13 @@ GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label v
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -25,8 +27,11 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from gpu_rightsizer.adapters.capacity import capacity_from_ksm
 from gpu_rightsizer.adapters.openmetrics import ExtraOwners, Inventory, Key, assemble_windows
+from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     GPUObservation,
@@ -77,6 +82,8 @@ class PrometheusConfig:
     timeout_seconds: float = 30.0
     max_concurrency: int = 4
     retries: int = 1
+    #: Label matchers added to every selector, e.g. ('cluster="prod"',): one cluster of a shared store.
+    extra_matchers: tuple[str, ...] = ()
 
 
 def _duration(seconds: float) -> str:
@@ -160,6 +167,55 @@ def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Calla
     )
 
 
+#: Every metric name the queries select by name (serving metrics are selected by `__name__` regex).
+_SELECTED_NAMES: tuple[str, ...] = tuple(
+    sorted(
+        {
+            value
+            for value in vars(mn).values()
+            if isinstance(value, str) and value.startswith(("DCGM_FI_", "container_", "kube_"))
+        },
+        key=len,
+        reverse=True,
+    )
+)
+_CADVISOR_NAMES: tuple[str, ...] = tuple(n for n in _SELECTED_NAMES if n.startswith("container_"))
+#: GPU pods as kube-state-metrics sees them: a container requests an NVIDIA GPU, MIG slice or share
+#: (`nvidia_com_gpu`, `nvidia_com_mig_1g_10gb`, or the unsanitised names of newer releases).
+GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).*"}}'
+GPU_PODS = f"(max by (namespace, pod) ({GPU_REQUEST_SELECTOR}) > 0)"
+
+
+def add_matchers(query: str, matchers: Sequence[str], names: Sequence[str] = _SELECTED_NAMES) -> str:
+    """`query` with `matchers` added to every selector of the metrics `names` (and `{__name__=~...}`).
+
+    Used for the extra matcher of multi-cluster stores (krr's `--prometheus-label`): on Thanos,
+    Mimir or VictoriaMetrics, same-named pods of different clusters would otherwise merge.
+    """
+    if not matchers:
+        return query
+    extra = ",".join(matchers)
+    pattern = re.compile(r'(?<![\w:"|])(' + "|".join(map(re.escape, names)) + r")(?![\w:])(\{[^}]*\})?")
+
+    def add(match: re.Match[str]) -> str:
+        body = (match.group(2) or "{}")[1:-1].strip()
+        return f"{match.group(1)}{{{body + ',' if body else ''}{extra}}}"
+
+    query = pattern.sub(add, query)
+    if names is _SELECTED_NAMES:
+        query = query.replace("{__name__=~", "{" + extra + ",__name__=~")
+    return query
+
+
+def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Callable[[str], str]:
+    """Pod statistics for the containers of GPU pods only, and cAdvisor selectors limited to the
+    namespaces that have GPU pods: without this each statistic ran over every container of the cluster."""
+    scope = (f'namespace=~"{"|".join(re.escape(n) for n in sorted(namespaces))}"',) if namespaces else ()
+    return lambda offset: (
+        f"({add_matchers(inner(offset), scope, _CADVISOR_NAMES)}) and on (namespace, pod) {GPU_PODS}"
+    )
+
+
 def _gauge_by_pod(selector: str) -> Callable[[str], str]:
     return lambda offset: f"sum by (namespace, pod) ({fold_labels(f'{selector}{offset} {_SENTINEL_FILTER}')})"
 
@@ -214,11 +270,22 @@ class PrometheusSource:
         return result
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
-        """An instant query at `at`."""
+        """An instant query at `at` (with the configured extra matchers)."""
+        query = add_matchers(query, self.config.extra_matchers)
         return self._call(what, lambda: self.client.custom_query(query, params={"time": f"{at:.3f}"}))
 
+    def gpu_namespaces(self, at: float, window_seconds: float) -> list[str]:
+        """Namespaces where kube-state-metrics shows a pod requesting a GPU resource in the window."""
+        rows = self.instant(
+            "namespaces with GPU pods",
+            f"count by (namespace) (max_over_time({GPU_REQUEST_SELECTOR}[{_duration(window_seconds)}]) > 0)",
+            at,
+        )
+        return sorted({str(row["metric"]["namespace"]) for row in rows if row["metric"].get("namespace")})
+
     def range(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        """A range query."""
+        """A range query (with the configured extra matchers)."""
+        query = add_matchers(query, self.config.extra_matchers)
         return self._call(
             what,
             lambda: self.client.custom_query_range(
@@ -254,6 +321,16 @@ class PrometheusSource:
         rate_window = max(3 * step, 180.0)
         say = progress or (lambda _message: None)
         self.check(end)
+        gpu_namespaces = self.gpu_namespaces(end, window_seconds)
+        if not gpu_namespaces:
+            say(
+                "kube-state-metrics shows no pod requesting an NVIDIA GPU resource: pod statistics are "
+                "not limited to GPU pods"
+            )
+
+        def scoped(inner: Callable[[str], str]) -> Callable[[str], str]:
+            return only_gpu_pods(inner, gpu_namespaces) if gpu_namespaces else inner
+
         jobs: dict[str, tuple[str, str]] = {}  # name → (kind, query)
         for source in mn.GPU_SIGNAL_SOURCES:
             floor = mn.ACTIVITY_FLOORS.get(source.signal)
@@ -274,12 +351,17 @@ class PrometheusSource:
             else:
                 expr = _gauge_by_pod(f'{pod_source.metric}{{container!="",container!="POD"}}')
             floor = mn.ACTIVITY_FLOORS.get(pod_source.signal)
-            jobs[f"pod:{pod_source.signal.value}"] = ("pod", stats_query(expr, window_seconds, step, floor))
+            jobs[f"pod:{pod_source.signal.value}"] = (
+                "pod",
+                stats_query(scoped(expr), window_seconds, step, floor),
+            )
         throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)
         periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)
         jobs[f"pod:{Signal.CPU_THROTTLED_RATIO.value}"] = (
             "pod",
-            stats_query(lambda o: f"({throttled(o)}) / ({periods(o)} > 0)", window_seconds, step, 0.0),
+            stats_query(
+                scoped(lambda o: f"({throttled(o)}) / ({periods(o)} > 0)"), window_seconds, step, 0.0
+            ),
         )
         serving = self._serving_exprs(rate_window)
         for signal, expr in serving.items():
@@ -299,7 +381,7 @@ class PrometheusSource:
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
         )
-        ranges["range:cpu"] = _rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True)("")
+        ranges["range:cpu"] = scoped(_rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True))("")
         total = len(jobs) + len(ranges)
         say(
             f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})"
@@ -320,6 +402,20 @@ class PrometheusSource:
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
         return self._assemble(results, start, end, step, coarse, namespace, workload, owners)
+
+    def read_capacity(self, at: datetime | None = None) -> ClusterCapacity:
+        """Node pools from kube-state-metrics' allocatable and node labels (the API-less fallback)."""
+        end = (at or datetime.now(tz=UTC)).timestamp()
+        allocatable = self.instant(
+            "node allocatable",
+            f"max by (node, resource) (last_over_time({mn.KSM_NODE_ALLOCATABLE}[15m]))",
+            end,
+        )
+        labels = self.instant("node labels", f"last_over_time({mn.KSM_NODE_LABELS}[15m])", end)
+        return capacity_from_ksm(
+            ((dict(row["metric"]), _value(row)) for row in allocatable),
+            (dict(row["metric"]) for row in labels),
+        )
 
     @staticmethod
     def _serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
@@ -555,6 +651,21 @@ def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, flo
             raise PrometheusSourceError(f"malformed range answer from Prometheus: {error}") from error
         out[(labels.get("namespace", ""), labels["pod"])] = samples
     return out
+
+
+def source_for(cfg: OperatorConfig) -> PrometheusSource:
+    """The operator's Prometheus source from its configuration (token file, TLS, timeout, matchers)."""
+    token = Path(cfg.prometheus_token_file).read_text().strip() if cfg.prometheus_token_file else None
+    return PrometheusSource(
+        PrometheusConfig(
+            url=cfg.prometheus_url or "",
+            bearer_token=token,
+            ca_file=cfg.prometheus_ca_file,
+            insecure=cfg.prometheus_insecure,
+            timeout_seconds=cfg.prometheus_timeout_seconds,
+            extra_matchers=cfg.prometheus_matchers,
+        )
+    )
 
 
 def read_prometheus(

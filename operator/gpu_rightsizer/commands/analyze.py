@@ -98,9 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
     parser.add_argument(
         "--sharing",
-        choices=("mig-mixed", "mig-single", "time-slicing", "mps", "none"),
-        default="mig-mixed",
-        help="the cluster's GPU-sharing strategy (what a smaller allocation may be)",
+        choices=("auto", "mig-mixed", "mig-single", "time-slicing", "mps", "none"),
+        default="auto",
+        help="the cluster's GPU-sharing strategy (what a smaller allocation may be); auto (default) "
+        "reads it from the nodes' GPU feature discovery labels and allocatable resources in the data "
+        "(kube-state-metrics), and assumes mig-mixed only when the data has no node at all",
     )
     auth = parser.add_argument_group("Prometheus connection")
     auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
@@ -112,6 +114,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates"
     )
     auth.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
+    auth.add_argument(
+        "--prometheus-label",
+        dest="prometheus_labels",
+        metavar="MATCHER",
+        action="append",
+        default=[],
+        help='extra label matcher for every query, e.g. cluster=prod or cluster=~"prod-.*" (multi-cluster '
+        "stores: Thanos, Mimir, VictoriaMetrics); repeatable",
+    )
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
 
 
@@ -153,12 +164,15 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
+    from gpu_rightsizer.adapters.capacity import capacity_from_file
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
         PrometheusConfig,
+        PrometheusSource,
         PrometheusSourceError,
-        read_prometheus,
     )
+    from gpu_rightsizer.config import MatcherError, parse_matchers
+    from gpu_rightsizer.logic.capacity import constrain_to_capacity, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
@@ -180,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
             _progress(f"reading {args.openmetrics}")
             path = _plain_text(Path(args.openmetrics), stack)
             window_seconds = args.window or DEFAULT_WINDOW_SECONDS
+            capacity = capacity_from_file(path)
 
             def read(seconds: float) -> list[WorkloadWindow]:
                 return read_openmetrics(
@@ -212,9 +227,10 @@ def run(args: argparse.Namespace) -> int:
                 insecure=args.insecure_skip_tls_verify,
                 timeout_seconds=args.timeout,
                 max_concurrency=max(1, args.max_concurrency),
+                extra_matchers=parse_matchers(list(getattr(args, "prometheus_labels", []) or [])),
             )
-            windows = read_prometheus(
-                config,
+            source = PrometheusSource(config)
+            windows = source.read(
                 window_seconds=args.window or DEFAULT_WINDOW_SECONDS,
                 at=args.at,
                 step_seconds=args.step,
@@ -222,7 +238,8 @@ def run(args: argparse.Namespace) -> int:
                 workload=args.workload,
                 progress=_progress,
             )
-    except (OpenMetricsError, PrometheusSourceError) as error:
+            capacity = source.read_capacity(args.at)
+    except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except OSError as error:
@@ -231,10 +248,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stack.close()
     _progress(f"{len(windows)} GPU workload(s) read in {time.monotonic() - started:.1f}s; diagnosing")
-    sharing = SharingStrategy(args.sharing)
+    explicit = None if args.sharing == "auto" else SharingStrategy(args.sharing)
+    for note in capacity.notes:
+        _progress(f"note: {note}")
+    if explicit is None and not capacity.known:
+        _progress("no node capacity in the data: assuming MIG mixed; pass --sharing to say otherwise")
+    elif capacity.known:
+        _progress(f"node pools ({capacity.source}): " + "; ".join(p.describe() for p in capacity.pools))
     rows = []
     for index, window in enumerate(windows, start=1):
-        analysis = analyze_window(window, settings, sharing=sharing)
+        sharing = sharing_for(capacity, window.allocation.gpu_model, explicit)
+        analysis = constrain_to_capacity(analyze_window(window, settings, sharing=sharing), capacity)
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         rows.append(ReportRow(analysis=analysis, warnings=list(window.warnings), window=span))
         if len(windows) > 50 and index % 50 == 0:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,11 +22,13 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
+from gpu_rightsizer.adapters.capacity import load_capacity
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.openmetrics import ExtraOwners
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import metrics
+from gpu_rightsizer.logic.capacity import ClusterCapacity, constrain_to_capacity, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -73,25 +75,28 @@ def fetch_windows(
     The step follows the window (about 60 points, between 1 s and 60 s), so short windows used in
     tests and demos still carry enough samples.
     """
-    from pathlib import Path
+    from gpu_rightsizer.adapters.prometheus import source_for
 
-    from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
-
-    token = Path(cfg.prometheus_token_file).read_text().strip() if cfg.prometheus_token_file else None
-    source = PrometheusSource(
-        PrometheusConfig(
-            url=cfg.prometheus_url or "",
-            bearer_token=token,
-            ca_file=cfg.prometheus_ca_file,
-            insecure=cfg.prometheus_insecure,
-        )
-    )
+    source = source_for(cfg)
     window_seconds = max(1.0, (end - start).total_seconds())
-    step = max(1.0, min(60.0, window_seconds / 60.0))
+    step = cfg.prometheus_step_seconds or max(1.0, min(60.0, window_seconds / 60.0))
     namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
     return source.read(
         window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace, owners=owners
     )
+
+
+def capacity_from_metrics(cfg: OperatorConfig, end: datetime) -> Callable[[], ClusterCapacity] | None:
+    """Node capacity from kube-state-metrics, for when the API server's nodes cannot be listed."""
+    if not cfg.prometheus_url:
+        return None
+
+    def read() -> ClusterCapacity:
+        from gpu_rightsizer.adapters.prometheus import source_for
+
+        return source_for(cfg).read_capacity(end)
+
+    return read
 
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
@@ -136,10 +141,27 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
 
 
 def analyse(
-    window: WorkloadWindow, settings: EffectiveSettings, now: datetime, window_seconds: float | None = None
+    window: WorkloadWindow,
+    settings: EffectiveSettings,
+    now: datetime,
+    window_seconds: float | None = None,
+    capacity: ClusterCapacity | None = None,
 ) -> Analysis:
-    """Run the engine with the policy's sharing strategy, MIG profiles and thresholds."""
-    sharing = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
+    """Run the engine with the cluster's sharing strategy (the policy's when no node is known), MIG
+    profiles and thresholds, then keep its advice to what the node pools can schedule."""
+    fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
+    capacity = capacity or ClusterCapacity()
+    sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
+    return constrain_to_capacity(_analyze(window, settings, now, window_seconds, sharing), capacity)
+
+
+def _analyze(
+    window: WorkloadWindow,
+    settings: EffectiveSettings,
+    now: datetime,
+    window_seconds: float | None,
+    sharing: SharingStrategy,
+) -> Analysis:
     return analyze_window(
         window,
         engine_settings(settings, window_seconds),
@@ -175,6 +197,8 @@ class CycleState:
     workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
     hpas: dict[tuple[str, str, str], dict[str, Any]] | None = None
+    #: What the nodes offer (node pools), read once per cycle.
+    capacity: ClusterCapacity = field(default_factory=ClusterCapacity)
 
     def workload(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
         """The workload from this cycle's listing, else (a kind not listed, or not found) a GET."""
@@ -426,6 +450,7 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
     memo.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
+    state.capacity = load_capacity(kube, capacity_from_metrics(cfg, end))
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
@@ -578,7 +603,7 @@ def _analyse_and_write(
     hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
     window = with_hpa(window, hpa)
     try:
-        analysis = analyse(window, settings, state.now, item.window_seconds)
+        analysis = analyse(window, settings, state.now, item.window_seconds, state.capacity)
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)

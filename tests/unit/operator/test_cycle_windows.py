@@ -162,7 +162,11 @@ def analysed_with(monkeypatch: pytest.MonkeyPatch) -> dict[str, float | None]:
     original = cycle.analyse
 
     def recording(
-        window: WorkloadWindow, settings: Any, now: datetime, window_seconds: float | None = None
+        window: WorkloadWindow,
+        settings: Any,
+        now: datetime,
+        window_seconds: float | None = None,
+        capacity: Any = None,
     ) -> Any:
         seen[window.workload.key] = window_seconds
         assert window.duration_seconds == window_seconds, "the window read is the window analysed"
@@ -268,7 +272,11 @@ def _analysis_with(code: str, summary: str) -> Any:
     from gpu_rightsizer.model.result import Analysis
 
     def fake(
-        window: WorkloadWindow, settings: Any, now: datetime, window_seconds: float | None = None
+        window: WorkloadWindow,
+        settings: Any,
+        now: datetime,
+        window_seconds: float | None = None,
+        capacity: Any = None,
     ) -> Any:
         real = analyze_window(window, cycle.engine_settings(settings, window_seconds), now=now)
         assert isinstance(real, Analysis)
