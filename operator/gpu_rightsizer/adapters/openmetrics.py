@@ -727,6 +727,7 @@ def windows_from_samples(
                 step_candidates.append(ts)
     collector.finish_inventory()
     step = step_seconds or infer_step(step_candidates)
+    requesting = attribute_devices(collector)
     shared: dict[tuple[str | None, str], int] = defaultdict(int)
     for series in collector.pods.values():
         for device in series.devices.values():
@@ -737,7 +738,7 @@ def windows_from_samples(
     observations: dict[Key, PodObservation] = {}
     pod_warnings: dict[Key, list[str]] = {}
     for key, series in collector.pods.items():
-        if has_ksm and key not in collector.inventory.pods:
+        if (has_ksm and key not in collector.inventory.pods) or (requesting and key not in requesting):
             continue
         warnings: list[str] = []
         info = collector.inventory.pods.get(key)
@@ -764,6 +765,27 @@ def windows_from_samples(
         namespace,
         workload,
     )
+
+
+def attribute_devices(collector: SeriesCollector) -> set[Key]:
+    """Pods that request a GPU resource (kube-state-metrics); other pods' device series become board data.
+
+    A ServiceMonitor or PodMonitor adds the scraped pod's own `namespace`/`pod` to series that have
+    none: idle GPUs and dcgm-exporter's device-level copies then look like the exporter's (or the
+    agent's) devices. Only pods that request a GPU own devices; without any request series (no
+    kube-state-metrics) nothing changes.
+    """
+    requesting = {key for key, info in collector.inventory.pods.items() if info.gpu_resource}
+    if not requesting:
+        return requesting
+    for key in [k for k, series in collector.pods.items() if k not in requesting and series.devices]:
+        for uuid, device in collector.pods[key].devices.items():
+            board = collector.boards.setdefault((device.node or "", uuid), device)
+            if board is not device:
+                for signal, samples in device.signals.items():
+                    board.signals.setdefault(signal, samples)
+        collector.pods[key].devices.clear()
+    return requesting
 
 
 def _workload_serving_stats(collector: SeriesCollector, step: float) -> dict[str, dict[Signal, SignalStats]]:

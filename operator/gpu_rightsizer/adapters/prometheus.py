@@ -490,6 +490,16 @@ class PrometheusSource:
             value = _value(row)
             if not st.is_missing(value):
                 entry["xids"].add(int(value))
+        requesting = {key for key, info in inventory.pods.items() if info.gpu_resource}
+        if requesting:  # a device belongs to a pod that requests a GPU, never to the exporter's own pod
+            for key in [k for k in devices if k not in requesting]:
+                for device_id, entry in devices.pop(key).items():
+                    board_of_device = boards.setdefault(
+                        (entry["labels"].get("hostname", ""), entry["labels"].get("UUID") or device_id),
+                        {"labels": entry["labels"], "stats": {}, "xids": set()},
+                    )
+                    for signal, summary in entry["stats"].items():
+                        board_of_device["stats"].setdefault(signal, summary)
         shared: dict[tuple[str, str], int] = defaultdict(int)
         for per_pod in devices.values():
             for device_id, entry in per_pod.items():
@@ -499,7 +509,7 @@ class PrometheusSource:
         has_ksm = bool(inventory.pods)
         observations: dict[Key, PodObservation] = {}
         for key in set(devices) | set(pod_stats) | {k for k, i in inventory.pods.items() if i.gpu_resource}:
-            if has_ksm and key not in inventory.pods:
+            if (has_ksm and key not in inventory.pods) or (requesting and key not in requesting):
                 continue
             info = inventory.pods.get(key)
             gpus = []
