@@ -71,6 +71,8 @@ class PodInfo:
         default_factory=dict
     )  # (resource, container, limit)
     workload_type: str | None = None
+    #: HAMi vGPU requests (nvidia.com/gpumem, gpucores, gpumem-percentage) -> amount
+    hami: dict[str, float] = field(default_factory=dict)
     restarts: float = 0.0
     oom_killed: bool = False
 
@@ -177,6 +179,8 @@ class Inventory:
                 info.memory_limit = (info.memory_limit or 0.0) + value
             else:
                 info.memory_request = (info.memory_request or 0.0) + value
+        elif resource.replace("_", "-") in mn.HAMI_RESOURCES:
+            info.hami[resource.replace("_", "-")] = value
         elif mn.is_gpu_resource(resource):
             # Extended resources have request == limit; prefer limits, count each container once.
             container = labels.get("container", "")
@@ -511,6 +515,8 @@ def allocation_for(
     sharing_label = inventory.node_sharing.get(node or "", "none")
     if mig_profile:
         sharing = "mig"
+    elif any(i.hami for i in infos):
+        sharing = "hami"
     elif gpu_resource == "nvidia.com/gpu.shared" or shared or sharing_label in ("time-slicing", "mps"):
         sharing = sharing_label if sharing_label in ("time-slicing", "mps") else "time-slicing"
     else:

@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.config import MatcherError, parse_matchers
     from gpu_rightsizer.logic.capacity import constrain_to_capacity, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
@@ -256,11 +257,14 @@ def run(args: argparse.Namespace) -> int:
     elif capacity.known:
         _progress(f"node pools ({capacity.source}): " + "; ".join(p.describe() for p in capacity.pools))
     rows = []
-    for index, window in enumerate(windows, start=1):
-        sharing = sharing_for(capacity, window.allocation.gpu_model, explicit)
+    for index, read_window in enumerate(windows, start=1):
+        sharing = sharing_for(capacity, read_window.allocation.gpu_model, explicit)
+        window, notes = observe_sharing(read_window, capacity)
         analysis = constrain_to_capacity(analyze_window(window, settings, sharing=sharing), capacity)
+        analysis = with_notes(analysis, notes)
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
-        rows.append(ReportRow(analysis=analysis, warnings=list(window.warnings), window=span))
+        warnings = sorted(set(window.warnings) | set(notes))
+        rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))
         if len(windows) > 50 and index % 50 == 0:
             _progress(f"diagnosed {index}/{len(windows)}")
     sys.stdout.write(render(rows, args.output))

@@ -37,6 +37,7 @@ from gpu_rightsizer.logic.policy import (
     policy_problems,
     settings_for_workload,
 )
+from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
 from gpu_rightsizer.logic.status import analysed_status, merge_conditions
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, PolicyMode, SharingStrategy
@@ -152,7 +153,9 @@ def analyse(
     fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
-    return constrain_to_capacity(_analyze(window, settings, now, window_seconds, sharing), capacity)
+    window, notes = observe_sharing(window, capacity)
+    analysis = _analyze(window, settings, now, window_seconds, sharing)
+    return with_notes(constrain_to_capacity(analysis, capacity), notes)
 
 
 def _analyze(

@@ -144,6 +144,12 @@ POD_LABEL_WORKLOAD_TYPE: Final = "label_gpurightsizer_io_workload_type"
 #: LeaderWorkerSet's group label on every leader and worker pod (`leaderworkerset.sigs.k8s.io/name`).
 POD_LABEL_LWS_NAME: Final = "label_leaderworkerset_sigs_k8s_io_name"
 
+#: HAMi vGPU resources: a pod asks `nvidia.com/gpu` for physical GPUs plus a memory and core share
+#: (HAMi README, "nvidia.com/gpu refers to the number of physical GPUs").
+HAMI_RESOURCES: Final[frozenset[str]] = frozenset(
+    {"nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"}
+)
+
 #: Owner kind kube-state-metrics writes for a pod without a controller.
 KSM_NO_OWNER: Final = "<none>"
 
