@@ -91,6 +91,22 @@ class Inventory:
     hpa_target: dict[Key, tuple[str, str]] = field(default_factory=dict)
     hpa_bounds: dict[Key, dict[str, int]] = field(default_factory=dict)
     extra_owners: ExtraOwners | None = None
+    #: kube_pod_labels / kube_node_labels rows seen, and whether any carried a Kubernetes label.
+    label_rows: dict[str, list[bool]] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """What the label metrics lack: kube-state-metrics 2.x exports only allowlisted labels
+        (`--metric-labels-allowlist`; the kube-state-metrics chart's `metricLabelsAllowlist` is empty by
+        default), so a label metric without any `label_*` is said, not read as "no such label". Node
+        labels are said by the capacity reader (`adapters.capacity`)."""
+        found = []
+        if (rows := self.label_rows.get(mn.KSM_POD_LABELS)) and not any(rows):
+            found.append(
+                "kube_pod_labels carries no pod labels: the gpurightsizer.io/workload-type and "
+                "leaderworkerset.sigs.k8s.io/name labels are lost; set kube-state-metrics "
+                'metricLabelsAllowlist "pods=[gpurightsizer.io/workload-type,leaderworkerset.sigs.k8s.io/name]"'
+            )
+        return found
 
     def pod(self, namespace: str, name: str) -> PodInfo:
         """The record of a pod, created on first use."""
@@ -102,6 +118,8 @@ class Inventory:
             return
         namespace = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
         pod_name = mn.first_label(labels, mn.POD_LABELS)
+        if metric in (mn.KSM_POD_LABELS, mn.KSM_NODE_LABELS):
+            self.label_rows.setdefault(metric, []).append(any(k.startswith("label_") for k in labels))
         if metric == mn.KSM_POD_OWNER and pod_name and value > 0:
             info = self.pod(namespace, pod_name)
             kind = labels.get("owner_kind", mn.KSM_NO_OWNER)

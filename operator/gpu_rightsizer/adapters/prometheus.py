@@ -12,6 +12,7 @@ GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label v
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections import defaultdict
@@ -42,6 +43,7 @@ from gpu_rightsizer.model.observation import (
 )
 
 Progress = Callable[[str], None]
+LOG = logging.getLogger(__name__)
 
 #: Keys that identify one device series after label folding.
 GPU_KEYS = ("namespace", "pod", "hostname", "UUID", "gpu", "GPU_I_ID", "GPU_I_PROFILE", "modelName", "vgpu")
@@ -239,6 +241,8 @@ class PrometheusSource:
             method="POST",
         )
         self.queries_sent = 0
+        #: What the last read found missing in the data (label allowlists), for people to fix.
+        self.notes: list[str] = []
 
     # -- transport ----------------------------------------------------------------------------------
     def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
@@ -450,6 +454,9 @@ class PrometheusSource:
                 metric = name.removeprefix("ksm:")
                 for row in rows:
                     inventory.add(metric, dict(row["metric"]), _value(row))
+        self.notes = inventory.notes()
+        for note in self.notes:
+            LOG.warning("%s", note)
         # device stats: (ns, pod) → device id → signal → stats; board-level series have no pod
         devices: dict[Key, dict[str, dict[str, Any]]] = defaultdict(dict)
         boards: dict[tuple[str, str], dict[str, Any]] = {}

@@ -240,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
                 progress=_progress,
             )
             capacity = source.read_capacity(args.at)
+            for note in source.notes:
+                _progress(f"note: {note}")
     except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -38,7 +38,7 @@ from gpu_rightsizer.logic.policy import (
     settings_for_workload,
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
-from gpu_rightsizer.logic.status import analysed_status, merge_conditions
+from gpu_rightsizer.logic.status import analysed_status, merge_conditions, metrics_condition
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, PolicyMode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -464,8 +464,9 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
+    failures: dict[float, str] = {}
     batches = _fetch_batches(
-        cfg, sorted({item.window_seconds for item in pending}), end, api_parent_lookup(kube)
+        cfg, sorted({item.window_seconds for item in pending}), end, api_parent_lookup(kube), failures
     )
     acting = (
         _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()
@@ -476,7 +477,9 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
     work: list[tuple[_Pending, WorkloadWindow]] = []
     for item in pending:
         batch = batches.get(item.window_seconds)
-        if batch is None:  # no metrics for this window this cycle: keep what the status says
+        if batch is None:  # no metrics for this window this cycle: keep what the status says, and say so
+            if item.window_seconds in failures and _has_role(cfg, "recommender"):
+                say_metrics_failed(kube, item.ref, item.recommendation, failures[item.window_seconds], end)
             continue
         window = batch.get(item.ref.key)
         if window is not None:
@@ -525,7 +528,11 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
 
 
 def _fetch_batches(
-    cfg: OperatorConfig, windows: list[float], end: datetime, owners: ExtraOwners | None = None
+    cfg: OperatorConfig,
+    windows: list[float],
+    end: datetime,
+    owners: ExtraOwners | None = None,
+    failures: dict[float, str] | None = None,
 ) -> dict[float, dict[str, WorkloadWindow]]:
     """Window length -> workload key -> window: one batch of queries per distinct window length.
 
@@ -539,6 +546,9 @@ def _fetch_batches(
             fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end, owners)
         except Exception as error:
             metrics.ERRORS.labels("metrics_source").inc()
+            metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(0)
+            if failures is not None:
+                failures[seconds] = f"{type(error).__name__}: {error}"
             LOG.warning(
                 "metrics source %s failed for the %s window; recommendations keep their last "
                 "analysis this cycle: %s",
@@ -548,7 +558,36 @@ def _fetch_batches(
             )
             continue
         batches[seconds] = {window.workload.key: window for window in fetched}
+        metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
+        metrics.METRICS_LAST_SUCCESS.set(time.time())
     return batches
+
+
+def _duration_label(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+def say_metrics_failed(
+    kube: KubeAdapter, ref: WorkloadRef, recommendation: Mapping[str, Any], error: str, now: datetime
+) -> None:
+    """Set `MetricsAvailable=False` on a recommendation whose batch failed; the analysis stays as it was."""
+    old = list((recommendation.get("status") or {}).get("conditions") or [])
+    generation = (recommendation.get("metadata") or {}).get("generation")
+    fresh = metrics_condition(error, now, generation).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+    previous = next((c for c in old if c.get("type") == fresh["type"]), None)
+    if (
+        previous is not None
+        and previous.get("status") == "False"
+        and previous.get("message") == fresh["message"]
+    ):
+        return
+    try:
+        kube.patch_recommendation_status(ref, {"conditions": merge_conditions(old, [fresh])})
+    except Exception:
+        metrics.ERRORS.labels("kubernetes").inc()
+        LOG.exception("could not mark the metrics of %s as unavailable", ref.key)
 
 
 def _prepare(

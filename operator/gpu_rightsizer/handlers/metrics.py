@@ -28,3 +28,12 @@ ACTIONS_APPLIED = Counter(
     "Changes carried out by the actuator, by action and result.",
     ["action", "result"],
 )
+METRICS_SOURCE_UP = Gauge(
+    "gpu_rightsizer_metrics_source_up",
+    "1 when the last batch of metric queries for an observation window was answered, 0 when it failed.",
+    ["window"],
+)
+METRICS_LAST_SUCCESS = Gauge(
+    "gpu_rightsizer_metrics_last_success_timestamp_seconds",
+    "Unix time of the last answered batch of metric queries.",
+)

@@ -236,8 +236,17 @@ def test_a_failing_batch_changes_nothing_for_its_workloads_only(
     cycle.run_cycle(memo_for(kube), now=NOW)
 
     assert metrics.ERRORS.labels("metrics_source")._value.get() == errors_before + 1
-    patched = {key for key, _ in kube.status_patches}
-    assert patched == {"team-b/Deployment/three", "team-c/Deployment/solo"}
+    assert metrics.METRICS_SOURCE_UP.labels("600s")._value.get() == 0
+    analysed = {key for key, body in kube.status_patches if "diagnosis" in body}
+    assert analysed == {"team-b/Deployment/three", "team-c/Deployment/solo"}
+    # the failed batch's workloads keep their analysis, and their status says the metrics failed
+    stale = {key: body for key, body in kube.status_patches if key.startswith("team-a/")}
+    assert set(stale) == {"team-a/Deployment/one", "team-a/Deployment/two"}
+    for body in stale.values():
+        assert set(body) == {"conditions"}
+        condition = next(c for c in body["conditions"] if c["type"] == "MetricsAvailable")
+        assert condition["status"] == "False" and condition["reason"] == "QueryFailed"
+    patched = analysed
     assert not any(key.startswith("team-a/") for key, _, _ in kube.events)
     assert set(analysed_with) == patched
 

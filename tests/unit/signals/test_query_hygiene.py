@@ -131,3 +131,17 @@ def test_capacity_from_a_file_keeps_only_the_node_series(tmp_path: Path) -> None
     assert capacity.source == "kube-state-metrics"
     assert capacity.pools[0].sharing_strategy == "time-slicing" and capacity.pools[0].replicas == 4
     assert capacity.sharing_strategy() is SharingStrategy.TIME_SLICING
+
+
+def test_pod_labels_without_an_allowlist_are_said() -> None:
+    from gpu_rightsizer.adapters.openmetrics import Inventory
+    from gpu_rightsizer.model import metric_names as mn
+
+    bare = Inventory()
+    bare.add(mn.KSM_POD_LABELS, {"namespace": "ml", "pod": "p", "uid": "u"}, 1.0)
+    assert any("metricLabelsAllowlist" in note and "pods=[" in note for note in bare.notes())
+    labelled = Inventory()
+    labelled.add(
+        mn.KSM_POD_LABELS, {"namespace": "ml", "pod": "p", mn.POD_LABEL_WORKLOAD_TYPE: "training"}, 1.0
+    )
+    assert labelled.notes() == []
