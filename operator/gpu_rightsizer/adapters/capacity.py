@@ -80,6 +80,8 @@ def capacity_from_ksm(
         for ksm_label, node_label in KSM_NODE_LABELS.items():
             if labels.get(ksm_label):
                 node_entry["metadata"]["labels"][node_label] = labels[ksm_label]
+    if not any(node["status"]["allocatable"] for node in nodes.values()):
+        return ClusterCapacity()  # labels alone say nothing of what can be scheduled
     capacity = capacity_from_nodes(list(nodes.values()), source="kube-state-metrics")
     if nodes and not carried:
         return ClusterCapacity(pools=capacity.pools, source=capacity.source, notes=(ALLOWLIST_HINT,))

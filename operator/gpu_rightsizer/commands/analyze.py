@@ -262,7 +262,9 @@ def run(args: argparse.Namespace) -> int:
     for index, read_window in enumerate(windows, start=1):
         sharing = sharing_for(capacity, read_window.allocation.gpu_model, explicit)
         window, notes = observe_sharing(read_window, capacity)
-        analysis = constrain_to_capacity(analyze_window(window, settings, sharing=sharing), capacity)
+        analysis = constrain_to_capacity(
+            analyze_window(window, settings, sharing=sharing), capacity, window.allocation.gpu_model
+        )
         analysis = with_notes(analysis, notes)
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         warnings = sorted(set(window.warnings) | set(notes))

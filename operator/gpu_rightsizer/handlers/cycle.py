@@ -155,7 +155,7 @@ def analyse(
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
     window, notes = observe_sharing(window, capacity)
     analysis = _analyze(window, settings, now, window_seconds, sharing)
-    return with_notes(constrain_to_capacity(analysis, capacity), notes)
+    return with_notes(constrain_to_capacity(analysis, capacity, window.allocation.gpu_model), notes)
 
 
 def _analyze(

@@ -98,9 +98,11 @@ class ClusterCapacity:
         """False when no node was seen: nothing is constrained then."""
         return bool(self.pools)
 
-    def most_of(self, resource: str) -> float:
-        """The most of `resource` one node offers (0 when no pool offers it)."""
-        return max((p.gpu_resources.get(resource, 0.0) for p in self.pools), default=0.0)
+    def most_of(self, resource: str, product: str | None = None) -> float:
+        """The most of `resource` one node offers (0 when no pool offers it), among the pools of the
+        GPU model `product` when some pool has it (a slice or share of another model is a model change)."""
+        pools = self.pools_of(product) or self.pools
+        return max((p.gpu_resources.get(resource, 0.0) for p in pools), default=0.0)
 
     @property
     def max_cpu_cores(self) -> float:
@@ -274,7 +276,7 @@ def _what_a_pool_needs(resource: str, count: int, action: Action) -> str:
     return f"a node pool publishing {resource}"
 
 
-def _unlandable(action: Action, capacity: ClusterCapacity) -> str | None:
+def _unlandable(action: Action, capacity: ClusterCapacity, product: str | None) -> str | None:
     """Why `action` cannot be scheduled on any pool, or None when some pool offers what it names."""
     single = _mig_single_product(action)
     if single is not None:
@@ -282,9 +284,10 @@ def _unlandable(action: Action, capacity: ClusterCapacity) -> str | None:
             return None
         return f"needs a node pool with MIG strategy single labelled {LABEL_PRODUCT}={single}"
     for resource, count in sorted(_gpu_resources_of(action).items()):
-        most = capacity.most_of(resource)
+        most = capacity.most_of(resource, product)
         if most < count:
-            offered = "no pool offers it" if most == 0 else f"the largest node offers {most:g}"
+            where = f" with {_base_product(product)}" if capacity.pools_of(product) else ""
+            offered = f"no pool{where} offers it" if most == 0 else f"the largest node offers {most:g}"
             return f"needs {_what_a_pool_needs(resource, count, action)}; {offered}"
     return None
 
@@ -364,7 +367,9 @@ def _demote(action: Action, why: str) -> Action:
     )
 
 
-def constrain_to_capacity(analysis: Analysis, capacity: ClusterCapacity) -> Analysis:
+def constrain_to_capacity(
+    analysis: Analysis, capacity: ClusterCapacity, product: str | None = None
+) -> Analysis:
     """The analysis with every action reduced to what the cluster's node pools can schedule.
 
     - A GPU action (MIG slice, shared GPU, more GPUs) naming a resource no pool offers, or more of it
@@ -372,7 +377,9 @@ def constrain_to_capacity(analysis: Analysis, capacity: ClusterCapacity) -> Anal
       pool would need. Its savings are no longer counted.
     - CPU and memory raises are capped at the largest node's allocatable; a cap at or below today's
       value leaves advice only.
-    Without any node facts (`capacity.known` false) the analysis is returned unchanged.
+    `product` is the workload's GPU model (GFD product label): slices and shares are looked for in
+    the pools of that model first. Without any node facts (`capacity.known` false) the analysis is
+    returned unchanged.
     """
     if not capacity.known or not analysis.actions:
         return analysis
@@ -388,7 +395,7 @@ def constrain_to_capacity(analysis: Analysis, capacity: ClusterCapacity) -> Anal
                     update={"reason": f"{action.reason} No node pool of this cluster has this model today."}
                 )
         elif action.type in _SHAPE_ACTIONS:
-            why = _unlandable(action, capacity)
+            why = _unlandable(action, capacity, product)
             if why is not None:
                 new = _demote(action, why)
                 demoted_shape = True

@@ -904,7 +904,7 @@ def cluster_series(
                     {
                         "namespace": ns,
                         "replicaset": owner_name,
-                        "owner_kind": "Deployment",
+                        "owner_kind": scenario.kind,
                         "owner_name": ctx.workload,
                     },
                     1.0,

@@ -189,3 +189,29 @@ def test_without_node_facts_nothing_changes() -> None:
     analysis = analyze_window(oversized(), sharing=SharingStrategy.MIG_MIXED)
     assert constrain_to_capacity(analysis, ClusterCapacity()) == analysis
     assert allocation().gpu_resource == "nvidia.com/gpu"
+
+
+def test_a_share_of_another_gpu_model_does_not_count() -> None:
+    l4_shared = {
+        "metadata": {
+            "name": "l4",
+            "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-L4-SHARED",
+                "nvidia.com/gpu.sharing-strategy": "time-slicing",
+            },
+        },
+        "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "16"}},
+    }
+    analysis = analyze_window(oversized(), sharing=SharingStrategy.TIME_SLICING)  # an H100 workload
+    # RENAMED is an H100 pool publishing nvidia.com/gpu.shared: the H100 workload can move there
+    assert constrain_to_capacity(analysis, capacity_from_nodes([RENAMED, l4_shared]), H100) == analysis
+    renamed_a100 = {
+        **RENAMED,
+        "metadata": {
+            **RENAMED["metadata"],
+            "labels": {**RENAMED["metadata"]["labels"], "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
+        },
+    }
+    other_model = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE, renamed_a100]), H100)
+    advice = next(a for a in other_model.actions if a.type is ActionType.GPU_SHARING)
+    assert not advice.automatic and f"no pool with {H100}" in advice.reason
