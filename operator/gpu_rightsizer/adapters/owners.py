@@ -26,6 +26,8 @@ LOG = logging.getLogger(__name__)
 
 #: Groups whose kinds the operator's RBAC always covers: a refusal there is a broken install, raised.
 _BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
+#: Built-in kinds listed once per cycle by the metric path's owner walk.
+_LISTED_KINDS = frozenset({"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"})
 #: Built-in kinds that own pods (what `KubeAdapter.read` reads).
 _BUILT_IN_KINDS = frozenset({"Pod", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"})
 
@@ -144,26 +146,51 @@ def resolve_pod(reader: OwnerReader, pod: Mapping[str, Any]) -> tuple[ObjectLink
     return top, obj, resolution.via
 
 
-def api_parent_lookup(kube: KubeAdapter) -> Callable[[str, ObjectLink], ObjectLink | None]:
-    """The controller owner of an object, read from the API once per object (for one cycle's batch).
+def api_parent_lookup(
+    kube: KubeAdapter,
+    namespaces: tuple[str, ...] = (),
+    listed: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]] | None = None,
+) -> Callable[[str, ObjectLink], ObjectLink | None]:
+    """The controller owner of an object, from the API, for one cycle's batch.
 
     Lets the metric path walk past what kube-state-metrics tells (StatefulSet, Deployment and custom
-    kind owners), so it reaches the same workload as the pod watch. A failed read ends the walk there.
+    kind owners), so it reaches the same workload as the pod watch. Built-in kinds are listed once
+    (in `namespaces`, else cluster-wide; `listed` holds the cycle's listings already made), so the
+    cost does not grow with the number of workloads; custom kinds are read one by one. A failed read
+    ends the walk there.
     """
     reader = OwnerReader(kube)
+    listings: dict[str, Mapping[tuple[str, str], Mapping[str, Any]] | None] = dict(listed or {})
     cache: dict[tuple[str, str, str], ObjectLink | None] = {}
+
+    def listing(kind: str) -> Mapping[tuple[str, str], Mapping[str, Any]] | None:
+        if kind not in listings:
+            try:
+                listings[kind] = kube.list_workloads(kind, namespaces)
+            except Exception as error:  # RBAC or API trouble: read one by one instead
+                LOG.warning(
+                    "cannot list %s objects to find owners (%s); reading them one by one", kind, error
+                )
+                listings[kind] = None
+        return listings[kind]
 
     def parent_of(namespace: str, link: ObjectLink) -> ObjectLink | None:
         key = (namespace, link.kind, link.name)
-        if key not in cache:
+        if key in cache:
+            return cache[key]
+        found: Mapping[str, Any] | None = None
+        group = api_version_for(link.kind, link.api_version).rpartition("/")[0]
+        listed_kind = listing(link.kind) if group in _BUILT_IN_GROUPS and link.kind in _LISTED_KINDS else None
+        if listed_kind is not None:
+            found = listed_kind.get((namespace, link.name))
+        else:
             try:
                 found, _ = reader.lookup(link.api_version, link.kind, namespace, link.name)
             except (ApiException, TypeError) as error:
                 LOG.warning(
                     "cannot read %s %s/%s to find its owner: %s", link.kind, namespace, link.name, error
                 )
-                found = None
-            cache[key] = controller_reference(found) if found is not None else None
+        cache[key] = controller_reference(found) if found is not None else None
         return cache[key]
 
     return parent_of

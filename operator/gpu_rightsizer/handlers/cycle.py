@@ -466,7 +466,11 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             pending.append(item)
     failures: dict[float, str] = {}
     batches = _fetch_batches(
-        cfg, sorted({item.window_seconds for item in pending}), end, api_parent_lookup(kube), failures
+        cfg,
+        sorted({item.window_seconds for item in pending}),
+        end,
+        api_parent_lookup(kube, cfg.namespaces if not cfg.all_namespaces else (), state.workloads),
+        failures,
     )
     acting = (
         _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()

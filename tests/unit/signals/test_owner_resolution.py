@@ -145,3 +145,53 @@ def test_actuation_is_refused_on_a_controller_owned_object_and_names_the_parent(
     }
     assert managed_by_parent(helm_only) is None  # not a controller reference
     assert managed_by_parent({"kind": "Deployment", "metadata": {"name": "d"}}) is None
+
+
+class _ListingKube:
+    """Stands in for KubeAdapter: counts LISTs and GETs."""
+
+    def __init__(self) -> None:
+        self.lists: list[str] = []
+        self.gets: list[str] = []
+        self.custom = self
+        lws = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "name": "g",
+            "controller": True,
+        }
+        self.objects = {
+            ("ml", f"sts-{i}"): {"metadata": {"name": f"sts-{i}", "ownerReferences": [lws]}}
+            for i in range(50)
+        }
+
+    def list_workloads(self, kind: str, namespaces: tuple[str, ...] = ()) -> dict[tuple[str, str], object]:
+        self.lists.append(kind)
+        return self.objects if kind == "StatefulSet" else {}
+
+        self.custom = self
+
+    def read(self, kind: str, namespace: str, name: str) -> None:
+        self.gets.append(f"{kind}/{name}")
+
+    def get_namespaced_custom_object(
+        self, group: str, version: str, ns: str, plural: str, name: str
+    ) -> object:
+        self.gets.append(f"{plural}/{name}")
+        return {"metadata": {"name": name}}
+
+
+def test_the_operator_walk_lists_built_in_kinds_once_per_cycle() -> None:
+    from typing import Any, cast
+
+    from gpu_rightsizer.adapters.owners import api_parent_lookup
+
+    kube = _ListingKube()
+    parent_of = api_parent_lookup(cast(Any, kube))
+    inventory = Inventory(extra_owners=parent_of)
+    for i in range(50):
+        _owner(inventory, f"sts-{i}-0", "StatefulSet", f"sts-{i}")
+    refs = {inventory.workload_of(NS, f"sts-{i}-0").key for i in range(50)}
+    assert refs == {f"{NS}/LeaderWorkerSet/g"}
+    assert kube.lists == ["StatefulSet"]
+    assert kube.gets == ["leaderworkersets/g"]  # the custom top, once
