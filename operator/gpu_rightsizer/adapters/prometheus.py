@@ -209,10 +209,17 @@ def add_matchers(query: str, matchers: Sequence[str], names: Sequence[str] = _SE
     return query
 
 
+def _promql_regex_literal(text: str) -> str:
+    """`text` matched literally by a regex inside a PromQL double-quoted string: backslashes doubled,
+    since PromQL strings take Go escapes and a single backslash before a dash is a parse error."""
+    return re.escape(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
 def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Callable[[str], str]:
     """Pod statistics for the containers of GPU pods only, and cAdvisor selectors limited to the
     namespaces that have GPU pods: without this each statistic ran over every container of the cluster."""
-    scope = (f'namespace=~"{"|".join(re.escape(n) for n in sorted(namespaces))}"',) if namespaces else ()
+    alternatives = "|".join(_promql_regex_literal(n) for n in sorted(namespaces))
+    scope = (f'namespace=~"{alternatives}"',) if namespaces else ()
     return lambda offset: (
         f"({add_matchers(inner(offset), scope, _CADVISOR_NAMES)}) and on (namespace, pod) {GPU_PODS}"
     )

@@ -30,7 +30,7 @@ def _answer_with_gpu_namespace(endpoint: str, query: str, _headers: dict[str, st
     if query == "vector(1)":
         return 200, json.dumps(ONE).encode()
     if query.startswith("count by (namespace)"):
-        vector = {"resultType": "vector", "result": [{"metric": {"namespace": "ml"}, "value": [0, "2"]}]}
+        vector = {"resultType": "vector", "result": [{"metric": {"namespace": "ml-team"}, "value": [0, "2"]}]}
         return 200, json.dumps({"status": "success", "data": vector}).encode()
     return 200, json.dumps(MATRIX if endpoint == "query_range" else EMPTY_VECTOR).encode()
 
@@ -58,7 +58,8 @@ def test_pod_statistics_are_limited_to_gpu_pods() -> None:
         assert (
             "and on (namespace, pod) (max by (namespace, pod) (kube_pod_container_resource_requests" in query
         )
-        assert 'namespace=~"ml"' in query
+        # a regex literal inside a PromQL string: the backslash itself is escaped (Go string rules)
+        assert 'namespace=~"ml\\\\-team"' in query
     dcgm = [q for q in queries if "DCGM_FI_DEV_FB_USED" in q]
     assert dcgm and all("namespace=~" not in q for q in dcgm)
 
