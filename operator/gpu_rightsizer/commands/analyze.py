@@ -28,6 +28,7 @@ from gpu_rightsizer.config import parse_duration
 
 if TYPE_CHECKING:
     from gpu_rightsizer.model.observation import WorkloadWindow
+    from gpu_rightsizer.model.result import Analysis
 
 DEFAULT_WINDOW_SECONDS = 3600.0
 
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSourceError,
     )
     from gpu_rightsizer.config import MatcherError, parse_matchers
-    from gpu_rightsizer.logic.capacity import constrain_to_capacity, sharing_for
+    from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
     from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
     from gpu_rightsizer.logic.thresholds import EngineSettings
@@ -262,10 +263,13 @@ def run(args: argparse.Namespace) -> int:
     for index, read_window in enumerate(windows, start=1):
         sharing = sharing_for(capacity, read_window.allocation.gpu_model, explicit)
         window, notes = observe_sharing(read_window, capacity)
-        analysis = constrain_to_capacity(
-            analyze_window(window, settings, sharing=sharing), capacity, window.allocation.gpu_model
-        )
-        analysis = with_notes(analysis, notes)
+
+        def run(
+            profiles: list[str] | None, window: WorkloadWindow = window, sharing: SharingStrategy = sharing
+        ) -> Analysis:
+            return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
+
+        analysis = with_notes(analyze_within(capacity, window.allocation.gpu_model, run), notes)
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         warnings = sorted(set(window.warnings) | set(notes))
         rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))

@@ -28,7 +28,7 @@ from gpu_rightsizer.adapters.openmetrics import ExtraOwners
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import metrics
-from gpu_rightsizer.logic.capacity import ClusterCapacity, constrain_to_capacity, sharing_for
+from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -154,24 +154,13 @@ def analyse(
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
     window, notes = observe_sharing(window, capacity)
-    analysis = _analyze(window, settings, now, window_seconds, sharing)
-    return with_notes(constrain_to_capacity(analysis, capacity, window.allocation.gpu_model), notes)
+    thresholds = engine_settings(settings, window_seconds)
 
+    def run(profiles: list[str] | None) -> Analysis:
+        return analyze_window(window, thresholds, sharing=sharing, now=now, allowed_mig_profiles=profiles)
 
-def _analyze(
-    window: WorkloadWindow,
-    settings: EffectiveSettings,
-    now: datetime,
-    window_seconds: float | None,
-    sharing: SharingStrategy,
-) -> Analysis:
-    return analyze_window(
-        window,
-        engine_settings(settings, window_seconds),
-        sharing=sharing,
-        now=now,
-        allowed_mig_profiles=list(settings.allowed_mig_profiles) or None,
-    )
+    allowed = list(settings.allowed_mig_profiles) or None
+    return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed), notes)
 
 
 def with_hpa(window: WorkloadWindow, hpa: Mapping[str, Any] | None) -> WorkloadWindow:

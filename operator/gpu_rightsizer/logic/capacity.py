@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +118,19 @@ class ClusterCapacity:
         """Pools with the same GPU model as `product` (GFD product label, MIG and -SHARED suffixes ignored)."""
         wanted = _base_product(product)
         return [p for p in self.pools if wanted and _base_product(p.gpu_product) == wanted]
+
+    def mig_profiles(self, product: str | None) -> list[str]:
+        """MIG profiles the pools of `product` offer: `mig-<profile>` resources (mixed) and the
+        `-MIG-<profile>` product of MIG-single pools with allocatable slices."""
+        found: set[str] = set()
+        for pool in self.pools_of(product):
+            for resource in pool.gpu_resources:
+                if resource.startswith("nvidia.com/mig-"):
+                    found.add(resource.removeprefix("nvidia.com/mig-"))
+            single = pool.mig_strategy == "single" and pool.gpu_resources.get(WHOLE_GPU)
+            if single and pool.gpu_product and "-MIG-" in pool.gpu_product:
+                found.add(pool.gpu_product.split("-MIG-", 1)[1])
+        return sorted(found)
 
     def sharing_strategy(self, product: str | None = None) -> SharingStrategy:
         """How this cluster shares GPUs of `product` (else of any model), from the GFD labels.
@@ -230,6 +243,28 @@ def capacity_from_nodes(nodes: Iterable[Mapping[str, Any]], source: str = "api")
 
 
 # --- constraining an analysis ------------------------------------------------------------------------
+
+
+def analyze_within(
+    capacity: ClusterCapacity,
+    product: str | None,
+    run: Callable[[list[str] | None], Analysis],
+    allowed: Sequence[str] | None = None,
+) -> Analysis:
+    """Run the engine (`run(allowed MIG profiles)`) so that a MIG slice is chosen among those the
+    pools of the workload's GPU model offer, then constrain the rest to capacity.
+
+    When no offered profile fits (or none is offered), the unrestricted answer is kept, as advice that
+    says which slice a pool would need.
+    """
+    offered = capacity.mig_profiles(product)
+    wanted = {p.lower() for p in allowed} if allowed else None
+    restricted = [p for p in offered if wanted is None or p.lower() in wanted]
+    if restricted:
+        analysis = run(restricted)
+        if any(a.type is ActionType.MIG_PROFILE for a in analysis.actions):
+            return constrain_to_capacity(analysis, capacity, product)
+    return constrain_to_capacity(run(list(allowed) if allowed else None), capacity, product)
 
 
 def _gpu_resources_of(action: Action) -> dict[str, int]:

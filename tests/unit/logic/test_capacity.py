@@ -215,3 +215,24 @@ def test_a_share_of_another_gpu_model_does_not_count() -> None:
     other_model = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE, renamed_a100]), H100)
     advice = next(a for a in other_model.actions if a.type is ActionType.GPU_SHARING)
     assert not advice.automatic and f"no pool with {H100}" in advice.reason
+
+
+def test_the_slice_is_chosen_among_the_profiles_the_pool_offers() -> None:
+    from gpu_rightsizer.logic.capacity import analyze_within
+
+    window = oversized()
+    only_3g = node("mig-3g", {"nvidia.com/mig.strategy": "mixed"}, {"nvidia.com/mig-3g.40gb": "16"})
+    capacity = capacity_from_nodes([WHOLE, only_3g])
+    assert capacity.mig_profiles(H100) == ["3g.40gb"]
+
+    def run(profiles: list[str] | None) -> Analysis:
+        return analyze_window(window, sharing=SharingStrategy.MIG_MIXED, allowed_mig_profiles=profiles)
+
+    unrestricted = constrain_to_capacity(run(None), capacity, H100)
+    assert not next(a for a in unrestricted.actions if a.type is ActionType.MIG_PROFILE).automatic  # 2g.20gb
+    chosen = analyze_within(capacity, H100, run)
+    mig = next(a for a in chosen.actions if a.type is ActionType.MIG_PROFILE)
+    assert mig.automatic and mig.resource == "nvidia.com/mig-3g.40gb"
+    assert chosen.savings.gpu_hours_per_day > 0
+    single = capacity_from_nodes([MIG_SINGLE])
+    assert single.mig_profiles(H100) == ["2g.20gb"]
