@@ -205,11 +205,16 @@ def test_custom_controllers_get_one_recommendation_on_the_object_people_change(
     }
 
     missing: list[str] = []
+    # KWOK completes pods owned by a Job as soon as they run, so the JobSet's pod yields no metrics:
+    # its recommendation is checked for its target; the others are also analysed through the metric path
+    no_metrics = {"jobset-js"}
 
     def analysed() -> dict[str, dict[str, Any]] | None:
         found = {name: recommendation(kube, namespace, name) for name in expected}
         missing[:] = [
-            name for name, rec in found.items() if not (rec and (rec.get("status") or {}).get("window"))
+            name
+            for name, rec in found.items()
+            if not rec or (name not in no_metrics and not (rec.get("status") or {}).get("window"))
         ]
         return None if missing else {k: v for k, v in found.items() if v}
 
