@@ -11,11 +11,11 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpu_rightsizer.agent.cgroups import PodIdentity
-from gpu_rightsizer.agent.exporter import DcgmCompatibleCollector
 from gpu_rightsizer.agent.process_cpu import (
     PINNED_CORES,
     PROCESS_CPU_MAX,
     PROCESSES_PINNED,
+    ProcessCpuCollector,
     ProcessCpuTime,
     ProcessCpuTracker,
     container_process_cpu,
@@ -179,8 +179,8 @@ def _runner_with_tracker(tmp_path: Path, clock: Clock | None) -> tuple[AgentRunn
         hostname="node-a",
         interval=0.1,
         sampler=sampler,
-        process_cpu=tracker,
     )
+    runner.process_cpu = tracker
     return runner, proc
 
 
@@ -191,7 +191,8 @@ def test_served_metrics_carry_the_busiest_process_of_each_container(tmp_path: Pa
     clock.now += 2.0
     proc.set(11, "pt_data_worker", cpu_ticks=200)
     runner.tick()
-    collector = DcgmCompatibleCollector(runner.state, runner.sampler, runner.resolve, "node-a")
+    assert runner.process_cpu is not None
+    collector = ProcessCpuCollector(runner.process_cpu, "node-a")
     families = {family.name: family for family in collector.collect()}
     (busiest,) = families[PROCESS_CPU_MAX].samples
     assert busiest.value == pytest.approx(1.0)
