@@ -26,6 +26,7 @@ from gpu_rightsizer.agent.exporter import (
     PodResolver,
     families_from_sampler,
 )
+from gpu_rightsizer.agent.process_cpu import ProcessCpuCollector, ProcessCpuTracker, process_cpu_families
 from gpu_rightsizer.agent.sampler import NodeSnapshot, NvmlSampler
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class AgentRunner:
         self.stop_event = threading.Event()
         self._cpu_start = time.process_time()
         self._wall_start = time.monotonic()
+        #: Per-process CPU from /proc, sampled on the same clock when set (agent/process_cpu.py).
+        self.process_cpu: ProcessCpuTracker | None = None
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT end the loop cleanly (a recording is still written)."""
@@ -68,6 +71,8 @@ class AgentRunner:
         """Sample once and publish the snapshot."""
         started = time.monotonic()
         snapshot = self.sampler.sample()
+        if self.process_cpu is not None:
+            self.process_cpu.sample()
         elapsed = time.monotonic() - started
         with self.state.lock:
             self.state.snapshot = snapshot
@@ -106,6 +111,8 @@ class AgentRunner:
             port,
             self.interval,
         )
+        if self.process_cpu is not None:
+            registry.register(ProcessCpuCollector(self.process_cpu, self.hostname))
         try:
             for _ in self.ticks():
                 pass
@@ -124,6 +131,7 @@ class AgentRunner:
             return 1
         recording = OpenMetricsRecording()
         recording.add(self._families(last))
+        recording.add(self._process_cpu_families(last))
         recording.write(output)
         log.info("wrote %d samples to %s", recording.sample_count, output)
         return 0
@@ -136,6 +144,7 @@ class AgentRunner:
             ticks += 1
             if snapshot.nvml_up:
                 recording.add(self._families(snapshot))
+            recording.add(self._process_cpu_families(snapshot))
             if hook is not None:
                 recording.add(hook(snapshot))
         if recording.sample_count == 0:
@@ -157,6 +166,11 @@ class AgentRunner:
         return list(
             families_from_sampler(self.sampler, snapshot, self.resolve, self.hostname, sample_seconds)
         )
+
+    def _process_cpu_families(self, snapshot: NodeSnapshot) -> list[Metric]:
+        if self.process_cpu is None:
+            return []
+        return process_cpu_families(self.process_cpu.latest(), self.hostname, snapshot.timestamp)
 
     def close(self) -> None:
         """Release NVML."""

@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", "-o", metavar="FILE.om", help="OpenMetrics file for --once/--record")
     parser.add_argument(
+        "--process-cpu",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="export each container's busiest-process CPU from /proc (default on; needs the host's PIDs)",
+    )
+    parser.add_argument(
         "--proc-root", default="/proc", help="the host's /proc (e.g. /host/proc in a pod without hostPID)"
     )
     parser.add_argument(
@@ -91,6 +97,14 @@ def run(args: argparse.Namespace) -> int:
         nvml=PynvmlLibrary(), resolve=mapper.identity, hostname=args.node_name, interval=args.interval
     )
     runner.install_signal_handlers()
+    if args.process_cpu:
+        from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker
+
+        # Its own PID cache, pruned to the live PIDs each tick (the GPU mapper sees GPU processes only).
+        every_process = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+        runner.process_cpu = ProcessCpuTracker(
+            resolve=every_process.identity, proc_root=Path(args.proc_root), retain=every_process.retain
+        )
     try:
         if args.once:
             return runner.snapshot_to_file(Path(args.output))
