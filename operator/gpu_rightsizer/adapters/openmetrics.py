@@ -36,7 +36,8 @@ from gpu_rightsizer.model.observation import (
 )
 
 Key = tuple[str, str]  # (namespace, name)
-Samples = list[tuple[float, float]]
+Sample = tuple[float, float]
+Samples = list[Sample]
 
 _KIND_API = {
     "Deployment": "apps/v1",
@@ -219,6 +220,8 @@ class DeviceSeries:
     mig_profile: str | None = None
     signals: dict[Signal, Samples] = field(default_factory=lambda: defaultdict(list))
     clock_events: Samples = field(default_factory=list)
+    #: throttle-violation counter → raw samples (nanoseconds held down, cumulative)
+    violations: dict[str, Samples] = field(default_factory=lambda: defaultdict(list))
     xid_codes: set[int] = field(default_factory=set)
 
 
@@ -248,6 +251,17 @@ def device_key(labels: dict[str, str]) -> tuple[str, str | None] | None:
     return base, profile
 
 
+#: Device series the collector keeps (per GPU or MIG instance).
+_DEVICE_METRICS: frozenset[str] = frozenset(
+    {
+        *mn.GPU_SIGNAL_BY_METRIC,
+        *mn.DCGM_CLOCK_EVENT_METRICS,
+        *mn.DCGM_THROTTLE_VIOLATION_COUNTERS,
+        mn.DCGM_XID_ERRORS,
+    }
+)
+
+
 class SeriesCollector:
     """Sorts raw samples into pods, devices and the inventory."""
 
@@ -272,7 +286,7 @@ class SeriesCollector:
             return
         namespace = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
         pod = mn.first_label(labels, mn.POD_LABELS)
-        if name in mn.GPU_SIGNAL_BY_METRIC or name in (mn.DCGM_CLOCKS_EVENT_REASONS, mn.DCGM_XID_ERRORS):
+        if name in _DEVICE_METRICS:
             self._add_gpu(name, labels, namespace, pod, timestamp, value)
         elif name in mn.POD_SIGNAL_BY_METRIC or name in (
             mn.CADVISOR_CPU_PERIODS,
@@ -312,8 +326,10 @@ class SeriesCollector:
         device.model_name = mn.first_label(labels, mn.MODEL_NAME_LABELS) or device.model_name
         device.mig_profile = profile or device.mig_profile
         self.gpu_metrics_seen.add(name)
-        if name == mn.DCGM_CLOCKS_EVENT_REASONS:
+        if name in mn.DCGM_CLOCK_EVENT_METRICS:
             device.clock_events.append((timestamp, value))
+        elif name in mn.DCGM_THROTTLE_VIOLATION_COUNTERS:
+            device.violations[name].append((timestamp, value))
         elif name == mn.DCGM_XID_ERRORS:
             if not st.is_missing(value) and value > 0:
                 device.xid_codes.add(int(value))
@@ -331,6 +347,26 @@ class SeriesCollector:
 def _stats(samples: Samples, signal: Signal) -> SignalStats | None:
     floor = st.DEFAULT_SAWTOOTH_FLOOR if signal in mn.RATIO_SIGNALS else None
     return st.summarize(samples, activity_floor=mn.ACTIVITY_FLOORS.get(signal), sawtooth_floor=floor)
+
+
+def throttle_series(clock_events: Samples, violations: dict[str, Samples], step: float) -> Samples:
+    """Share of each step the GPU was throttled, from whichever of the two DCGM sources exists.
+
+    The clock-event bitmask gives 1/0 per sample (a throttling bit set or not); the violation counters
+    give the nanoseconds held down per second, summed over the throttling reasons (reasons can overlap,
+    so the sum is clamped to 1: the gate errs towards "throttled"). Where both exist the larger wins.
+    """
+    flags = st.throttle_flags(clock_events)
+    held = st.sum_aligned([st.counter_rates(samples) for samples in violations.values() if samples], step)
+    fractions = [(t, min(1.0, v / mn.VIOLATION_NS_PER_SECOND)) for t, v in held if v >= 0]
+    if not flags or not fractions:
+        return flags or fractions
+    by_step: dict[int, Sample] = {}
+    for t, v in [*flags, *fractions]:
+        slot = st.bucket(t, step)
+        if slot not in by_step or v > by_step[slot][1]:
+            by_step[slot] = (t, v)
+    return sorted(by_step.values())
 
 
 def _busy_samples(device: DeviceSeries) -> Samples:
@@ -368,6 +404,7 @@ def pod_observation(
         node = node or device.node
         signals = dict(device.signals)
         clock_events = device.clock_events
+        violations = dict(device.violations)
         board = boards.get(
             (device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid)
         )
@@ -375,6 +412,7 @@ def pod_observation(
             for signal, samples in board.signals.items():
                 signals.setdefault(signal, samples)
             clock_events = clock_events or board.clock_events
+            violations = violations or dict(board.violations)
         gpu_stats: dict[Signal, SignalStats] = {}
         for signal, samples in signals.items():
             summary = _stats(samples, signal)
@@ -392,10 +430,9 @@ def pod_observation(
                 f"{series.namespace}/{series.pod}: {len(holes)} gap(s) in the GPU series of {device.uuid}, "
                 f"the longest {longest:.0f}s"
             )
-        if clock_events:
-            throttle = _stats(st.throttle_flags(clock_events), Signal.THROTTLE_FRACTION)
-            if throttle is not None:
-                gpu_stats[Signal.THROTTLE_FRACTION] = throttle
+        throttle = _stats(throttle_series(clock_events, violations, step), Signal.THROTTLE_FRACTION)
+        if throttle is not None:
+            gpu_stats[Signal.THROTTLE_FRACTION] = throttle
         memory_total = None
         used, free = gpu_stats.get(Signal.FB_USED_MIB), gpu_stats.get(Signal.FB_FREE_MIB)
         if used is not None and free is not None:

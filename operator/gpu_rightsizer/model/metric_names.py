@@ -34,6 +34,31 @@ DCGM_POWER_USAGE: Final = "DCGM_FI_DEV_POWER_USAGE"  # W
 DCGM_SM_CLOCK: Final = "DCGM_FI_DEV_SM_CLOCK"  # MHz
 DCGM_GPU_TEMP: Final = "DCGM_FI_DEV_GPU_TEMP"  # °C
 DCGM_CLOCKS_EVENT_REASONS: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask
+#: The same field (112) under its name before DCGM 3.3; dcgm-exporter names the series after the CSV line.
+DCGM_CLOCK_THROTTLE_REASONS: Final = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+#: Both names of the clock-event bitmask, current first.
+DCGM_CLOCK_EVENT_METRICS: Final[tuple[str, str]] = (DCGM_CLOCKS_EVENT_REASONS, DCGM_CLOCK_THROTTLE_REASONS)
+#: Counters of the time the clocks were held down per reason, in nanoseconds (dcgm_fields.h: "Violation
+#: time in ns"; NVML `nvmlViolationTime_t.violationTime`). Their rate / 1e9 is the share of time throttled.
+DCGM_POWER_VIOLATION: Final = "DCGM_FI_DEV_POWER_VIOLATION"
+DCGM_THERMAL_VIOLATION: Final = "DCGM_FI_DEV_THERMAL_VIOLATION"
+DCGM_BOARD_LIMIT_VIOLATION: Final = "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION"
+DCGM_RELIABILITY_VIOLATION: Final = "DCGM_FI_DEV_RELIABILITY_VIOLATION"
+DCGM_VIOLATION_COUNTERS: Final[tuple[str, ...]] = (
+    DCGM_POWER_VIOLATION,
+    DCGM_THERMAL_VIOLATION,
+    DCGM_BOARD_LIMIT_VIOLATION,
+    DCGM_RELIABILITY_VIOLATION,
+)
+#: The violation counters that mean platform throttling. Power violation time is the software power cap
+#: (the clock-event bit 0x4 the bitmask gate leaves out too): a GPU at full load sits at its power limit,
+#: which is no reason to distrust its figures.
+DCGM_THROTTLE_VIOLATION_COUNTERS: Final[tuple[str, ...]] = (
+    DCGM_THERMAL_VIOLATION,
+    DCGM_BOARD_LIMIT_VIOLATION,
+    DCGM_RELIABILITY_VIOLATION,
+)
+VIOLATION_NS_PER_SECOND: Final = 1e9
 DCGM_XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"  # value of the last Xid; labels err_code, err_msg
 
 #: Every dcgm-exporter series gpu-rightsizer reads.
@@ -57,6 +82,8 @@ DCGM_METRICS: Final[tuple[str, ...]] = (
     DCGM_SM_CLOCK,
     DCGM_GPU_TEMP,
     DCGM_CLOCKS_EVENT_REASONS,
+    DCGM_CLOCK_THROTTLE_REASONS,
+    *DCGM_VIOLATION_COUNTERS,
     DCGM_XID_ERRORS,
 )
 
