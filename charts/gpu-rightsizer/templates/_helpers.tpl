@@ -70,6 +70,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-agent" (include "gpurs.fullname" .)) .Values.agent.serviceAccountName }}
 {{- end }}
 
+{{/*
+Name of the dcgm-exporter counters ConfigMap (the GPU Operator's dcgmExporter.config.name).
+*/}}
+{{- define "gpurs.dcgmCountersName" -}}
+{{- .Values.dcgmExporter.counters.name | default (printf "%s-dcgm-counters" (include "gpurs.fullname" .)) }}
+{{- end }}
+
 {{- define "gpurs.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "gpurs.fullname" .) }}
 {{- end }}
