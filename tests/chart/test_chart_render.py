@@ -105,7 +105,7 @@ def test_full_render_has_every_optional_part(full_render: HelmResult) -> None:
     actuator = full_render.one("Deployment", f"{FULLNAME}-actuator", NAMESPACE)
     assert actuator["spec"]["replicas"] == 2
     counters = full_render.one("ConfigMap", f"{FULLNAME}-dcgm-counters", "gpu-operator")
-    assert "DCGM_FI_PROF_SM_ACTIVE" in counters["data"]["gpu-rightsizer-counters.csv"]
+    assert "DCGM_FI_PROF_SM_ACTIVE" in counters["data"]["dcgm-metrics.csv"]
 
 
 def test_operator_args_follow_values(full_render: HelmResult) -> None:
