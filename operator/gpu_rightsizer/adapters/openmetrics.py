@@ -556,6 +556,25 @@ def allocation_for(
     )
 
 
+def without_board_activity(pod: PodObservation) -> PodObservation:
+    """The pod with the board's utilisation and PCIe/NVLink traffic removed from its MIG slices.
+
+    dcgm-exporter labels those whole-board fields with each GPU instance, so on a slice they are every
+    tenant's sum (`mn.DCGM_BOARD_ACTIVITY_METRICS`); whole GPUs keep them.
+    """
+    if not any(g.mig_profile and mn.BOARD_ACTIVITY_SIGNALS & g.stats.keys() for g in pod.gpus):
+        return pod
+    gpus = [
+        g.model_copy(
+            update={"stats": {s: v for s, v in g.stats.items() if s not in mn.BOARD_ACTIVITY_SIGNALS}}
+        )
+        if g.mig_profile
+        else g
+        for g in pod.gpus
+    ]
+    return pod.model_copy(update={"gpus": gpus})
+
+
 def assemble_windows(
     inventory: Inventory,
     pods: dict[Key, PodObservation],
@@ -579,7 +598,7 @@ def assemble_windows(
             continue
         if workload is not None and workload not in (ref.name, f"{ref.kind}/{ref.name}"):
             continue
-        observations = [pods[k] for k in keys]
+        observations = [without_board_activity(pods[k]) for k in keys]
         infos = [inventory.pods[k] for k in keys if k in inventory.pods]
         if not any(o.gpus for o in observations) and not any(i.gpu_resource for i in infos):
             continue  # not a GPU workload
