@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpu_rightsizer.adapters import exposition
+from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
@@ -34,6 +36,10 @@ from gpu_rightsizer.model.observation import (
     WorkloadRef,
     WorkloadWindow,
 )
+
+#: Raised for every file that cannot be read (defined with the reader, `exposition`).
+OpenMetricsError = exposition.OpenMetricsError
+parse_text = exposition.parse_text
 
 Key = tuple[str, str]  # (namespace, name)
 Sample = tuple[float, float]
@@ -48,10 +54,6 @@ _KIND_API = {
     "CronJob": "batch/v1",
     "Pod": "v1",
 }
-
-
-class OpenMetricsError(ValueError):
-    """The file cannot be read as OpenMetrics or Prometheus text."""
 
 
 # --- inventory: who owns which pod, and what it asked for ------------------------------------------------
@@ -625,106 +627,6 @@ def assemble_windows(
     return windows
 
 
-# --- parsing -------------------------------------------------------------------------------------------
-ParsedSample = tuple[str, dict[str, str], float, float | None]
-
-
-def _literal(text: str) -> float:
-    """A sample value or timestamp as the text formats spell it (NaN, +Inf, -Inf allowed)."""
-    return float(text)
-
-
-def _split_series_lines(text: str) -> tuple[str, list[tuple[str, str, str | None]], int]:
-    """Reduce the text to its first sample line per series (plus every comment line).
-
-    Returns the reduced text, the (series prefix, value, timestamp) of every sample line in order, and
-    the number of distinct series. Label parsing is the expensive part of `prometheus_client`'s parsers
-    and a history repeats each label set once per sample, so the library parses each series once and
-    only values and timestamps are read per line.
-    """
-    reduced: list[str] = []
-    rows: list[tuple[str, str, str | None]] = []
-    seen: set[str] = set()
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            reduced.append(line)
-            continue
-        if " # " in line:  # exemplar: let the library handle the whole line
-            raise _SlowPathError
-        brace = line.rfind("}")
-        if brace >= 0:
-            prefix, fields = line[: brace + 1], line[brace + 1 :].split()
-        else:
-            parts = line.split()
-            prefix, fields = parts[0], parts[1:]
-        if not 1 <= len(fields) <= 2:
-            raise _SlowPathError
-        rows.append((prefix, fields[0], fields[1] if len(fields) == 2 else None))
-        if prefix not in seen:
-            seen.add(prefix)
-            reduced.append(line)
-    return "\n".join(reduced) + "\n", rows, len(seen)
-
-
-class _SlowPathError(Exception):
-    """The fast path cannot handle this text; parse it line by line with the library."""
-
-
-def _library_samples(text: str, is_openmetrics: bool) -> Iterator[ParsedSample]:
-    if is_openmetrics:
-        from prometheus_client.openmetrics import parser as openmetrics_text
-
-        parse_om: Callable[[str], Iterable[object]] = openmetrics_text.text_string_to_metric_families
-        families: Iterable[object] = parse_om(text)
-    else:
-        from prometheus_client import parser as prometheus_text
-
-        parse_prom: Callable[[str], Iterable[object]] = prometheus_text.text_string_to_metric_families
-        families = parse_prom(text)
-    for family in families:
-        for sample in family.samples:  # type: ignore[attr-defined]
-            timestamp = sample.timestamp
-            ts = float(timestamp) if timestamp is not None else None
-            yield sample.name, dict(sample.labels), float(sample.value), ts
-
-
-def parse_text(text: str, origin: str = "<text>") -> Iterator[ParsedSample]:
-    """(name, labels, value, timestamp) of every sample; OpenMetrics when the text ends in `# EOF`."""
-    stripped = text.rstrip()
-    if not stripped:
-        raise OpenMetricsError(f"{origin}: the file is empty")
-    is_openmetrics = stripped.endswith("# EOF")
-    kind = "OpenMetrics" if is_openmetrics else "Prometheus text format"
-    try:
-        try:
-            reduced, rows, distinct = _split_series_lines(text)
-        except _SlowPathError:
-            yield from _library_samples(text, is_openmetrics)
-            return
-        heads = list(_library_samples(reduced, is_openmetrics))
-        if len(heads) != distinct:
-            yield from _library_samples(text, is_openmetrics)
-            return
-        by_prefix: dict[str, tuple[str, dict[str, str]]] = {}
-        order = iter(heads)
-        for number, (prefix, value, timestamp) in enumerate(rows, start=1):
-            known = by_prefix.get(prefix)
-            if known is None:
-                name, labels, _, _ = next(order)
-                known = by_prefix[prefix] = (name, labels)
-            try:
-                ts = _literal(timestamp) if timestamp is not None else None
-                yield known[0], known[1], _literal(value), ts
-            except ValueError as error:
-                raise OpenMetricsError(
-                    f"{origin}: not valid {kind}: sample {number} ({prefix[:80]}): bad number: {error}"
-                ) from error
-    except OpenMetricsError:
-        raise
-    except (ValueError, TypeError, KeyError, IndexError) as error:
-        raise OpenMetricsError(f"{origin}: not valid {kind}: {error}") from error
-
-
 def infer_step(timestamps: Iterable[float]) -> float:
     """Median spacing between distinct timestamps (60 s when there are too few to tell)."""
     ordered = sorted(set(timestamps))
@@ -744,18 +646,46 @@ def windows_from_samples(
     workload: str | None = None,
     source: str = "openmetrics",
 ) -> list[WorkloadWindow]:
-    """Workload windows from parsed samples (the window ends at `at`, else at the newest sample)."""
+    """Workload windows from parsed samples in memory (the window ends at `at`, else at the newest sample)."""
     rows = list(samples)
     now = (at or datetime.now(tz=UTC)).timestamp()
-    stamped = [(n, lab, v, ts if ts is not None else now) for n, lab, v, ts in rows]
-    if not stamped:
+    stamps = [ts if ts is not None else now for *_, ts in rows]
+    if not stamps:
         return []
-    newest = max(ts for *_, ts in stamped)
+    return _windows(
+        lambda: iter(rows),
+        oldest=min(stamps),
+        newest=max(stamps),
+        now=now,
+        window_seconds=window_seconds,
+        at=at,
+        step_seconds=step_seconds,
+        namespace=namespace,
+        workload=workload,
+        source=source,
+    )
+
+
+def _windows(
+    read_samples: Callable[[], Iterator[ParsedSample]],
+    *,
+    oldest: float,
+    newest: float,
+    now: float,
+    window_seconds: float | None,
+    at: datetime | None,
+    step_seconds: float | None,
+    namespace: str | None,
+    workload: str | None,
+    source: str,
+) -> list[WorkloadWindow]:
+    """Workload windows from one pass over the samples; only those inside the window are kept."""
     end = at.timestamp() if at is not None else newest
-    start = end - window_seconds if window_seconds is not None else min(ts for *_, ts in stamped)
+    start = max(exposition.TIMESTAMP_MIN, end - window_seconds) if window_seconds is not None else oldest
     collector = SeriesCollector()
     step_candidates: list[float] = []
-    for name, labels, value, ts in stamped:
+    for name, labels, value, stamp in read_samples():
+        ts = stamp if stamp is not None else now
         if start <= ts <= end:
             collector.add(name, labels, ts, value)
             if name in (mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_GPU_UTIL):
@@ -830,19 +760,30 @@ def read_openmetrics(
     step_seconds: float | None = None,
     namespace: str | None = None,
     workload: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> list[WorkloadWindow]:
-    """Workload windows from an OpenMetrics (or Prometheus text) file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise OpenMetricsError(f"{path}: cannot read: {error.strerror or error}") from error
-    except UnicodeDecodeError as error:
-        raise OpenMetricsError(f"{path}: not a text file ({error.reason})") from error
-    return windows_from_samples(
-        parse_text(text, str(path)),
+    """Workload windows from an OpenMetrics (or Prometheus text) file, plain or gzipped.
+
+    Streamed in two passes (`exposition.scan`, then `exposition.samples`): memory follows the samples
+    inside the window, not the file's size.
+    """
+    bounds = limits or ReadLimits()
+    facts = exposition.scan(path, bounds)
+    now = (at or datetime.now(tz=UTC)).timestamp()
+    stamps = [t for t in (facts.oldest, facts.newest) if t is not None] + (
+        [now] if facts.untimestamped else []
+    )
+    if not facts.samples or not stamps:
+        return []
+    return _windows(
+        lambda: exposition.samples(path, facts, bounds),
+        oldest=min(stamps),
+        newest=max(stamps),
+        now=now,
         window_seconds=window_seconds,
         at=at,
         step_seconds=step_seconds,
         namespace=namespace,
         workload=workload,
+        source="openmetrics",
     )
