@@ -162,32 +162,46 @@ def test_counters_configmap_is_off_by_default() -> None:
 # -------------------------------------------------------------------------- the recipes in the docs
 
 
-def test_install_doc_gpu_operator_recipe_names_the_configmap_the_chart_renders() -> None:
+def _values_file(markdown: str, name: str) -> str:
+    """The YAML code block that starts with `# <name>`."""
+    blocks = [b for b in _code_blocks(markdown) if b.startswith(f"# {name}\n")]
+    assert len(blocks) == 1, f"{name} is not in docs/install.md"
+    return blocks[0]
+
+
+def test_install_doc_gpu_operator_recipe_names_the_configmap_the_chart_renders(tmp_path: Path) -> None:
     doc = INSTALL_DOC.read_text()
-    ours = [
-        c for c in _helm_commands(doc, "charts/gpu-rightsizer") if "dcgmExporter.counters.enabled=true" in c
-    ]
+    values = tmp_path / "values-prod.yaml"
+    values.write_text(_values_file(doc, "values-prod.yaml"))
+    ours = [c for c in _helm_commands(doc, "charts/gpu-rightsizer") if "values-prod.yaml" in c]
+    assert ours and all(c[c.index("-f") + 1] == "values-prod.yaml" for c in ours)
+    render = helm_template(require_helm(), values_files=[values])
     theirs = [
         c for c in _helm_commands(doc, "nvidia/gpu-operator") if "dcgmExporter.config.name" in " ".join(c)
     ]
-    assert len(ours) == 1 and theirs, "the GPU Operator recipe is missing from docs/install.md"
-    chart_sets = _sets(ours[0])
-    render = helm_template(
-        require_helm(),
-        values={
-            path: (value == "true" if value in ("true", "false") else value)
-            for path, value in chart_sets.items()
-        },
-    )
+    assert theirs, "the GPU Operator recipe is missing from docs/install.md"
     for command in theirs:
         name = _sets(command)["dcgmExporter.config.name"]
         if _sets(command).get("dcgmExporter.config.create") == "true":
-            assert "--set-file" in command
             data_file = command[command.index("--set-file") + 1].partition("=")[2]
             assert (REPO_ROOT / data_file).resolve() == COUNTERS_FILE.resolve()
             continue
         configmap = render.one("ConfigMap", name, _namespace(command))
-        assert GPU_OPERATOR_KEY in configmap["data"]
+        assert set(configmap["data"]) == {GPU_OPERATOR_KEY}
+
+
+def test_install_doc_never_upgrades_another_chart_by_accident() -> None:
+    """`helm upgrade` without --version moves a release to the repository's newest chart."""
+    doc = INSTALL_DOC.read_text()
+    for chart in (
+        "nvidia/gpu-operator",
+        "gpu-helm-charts/dcgm-exporter",
+        "prometheus-community/kube-prometheus-stack",
+    ):
+        commands = _helm_commands(doc, chart)
+        assert commands, chart
+        for command in commands:
+            assert "--version" in command and "--reuse-values" in command, command
 
 
 def test_no_recipe_overrides_dcgm_exporter_collectors() -> None:
