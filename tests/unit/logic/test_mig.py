@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_rightsizer.logic.mig import (
     GPU_MODELS,
@@ -186,3 +188,20 @@ def test_allowed_profiles_in_device_plugin_spelling_admit_the_media_profile() ->
         allowed=["1g.5gb.me"],
     )
     assert profile is not None and mig_resource_name(profile) == "nvidia.com/mig-1g.5gb.me"
+
+
+@given(
+    compute=st.integers(1, 7),
+    memory=st.integers(1, 999),
+    suffix=st.lists(st.sampled_from(["me", "gfx", "all", "x1"]), max_size=3),
+    joiner=st.sampled_from(["+", "-"]),
+)
+def test_profile_spellings_round_trip(compute: int, memory: int, suffix: list[str], joiner: str) -> None:
+    """NVML name → device-plugin name → NVML name, and the resource name is always one Kubernetes accepts."""
+    nvml = f"{compute}g.{memory}gb" + (joiner + ".".join(suffix) if suffix else "")
+    plugin = device_plugin_profile_name(nvml)
+    assert "+" not in plugin
+    assert nvml_profile_name(plugin) == nvml
+    assert same_profile(nvml, plugin)
+    assert GPU_RESOURCE_PATTERN.match(f"nvidia.com/mig-{plugin}")
+    assert mig_profile_of_resource(f"nvidia.com/mig-{plugin}") == plugin
