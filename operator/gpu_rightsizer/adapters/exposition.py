@@ -377,6 +377,15 @@ def samples(path: Path, facts: FileFacts, limits: ReadLimits | None = None) -> I
         yield from _sample_lines(lines, str(path), facts)
 
 
+def samples_of(path: Path, names: frozenset[str], limits: ReadLimits | None = None) -> Iterator[ParsedSample]:
+    """The samples of the metrics in `names` only (both passes streamed; e.g. node series for capacity)."""
+    bounds = limits or ReadLimits()
+    facts = scan(path, bounds)
+    for sample in samples(path, facts, bounds):
+        if sample[0] in names:
+            yield sample
+
+
 def parse_text(text: str, origin: str = "<text>") -> Iterator[ParsedSample]:
     """Every sample of a text already in memory (OpenMetrics when it ends in `# EOF`)."""
     facts = _scan_lines(_text_lines(text), origin)

@@ -146,6 +146,18 @@ def test_memory_follows_the_window_not_the_file(tmp_path: Path) -> None:
     assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB"
 
 
+def test_samples_of_some_metrics_from_a_gzipped_file(tmp_path: Path) -> None:
+    text = (
+        f'kube_node_labels{{node="n1"}} 1 {TS}\n{GOOD}{TS}\nkube_node_labels{{node="n2"}} 1 {TS + 1}\n# EOF\n'
+    )
+    path = _write(tmp_path / "nodes.om", text, gz=True)
+    got = list(exposition.samples_of(path, frozenset({"kube_node_labels"})))
+    assert [(n, lab["node"], t) for n, lab, _, t in got] == [
+        ("kube_node_labels", "n1", float(TS)),
+        ("kube_node_labels", "n2", float(TS + 1)),
+    ]
+
+
 def test_absurd_at_is_an_argument_error() -> None:
     for text in ("inf", "1e300", "nan"):
         with pytest.raises(Exception, match="invalid time") as caught:
