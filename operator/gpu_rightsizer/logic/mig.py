@@ -289,7 +289,7 @@ def profiles_for(spec: GPUModelSpec | None, overrides: MigTables | None = None) 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: A MIG profile in either spelling: NVML/mig-parted ('1g.10gb+me', '1g.24gb+me.all', '1g.24gb+gfx',
 #: '1g.24gb-me') or the device plugin's, which writes every '+' as '.' ('1g.10gb.me', '1g.24gb.me.all').
-_PROFILE_NAME = re.compile(r"^(?P<base>[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$")
+_PROFILE_SPELLING = re.compile(r"^(?P<base>[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$")
 
 
 def device_plugin_profile_name(name: str) -> str:
@@ -308,7 +308,7 @@ def nvml_profile_name(name: str) -> str:
     '1g.10gb.me' → '1g.10gb+me'; '1g.24gb.me.all' → '1g.24gb+me.all'; '1g.24gb-me' and '1g.10gb' stay.
     """
     plugin = device_plugin_profile_name(name)
-    match = _PROFILE_NAME.match(plugin)
+    match = _PROFILE_SPELLING.match(plugin)
     if match is None or not match["suffix"].startswith("."):
         return plugin
     return f"{match['base']}+{match['suffix'][1:]}"
@@ -316,7 +316,7 @@ def nvml_profile_name(name: str) -> str:
 
 def is_mig_profile_name(name: str) -> bool:
     """True for a MIG profile name in either spelling ('1g.10gb', '1g.10gb.me', '1g.10gb+me', '1g.24gb-me')."""
-    return _PROFILE_NAME.match(name.strip().lower().removeprefix(MIG_RESOURCE_PREFIX)) is not None
+    return _PROFILE_SPELLING.match(name.strip().lower().removeprefix(MIG_RESOURCE_PREFIX)) is not None
 
 
 def mig_profile_of_resource(resource: str) -> str | None:
