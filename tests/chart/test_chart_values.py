@@ -54,6 +54,10 @@ SCHEMA_REJECTIONS: list[tuple[str, Any, str]] = [
 # Cross-field rules enforced by the templates with `fail`: (values, message fragment)
 TEMPLATE_REJECTIONS: list[tuple[dict[str, Any], str]] = [
     (
+        {"dcgmExporter.counters.enabled": True},
+        "dcgmExporter.counters.namespace must name the GPU Operator's namespace",
+    ),
+    (
         {"agent.enabled": True, "agent.hostPID": True},
         "agent.hostPID=true needs the agent to run as its own non-root user",
     ),
