@@ -15,6 +15,7 @@ k8s.io/kubelet/pkg/apis/podresources/v1/api.proto), which spares a protobuf runt
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -187,7 +188,11 @@ class Assignment:
 
 
 class PodResourcesDirectory:
-    """Device UUID → the containers the kubelet gave it to, refreshed at most every `min_refresh_seconds`."""
+    """Device UUID → the containers the kubelet gave it to, refreshed at most every `min_refresh_seconds`.
+
+    In the agent a background thread refreshes it (`start`), so a slow kubelet never delays a scrape or a
+    sampling tick; without the thread, a lookup refreshes it first.
+    """
 
     def __init__(
         self,
@@ -200,7 +205,21 @@ class PodResourcesDirectory:
         self._clock = clock
         self._last: float | None = None
         self._by_device: dict[str, list[Assignment]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
         self.available = False
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        """Refresh every `min_refresh_seconds` in a daemon thread until `stop` is set."""
+
+        def loop() -> None:
+            while not stop.is_set():
+                self.refresh()
+                stop.wait(self._min_refresh)
+
+        self._thread = threading.Thread(target=loop, name="pod-resources", daemon=True)
+        self._thread.start()
+        return self._thread
 
     def refresh(self) -> None:
         """Ask the kubelet again, unless it was asked less than `min_refresh_seconds` ago."""
@@ -230,7 +249,8 @@ class PodResourcesDirectory:
                         table.setdefault(uuid, []).append(
                             Assignment(identity, devices.resource_name, replica)
                         )
-        self._by_device = table
+        with self._lock:
+            self._by_device = table
         self.available = True
 
     def device_pods(self, device: DeviceSnapshot) -> list[tuple[PodIdentity, str | None]]:
@@ -240,10 +260,13 @@ class PodResourcesDirectory:
 
     def pods_of(self, *uuids: str | None) -> list[Assignment]:
         """Containers holding the device known by any of `uuids` (a MIG slice: its MIG UUID first)."""
-        self.refresh()
+        if self._thread is None:
+            self.refresh()
+        with self._lock:
+            table = self._by_device
         for uuid in uuids:
-            if uuid and uuid in self._by_device:
-                return list(self._by_device[uuid])
+            if uuid and uuid in table:
+                return list(table[uuid])
         return []
 
 

@@ -100,10 +100,12 @@ def run(args: argparse.Namespace) -> int:
         directory = KubernetesPodDirectory(node_name=args.node_name)
     mapper = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
     device_pods = None
+    pod_resources = None
     if args.pod_resources_socket:
         from gpu_rightsizer.agent.pod_resources import open_directory
 
-        device_pods = open_directory(Path(args.pod_resources_socket)).device_pods
+        pod_resources = open_directory(Path(args.pod_resources_socket))
+        device_pods = pod_resources.device_pods
     runner = AgentRunner(
         nvml=PynvmlLibrary(),
         resolve=mapper.identity,
@@ -112,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         device_pods=device_pods,
     )
     runner.install_signal_handlers()
+    if pod_resources is not None:
+        pod_resources.start(runner.stop_event)  # a slow kubelet never delays a scrape or a tick
     try:
         if args.once:
             return runner.snapshot_to_file(Path(args.output))

@@ -6,6 +6,8 @@ follows the wire format independently of the decoder under test; one answer is a
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -203,3 +205,25 @@ def test_no_socket_means_no_assignments(tmp_path: Path) -> None:
 
 def test_rpc_method_is_the_kubelets() -> None:
     assert LIST_METHOD == "/v1.PodResourcesLister/List"
+
+
+def test_background_refresh_keeps_lookups_off_the_kubelet(kubelet: tuple[Path, dict[str, Any]]) -> None:
+    socket, state = kubelet
+    directory = PodResourcesDirectory(grpc_lister(socket), min_refresh_seconds=0.05)
+    stop = threading.Event()
+    thread = directory.start(stop)
+    try:
+        deadline = time.monotonic() + 5
+        while not directory.available and time.monotonic() < deadline:
+            time.sleep(0.01)
+        calls = state["calls"]
+        assert calls >= 1
+        state["fail"] = True  # the kubelet hangs up: lookups still answer from the last map, at once
+        started = time.monotonic()
+        for _ in range(100):
+            assert [a.identity.pod for a in directory.pods_of("GPU-aaaa")] == ["trainer-0"]
+        assert time.monotonic() - started < 0.5
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
