@@ -1,7 +1,7 @@
 """OpenMetrics / Prometheus text files → `WorkloadWindow`s.
 
-Reads what a scrape, `promtool tsdb dump-openmetrics` or the simulator's backfill writes, parsed by
-`prometheus_client`'s own parsers. Pods are grouped by their owning workload through
+Reads what a scrape, `promtool tsdb dump-openmetrics` or the simulator's backfill writes, plain or
+gzipped, streamed by `exposition` (memory follows the samples inside the window). Pods are grouped by their owning workload through
 kube-state-metrics (`kube_pod_owner`, `kube_replicaset_owner`, `kube_job_owner`); allocation comes from
 the resource request/limit series and the GPU model from GPU feature discovery node labels or the
 exporter's `modelName`. Every label variant of gpu-signals §0.5/§0.6 is read. Device series that
