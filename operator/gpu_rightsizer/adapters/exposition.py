@@ -143,6 +143,8 @@ class _Parser:
             return None
         if self.eof_line is not None:
             raise self.fail(number, f"content after '# EOF' (line {self.eof_line})")
+        if line[0] in " \t":
+            line = line.lstrip()
         if line.startswith("#"):
             self._comment(number, line)
             return None

@@ -80,6 +80,12 @@ def test_prometheus_text_timestamps_are_milliseconds(tmp_path: Path) -> None:
     assert (facts.openmetrics, facts.oldest, facts.newest) == (False, float(TS), float(TS + 60))
 
 
+def test_leading_whitespace_and_blank_lines_are_tolerated() -> None:
+    assert [(n, v, t) for n, _, v, t in parse_text(f"\n  {GOOD}{TS}\n\n# EOF\n\n")] == [
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.5, float(TS))
+    ]
+
+
 def test_exemplars_and_quoted_names_are_read(tmp_path: Path) -> None:
     text = (
         '# TYPE rpc_total counter\nrpc_total{code="200"} 7 100 # {trace_id="a}b"} 1 100\n'
