@@ -22,6 +22,7 @@ from gpu_rightsizer.adapters.nvml import NvmlLibrary
 from gpu_rightsizer.agent.exporter import (
     AgentState,
     DcgmCompatibleCollector,
+    DevicePods,
     OpenMetricsRecording,
     PodResolver,
     families_from_sampler,
@@ -45,9 +46,11 @@ class AgentRunner:
         hostname: str | None,
         interval: float = 1.0,
         sampler: NvmlSampler | None = None,
+        device_pods: DevicePods | None = None,
     ) -> None:
         self.sampler = sampler or NvmlSampler(nvml)
         self.resolve = resolve
+        self.device_pods = device_pods
         self.hostname = hostname
         self.interval = interval
         self.state = AgentState()
@@ -103,7 +106,9 @@ class AgentRunner:
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics until stopped."""
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(DcgmCompatibleCollector(self.state, self.sampler, self.resolve, self.hostname))
+        registry.register(
+            DcgmCompatibleCollector(self.state, self.sampler, self.resolve, self.hostname, self.device_pods)
+        )
         server, thread = start_http_server(port, addr=host, registry=registry)
         log.info(
             "serving dcgm-exporter-compatible metrics on http://%s:%d/metrics every %.3g s",
@@ -164,7 +169,9 @@ class AgentRunner:
         with self.state.lock:
             sample_seconds = self.state.sample_seconds or 0.0
         return list(
-            families_from_sampler(self.sampler, snapshot, self.resolve, self.hostname, sample_seconds)
+            families_from_sampler(
+                self.sampler, snapshot, self.resolve, self.hostname, sample_seconds, self.device_pods
+            )
         )
 
     def _process_cpu_families(self, snapshot: NodeSnapshot) -> list[Metric]:

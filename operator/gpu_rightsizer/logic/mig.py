@@ -285,13 +285,59 @@ def profiles_for(spec: GPUModelSpec | None, overrides: MigTables | None = None) 
     return spec.mig_profiles
 
 
+#: Prefix of the MIG extended resources the device plugin advertises under the mixed strategy.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+#: A MIG profile in either spelling: NVML/mig-parted ('1g.10gb+me', '1g.24gb+me.all', '1g.24gb+gfx',
+#: '1g.24gb-me') or the device plugin's, which writes every '+' as '.' ('1g.10gb.me', '1g.24gb.me.all').
+_PROFILE_SPELLING = re.compile(r"^(?P<base>[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$")
+
+
+def device_plugin_profile_name(name: str) -> str:
+    """A MIG profile as the device plugin spells it in resource names, product labels and mig-parted
+    config names: '+' becomes '.' (k8s-device-plugin internal/rm/rm.go, nvml-mig-device.go GetName).
+
+    '1g.10gb+me' → '1g.10gb.me'; '1g.24gb+me.all' → '1g.24gb.me.all'; '1g.24gb-me' stays. Tolerates a
+    'nvidia.com/mig-' prefix and upper case.
+    """
+    return name.strip().lower().removeprefix(MIG_RESOURCE_PREFIX).replace("+", ".")
+
+
+def nvml_profile_name(name: str) -> str:
+    """A MIG profile as NVML and the MIG tables spell it: the first '.' after the memory size is '+'.
+
+    '1g.10gb.me' → '1g.10gb+me'; '1g.24gb.me.all' → '1g.24gb+me.all'; '1g.24gb-me' and '1g.10gb' stay.
+    """
+    plugin = device_plugin_profile_name(name)
+    match = _PROFILE_SPELLING.match(plugin)
+    if match is None or not match["suffix"].startswith("."):
+        return plugin
+    return f"{match['base']}+{match['suffix'][1:]}"
+
+
+def is_mig_profile_name(name: str) -> bool:
+    """True for a MIG profile name in either spelling ('1g.10gb', '1g.10gb.me', '1g.10gb+me', '1g.24gb-me')."""
+    return _PROFILE_SPELLING.match(name.strip().lower().removeprefix(MIG_RESOURCE_PREFIX)) is not None
+
+
+def mig_profile_of_resource(resource: str) -> str | None:
+    """The profile (device plugin spelling) of a MIG extended resource, or None for any other resource."""
+    if not resource.startswith(MIG_RESOURCE_PREFIX):
+        return None
+    profile = device_plugin_profile_name(resource)
+    return profile if is_mig_profile_name(profile) else None
+
+
+def same_profile(a: str, b: str) -> bool:
+    """True when two names, in any spelling, are the same MIG profile."""
+    return device_plugin_profile_name(a) == device_plugin_profile_name(b)
+
+
 def find_profile(profiles: Sequence[MigProfile], name: str | None) -> MigProfile | None:
-    """Profile by name ('1g.10gb', tolerant of a 'nvidia.com/mig-' prefix), or None."""
+    """Profile by name in either spelling ('1g.10gb.me', '1g.10gb+me', 'nvidia.com/mig-1g.10gb.me'), or None."""
     if not name:
         return None
-    wanted = name.removeprefix("nvidia.com/mig-").lower()
     for profile in profiles:
-        if profile.name.lower() == wanted:
+        if same_profile(profile.name, name):
             return profile
     return None
 
@@ -323,14 +369,14 @@ def smallest_fitting_profile(
     """
     required_memory = need.memory_gib * memory_headroom
     required_sms = need.sm_equivalents / sm_target
-    allowed_names = {name.removeprefix("nvidia.com/mig-").lower() for name in allowed} if allowed else None
+    allowed_names = {device_plugin_profile_name(name) for name in allowed} if allowed else None
     candidates = []
     for profile in profiles:
         if profile.media_extensions != need.needs_media and not (
             need.needs_media and profile.compute_slices == 7
         ):
             continue
-        if allowed_names is not None and profile.name.lower() not in allowed_names:
+        if allowed_names is not None and device_plugin_profile_name(profile.name) not in allowed_names:
             continue
         if profile.memory_gib < required_memory or profile.sms < required_sms:
             continue
@@ -352,8 +398,9 @@ def full_gpu_profile(profiles: Sequence[MigProfile]) -> MigProfile | None:
 
 
 def mig_resource_name(profile: MigProfile) -> str:
-    """Extended resource of a profile under the 'mixed' strategy, e.g. nvidia.com/mig-1g.18gb."""
-    return f"nvidia.com/mig-{profile.name}"
+    """Extended resource of a profile under the 'mixed' strategy, e.g. nvidia.com/mig-1g.18gb or
+    nvidia.com/mig-1g.18gb.me: the device plugin never advertises a '+' (nor may a resource name hold one)."""
+    return f"{MIG_RESOURCE_PREFIX}{device_plugin_profile_name(profile.name)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,8 +432,8 @@ def mig_request(profile: MigProfile, strategy: SharingStrategy, product_label: s
             "nvidia.com/gpu",
             1,
             {
-                "nvidia.com/gpu.product": f"{product}-MIG-{profile.name}",
-                "nvidia.com/mig.config": f"all-{profile.name}",
+                "nvidia.com/gpu.product": f"{product}-MIG-{device_plugin_profile_name(profile.name)}",
+                "nvidia.com/mig.config": f"all-{device_plugin_profile_name(profile.name)}",
             },
             "mig-single: every GPU of the node carries this profile",
         )
