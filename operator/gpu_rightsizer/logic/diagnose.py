@@ -19,14 +19,17 @@ from datetime import datetime
 
 from gpu_rightsizer.logic.mig import (
     GIB_PER_MIB,
+    NVLINK_FALLBACK_PER_DIRECTION,
     GPUModelSpec,
     MigProfile,
     MigTables,
     find_profile,
     is_pre_volta,
+    nvlink_per_direction_bytes,
     profiles_for,
     spec_for_product,
 )
+from gpu_rightsizer.logic.rules.registry import PRIMARY_ORDER
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import GPUObservation, Signal, SignalStats, WorkloadWindow
@@ -48,25 +51,6 @@ RATIO_SIGNALS: frozenset[Signal] = frozenset(
     }
 )
 
-#: Rule order: the first code in this list among the findings is the primary diagnosis.
-PRIMARY_ORDER: tuple[DiagnosisCode, ...] = (
-    DiagnosisCode.HARDWARE_FAULT,
-    DiagnosisCode.THROTTLED,
-    DiagnosisCode.INSUFFICIENT_DATA,
-    DiagnosisCode.IDLE_ALLOCATION,
-    DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
-    DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
-    DiagnosisCode.HOST_TRANSFER_BOUND,
-    DiagnosisCode.COMMUNICATION_BOUND,
-    DiagnosisCode.LOW_OCCUPANCY,
-    DiagnosisCode.MEMORY_BANDWIDTH_BOUND,
-    DiagnosisCode.NO_TENSOR_CORES,
-    DiagnosisCode.OVERSIZED_GPU,
-    DiagnosisCode.MEMORY_CAPACITY_BOUND,
-    DiagnosisCode.UNDER_REPLICATED,
-    DiagnosisCode.OVER_REPLICATED,
-    DiagnosisCode.HEALTHY,
-)
 _RANK = {code: rank for rank, code in enumerate(PRIMARY_ORDER)}
 
 #: No finding claims certainty: window statistics can always miss what happened between samples.
@@ -149,12 +133,17 @@ class WorkloadFigures:
     busy_sawtooth: float | None
     sm_p50: float | None
     sm_p95: float | None
+    sm_p99_max: float | None  # the busiest GPU's SM p99: "no kernels" means this is at the noise floor
+    gr_p99_max: float | None
+    math_p50: float | None  # tensor + FP16 + FP32 pipe p50 (busiest GPU): idle math while links work
+    fp16_p50: float | None
     occupancy_p50: float | None
     tensor_p50: float | None
     tensor_p95: float | None
     fp32_p50: float | None
     dram_p95: float | None
     fb_used_p99_gib: float | None
+    fb_used_max_gib: float | None
     capacity_gib: float | None
     memory_share_p99: float | None
     pcie_utilisation: float | None
@@ -162,9 +151,12 @@ class WorkloadFigures:
     pcie_utilisation_p50: float | None  # the same as a share of the link (one direction)
     pcie_link_known: bool  # every GPU's model (hence link capacity) is known; else a Gen4 x16 fallback
     transfer_bytes_p95: float | None  # largest PCIe/NVLink direction p95 of any GPU
-    nvlink_utilisation: float | None
+    nvlink_utilisation: float | None  # max(rx p50, tx p50) / per-direction nominal, busiest GPU
     nvlink_bytes_p95: float | None
+    pcie_symmetric: bool  # rx and tx medians within 2× of each other (collective traffic, not a copy)
+    nvlink_nominal_known: bool
     cpu_usage_p95: float | None
+    cpu_usage_p50: float | None  # of the pod with the highest p95
     cpu_reference_cores: float | None
     cpu_reference_is_limit: bool
     cpu_saturation: float | None
@@ -274,6 +266,15 @@ def _workload_stat(window: WorkloadWindow, signal: Signal) -> SignalStats | None
     return max(candidates, key=lambda s: (s.p95, s.p50, s.mean, s.max))
 
 
+def _math_p50(gpu: GPUFigures) -> float:
+    """Tensor + FP16 + FP32 pipe p50 of one GPU: how much of the time its math units work."""
+    return math.fsum(
+        s.p50
+        for signal in (Signal.TENSOR_ACTIVE, Signal.FP16_ACTIVE, Signal.FP32_ACTIVE)
+        if (s := gpu.stat(signal)) is not None
+    )
+
+
 def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> WorkloadFigures:
     """Reduce a window to the figures the rules read (pure, order-independent)."""
     allocation = window.allocation
@@ -290,6 +291,8 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
 
     fb_p99 = _max(_gpu_stat(gpus, Signal.FB_USED_MIB, lambda s: s.p99))
     fb_p99_gib = fb_p99 * GIB_PER_MIB if fb_p99 is not None else None
+    fb_max = _max(_gpu_stat(gpus, Signal.FB_USED_MIB, lambda s: s.max))
+    fb_max_gib = fb_max * GIB_PER_MIB if fb_max is not None else None
     capacities = [g.capacity_gib for g in gpus if g.capacity_gib]
     capacity = min(capacities) if capacities else None
     shares = [
@@ -304,6 +307,8 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
     transfer_p95: list[float] = []
     nvlink_utils = []
     nvlink_bytes = []
+    symmetric: list[bool] = []
+    nominal_known = True
     for g in gpus:
         pcie_capacity = g.spec.pcie_bytes_per_s if g.spec else _PCIE_FALLBACK_BYTES_PER_S
         rx, tx = g.stat(Signal.PCIE_RX_BYTES_PER_S), g.stat(Signal.PCIE_TX_BYTES_PER_S)
@@ -312,6 +317,8 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
             median = max(rx.p50 if rx else 0.0, tx.p50 if tx else 0.0)
             pcie_p50_bytes.append(median)
             pcie_p50_utils.append(median / pcie_capacity)
+            low, high = sorted((rx.p50 if rx else 0.0, tx.p50 if tx else 0.0))
+            symmetric.append(high > 0 and low * 2.0 >= high)
         transfer_p95.extend(
             s.p95
             for signal in (
@@ -324,14 +331,21 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         )
         nrx, ntx = g.stat(Signal.NVLINK_RX_BYTES_PER_S), g.stat(Signal.NVLINK_TX_BYTES_PER_S)
         if nrx is not None or ntx is not None:
-            total = (nrx.p95 if nrx else 0.0) + (ntx.p95 if ntx else 0.0)
-            nvlink_bytes.append(total)
-            nominal = g.spec.nvlink_bytes_per_s if g.spec and g.spec.nvlink_bytes_per_s else 600e9
-            nvlink_utils.append(total / nominal)
+            nvlink_bytes.append(max(nrx.p95 if nrx else 0.0, ntx.p95 if ntx else 0.0))
+            per_direction = nvlink_per_direction_bytes(g.observation.model_name or allocation.gpu_model)
+            if per_direction is None:
+                nominal_known = False
+                per_direction = NVLINK_FALLBACK_PER_DIRECTION
+            nvlink_utils.append(max(nrx.p50 if nrx else 0.0, ntx.p50 if ntx else 0.0) / per_direction)
 
     pods = sorted(window.pods, key=lambda p: p.name)
     reference = allocation.cpu_limit_cores or allocation.cpu_request_cores
-    cpu_usage = _max(p.stats[Signal.CPU_USAGE_CORES].p95 for p in pods if Signal.CPU_USAGE_CORES in p.stats)
+    cpu_stats = sorted(
+        (p.stats[Signal.CPU_USAGE_CORES] for p in pods if Signal.CPU_USAGE_CORES in p.stats),
+        key=lambda st: (st.p95, st.p50),
+    )
+    cpu_usage = cpu_stats[-1].p95 if cpu_stats else None
+    cpu_usage_p50 = cpu_stats[-1].p50 if cpu_stats else None
     cpu_saturation = cpu_usage / reference if cpu_usage is not None and reference else None
     cpu_throttled = _max(
         p.stats[Signal.CPU_THROTTLED_RATIO].p50 for p in pods if Signal.CPU_THROTTLED_RATIO in p.stats
@@ -386,12 +400,17 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         busy_sawtooth=max(sawtooths) if sawtooths else None,
         sm_p50=_fmean(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p50)),
         sm_p95=_fmean(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p95)),
+        sm_p99_max=_max(_gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p99)),
+        gr_p99_max=_max(_gpu_stat(gpus, Signal.GR_ENGINE_ACTIVE, lambda s: s.p99)),
+        math_p50=_max(_math_p50(g) for g in gpus if g.stat(Signal.TENSOR_ACTIVE) is not None),
+        fp16_p50=_fmean(_gpu_stat(gpus, Signal.FP16_ACTIVE, lambda s: s.p50)),
         occupancy_p50=_fmean(_gpu_stat(gpus, Signal.SM_OCCUPANCY, lambda s: s.p50)),
         tensor_p50=_fmean(_gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p50)),
         tensor_p95=_fmean(_gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p95)),
         fp32_p50=_fmean(_gpu_stat(gpus, Signal.FP32_ACTIVE, lambda s: s.p50)),
         dram_p95=_fmean(_gpu_stat(gpus, Signal.DRAM_ACTIVE, lambda s: s.p95)),
         fb_used_p99_gib=fb_p99_gib,
+        fb_used_max_gib=fb_max_gib,
         capacity_gib=capacity,
         memory_share_p99=max(shares) if shares else None,
         pcie_utilisation=max(pcie_utils) if pcie_utils else None,
@@ -401,7 +420,10 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         transfer_bytes_p95=max(transfer_p95) if transfer_p95 else None,
         nvlink_utilisation=max(nvlink_utils) if nvlink_utils else None,
         nvlink_bytes_p95=max(nvlink_bytes) if nvlink_bytes else None,
+        pcie_symmetric=bool(symmetric) and all(symmetric),
+        nvlink_nominal_known=nominal_known,
         cpu_usage_p95=cpu_usage,
+        cpu_usage_p50=cpu_usage_p50,
         cpu_reference_cores=reference,
         cpu_reference_is_limit=allocation.cpu_limit_cores is not None,
         cpu_saturation=cpu_saturation,
@@ -534,11 +556,15 @@ def _data_problems(figures: WorkloadFigures, settings: EngineSettings, now: date
                 "SM activity cannot exceed engine activity (contradictory series)"
             )
         util = gpu.stat(Signal.GPU_UTIL)
-        if gr is not None and util is not None and gr.p50 > util.p50 + 2 * settings.contradiction_gap:
+        if (
+            gr is not None
+            and util is not None
+            and min(gr.samples, util.samples) >= settings.consistency_min_samples
+            and gr.mean > util.mean + 2 * settings.contradiction_gap
+        ):
             problems.append(
-                f"GPU {gpu.uuid}: GR_ENGINE_ACTIVE p50 {_pct(gr.p50)} far above GPU_UTIL p50 "
-                f"{_pct(util.p50)} "
-                "(contradictory series)"
+                f"GPU {gpu.uuid}: GR_ENGINE_ACTIVE mean {_pct(gr.mean)} far above GPU_UTIL mean "
+                f"{_pct(util.mean)} over {min(gr.samples, util.samples)} samples (contradictory series)"
             )
         fb = gpu.stat(Signal.FB_USED_MIB)
         if fb is not None and gpu.capacity_gib and fb.p99 * GIB_PER_MIB > gpu.capacity_gib * (1 + tol):
@@ -632,7 +658,7 @@ def _compute_low(figures: WorkloadFigures, settings: EngineSettings) -> tuple[bo
 class SizingNeed:
     """Per-GPU need of a single-GPU workload, and the share of its current device it uses."""
 
-    memory_gib: float
+    memory_gib: float  # max used over the window
     sm_equivalents: float
     dram_fraction_of_full_gpu: float | None
     share_of_device: float
@@ -640,8 +666,13 @@ class SizingNeed:
 
 
 def sizing_need(figures: WorkloadFigures, settings: EngineSettings) -> SizingNeed | None:
-    """Memory/SM/DRAM need for slice selection (docs/diagnosis.md), or None when it cannot be measured."""
-    if figures.fb_used_p99_gib is None or figures.capacity_gib is None:
+    """Memory/SM/DRAM need for slice selection (docs/diagnosis.md), or None when it cannot be measured.
+
+    Memory is the window's **max**, not p99: an eval peak that fills 1 % of the window is still a peak,
+    and running out of memory in a slice kills the pod.
+    """
+    memory = figures.fb_used_max_gib if figures.fb_used_max_gib is not None else figures.fb_used_p99_gib
+    if memory is None or figures.capacity_gib is None:
         return None
     sms = next((g.sms for g in figures.gpus if g.sms), None)
     if sms is None and figures.spec is not None:
@@ -657,12 +688,12 @@ def sizing_need(figures: WorkloadFigures, settings: EngineSettings) -> SizingNee
         else figures.dram_p95
     )
     share = max(
-        figures.fb_used_p99_gib * settings.memory_headroom / figures.capacity_gib,
+        memory * settings.memory_headroom / figures.capacity_gib,
         sm_share / settings.sm_target_utilisation,
         (figures.dram_p95 / settings.dram_target_utilisation) if figures.dram_p95 is not None else 0.0,
     )
     return SizingNeed(
-        memory_gib=figures.fb_used_p99_gib,
+        memory_gib=memory,
         sm_equivalents=sm_equivalents,
         dram_fraction_of_full_gpu=dram_full,
         share_of_device=share,
@@ -670,14 +701,19 @@ def sizing_need(figures: WorkloadFigures, settings: EngineSettings) -> SizingNee
     )
 
 
+def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
+    """True when no kernel ran on any GPU: SM activity (else GR, else GPU_UTIL) at the noise floor."""
+    if figures.sm_p99_max is not None:
+        return figures.sm_p99_max <= settings.idle_sm_p99
+    if figures.gr_p99_max is not None:
+        return figures.gr_p99_max <= settings.idle_gr_p99
+    return figures.busy_max is not None and figures.busy_max <= settings.release_max_busy
+
+
 def _idle(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
+    """R1: no kernels, quiet links, no CPU work and no requests. GPU memory held is not liveness."""
     busy = figures.busy_p95_max
-    if busy is None or busy >= settings.idle_busy_p95:
-        return
-    if (
-        figures.busy_active_fraction is not None
-        and figures.busy_active_fraction > settings.idle_max_active_fraction
-    ):
+    if busy is None or busy >= settings.idle_busy_p95 or not no_kernels(figures, settings):
         return
     if figures.requests_per_s is not None and figures.requests_per_s > 0:
         return  # a GPU that serves requests is not idle (SPEC §1); sizing and serving rules handle it
@@ -686,6 +722,8 @@ def _idle(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> 
         and figures.transfer_bytes_p95 >= settings.idle_transfer_bytes_per_s
     ):
         return  # copies over PCIe/NVLink are GPU work the busy signal misses (SPEC §1: not idle)
+    if figures.cpu_usage_p95 is not None and figures.cpu_usage_p95 > settings.idle_cpu_cores:
+        return  # a process that works on the CPU may feed the GPU any moment: live, not idle
     util = _max(_gpu_stat(figures.gpus, Signal.GPU_UTIL, lambda s: s.p95))
     if figures.busy_source == "gr_engine_active" and util is not None and util >= settings.idle_busy_p95:
         return  # NVML saw kernels or copies that the graphics-engine counter did not
@@ -693,34 +731,61 @@ def _idle(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> 
     confidence = _base_confidence(figures, settings)
     if window.duration_seconds < settings.idle_min_window_seconds:
         confidence *= 0.8
-    no_activity = figures.busy_max is not None and figures.busy_max <= settings.release_max_busy
-    activity = (
-        "no GPU activity at all"
-        if no_activity
-        else f"busy peaked at {_pct(figures.busy_max or 0.0)}, so something still runs now and then"
+    if not figures.profiling_fields:
+        confidence *= settings.missing_profiling_confidence
+    signal = (
+        "SM activity"
+        if figures.sm_p99_max is not None
+        else ("graphics-engine activity" if figures.gr_p99_max is not None else "GPU_UTIL (whole percent)")
     )
-    change = (
-        "release the GPU (scale to zero, end the notebook or job)"
-        if no_activity
-        else "move it to a shared (time-sliced) GPU pool or scale it to zero when unused; it is not released "
-        "because it still shows activity"
+    cpu_text = f", CPU p95 {figures.cpu_usage_p95:.2f} cores" if figures.cpu_usage_p95 is not None else ""
+    link_text = (
+        f", PCIe/NVLink p95 {figures.transfer_bytes_p95 / 1e6:.1f} MB/s"
+        if figures.transfer_bytes_p95 is not None
+        else ", no PCIe series"
     )
     out.add(
         DiagnosisCode.IDLE_ALLOCATION,
         Severity.WARNING,
         confidence,
-        f"Seen: {figures.total_gpus} GPU(s) allocated, busy p95 {_pct(busy)} (idle below "
-        f"{_pct(settings.idle_busy_p95)}) over {window.duration_seconds / 3600:.1f} h; {activity}. Meaning: "
-        "the "
-        f"allocation does no useful work. Change: {change}.",
+        f"Seen: {figures.total_gpus} GPU(s) allocated and no kernel ran over "
+        f"{window.duration_seconds / 3600:.1f} h ({signal} at its noise floor, busy p95 {_pct(busy)})"
+        f"{link_text}{cpu_text}, no requests. Meaning: the allocation holds GPUs it does not use (memory "
+        "held is not work). Change: release the GPU (scale to zero, end the notebook or job); a "
+        "long-running service is released automatically only after a full day idle.",
         {
             "gpuBusyP95": busy,
             "gpuBusyMax": figures.busy_max,
-            "busyActiveFraction": figures.busy_active_fraction,
+            "smActiveP99": figures.sm_p99_max,
+            "cpuUsageP95": figures.cpu_usage_p95,
+            "transferBytesP95": figures.transfer_bytes_p95,
             "gpus": float(figures.total_gpus),
             "windowHours": window.duration_seconds / 3600,
         },
     )
+
+
+def cpu_plateau_cores(figures: WorkloadFigures, settings: EngineSettings) -> int | None:
+    """Whole cores a CPU plateau sits at (k pinned processes below the limit), or None without one.
+
+    One data-loader process cannot use more than one core, so a 2-core quota is never exhausted: no
+    throttling, no saturation. What shows is a flat container CPU at ≈ k cores with headroom left.
+    """
+    usage_p50, usage_p95 = figures.cpu_usage_p50, figures.cpu_usage_p95
+    if usage_p50 is None or usage_p95 is None:
+        return None
+    cores = math.floor(usage_p50 + 0.05)
+    if cores < 1 or usage_p50 - cores > settings.cpu_plateau_max_excess:
+        return None
+    if usage_p95 - usage_p50 > settings.cpu_plateau_max_spread:
+        return None
+    limit = figures.window.allocation.cpu_limit_cores
+    if limit is not None and limit - usage_p95 < settings.cpu_plateau_min_headroom:
+        return None  # at the limit: the saturation/throttling rule speaks
+    throttled = figures.cpu_throttled
+    if throttled is not None and throttled >= settings.cpu_plateau_max_throttled:
+        return None
+    return cores
 
 
 def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -> None:
@@ -733,20 +798,30 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
     clearly_low = busy < settings.low_busy
     pcie = figures.pcie_utilisation
     cpu_sat, thr = figures.cpu_saturation, figures.cpu_throttled
-    cpu_bound = (cpu_sat is not None and cpu_sat >= settings.cpu_saturation) or (
-        thr is not None and thr >= settings.cpu_throttled_ratio
-    )
+    # Without a limit, use above the request is bursting, not saturation: only a limit can starve.
+    saturated = figures.cpu_reference_is_limit and cpu_sat is not None and cpu_sat >= settings.cpu_saturation
+    cpu_bound = saturated or (thr is not None and thr >= settings.cpu_throttled_ratio)
     sawtooth = figures.busy_sawtooth is not None and figures.busy_sawtooth >= settings.sawtooth_strong
     anti = figures.gpu_cpu_correlation is not None and figures.gpu_cpu_correlation <= -0.3
     base = _base_confidence(figures, settings)
+    compute_low, compute, compute_name = _compute_low(figures, settings)
+    p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
+    absolute_rate = p50_bytes is not None and p50_bytes >= settings.transfer_bound_bytes_per_s
+    link_share = p50_share is not None and p50_share >= settings.transfer_bound_link_share
+    sustained_transfer = absolute_rate and (link_share or not figures.pcie_link_known)
+    link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
+    copying = pcie is not None and (link_saturated or (sustained_transfer and clearly_low)) and compute_low
+    plateau = (
+        cpu_plateau_cores(figures, settings)
+        if not cpu_bound and clearly_low and not copying and not no_kernels(figures, settings)
+        else None
+    )
 
-    # R2: input pipeline CPU-bound
+    # R2: input pipeline CPU-bound (at the limit), or R2c: a CPU plateau below it
     if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_utilisation):
         confidence = (
             base * (0.8 if clearly_low else 0.7) + (0.1 if sawtooth else 0.0) + (0.05 if anti else 0.0)
         )
-        if not figures.cpu_reference_is_limit:
-            confidence *= 0.85
         reference = figures.cpu_reference_cores
         sat_text = (
             f"CPU use p95 {figures.cpu_usage_p95:.2f} of {reference:g} cores "
@@ -762,8 +837,9 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
             f"Seen: GPU busy p50 {_pct(busy)} while {sat_text}{thr_text}"
             f"{'; busy alternates high/low (sawtooth)' if sawtooth else ''}. Meaning: the GPU waits for the "
             "CPU-side input pipeline (data loading/preprocessing); training typically needs 3–24 CPU cores "
-            "per "
-            "GPU. Change: more DataLoader workers, pinned memory and prefetch; raise the CPU request/limit.",
+            "per GPU. Change: raise the CPU request/limit together with the DataLoader workers (size them "
+            "from os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pinned memory and "
+            "prefetch.",
             {
                 "gpuBusyP50": busy,
                 "cpuUsageP95": figures.cpu_usage_p95,
@@ -773,26 +849,55 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
                 "gpuCpuCorrelation": figures.gpu_cpu_correlation,
             },
         )
+    elif plateau is not None:
+        limit = figures.window.allocation.cpu_limit_cores
+        limit_text = f" of a {limit:g}-core limit" if limit is not None else " (no CPU limit)"
+        out.add(
+            DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+            Severity.WARNING,
+            base * (0.75 if sawtooth else 0.6),
+            f"Seen: container CPU flat at {figures.cpu_usage_p50 or 0.0:.2f} cores (p50; p95 "
+            f"{figures.cpu_usage_p95 or 0.0:.2f}){limit_text}, not throttled, while GPU busy p50 is "
+            f"{_pct(busy)}{'; busy alternates high/low (sawtooth)' if sawtooth else ''}. Meaning: {plateau} "
+            f"process(es) pinned at one core each feed the GPU (a DataLoader with too few workers, or a "
+            "single-threaded loop); the limit is not reached, so more cores alone change nothing. Change: "
+            "more DataLoader workers (about the cores available minus one; read them from "
+            "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), or CUDA Graphs for a "
+            "launch-bound loop. Shrinking the GPU is withheld: fed, the job needs it.",
+            {
+                "gpuBusyP50": busy,
+                "cpuUsageP50": figures.cpu_usage_p50,
+                "cpuUsageP95": figures.cpu_usage_p95,
+                "cpuPlateauCores": float(plateau),
+                "cpuThrottledRatio": thr,
+                "busySawtooth": figures.busy_sawtooth,
+            },
+        )
     # R2b: fetch stall (storage / network I/O)
     io = figures.io_bytes_p50
     # R2b is an input-pipeline (training) pattern: a service's network receive is its request traffic.
-    # The median, not p95, so counter resets and bursts do not pass for a sustained fetch stall.
+    # The median, not p95, so counter resets and bursts do not pass for a sustained fetch stall. Reads
+    # alone are normal (image training reads ~300 MB/s at busy 0.75): the GPU must also look starved.
+    starved = clearly_low or sawtooth
     if (
-        low_busy
+        starved
         and not cpu_bound
+        and plateau is None
         and not figures.is_serving
         and io is not None
         and io >= settings.io_bytes_per_s
     ):
-        confidence = base * (0.7 if clearly_low else 0.6) + (0.1 if sawtooth else 0.0)
+        confidence = base * (0.6 if clearly_low else 0.5) + (0.1 if sawtooth else 0.0)
         out.add(
             DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
             Severity.WARNING,
             confidence,
-            f"Seen: GPU busy p50 {_pct(busy)}, CPU not saturated"
+            f"Seen: GPU busy p50 {_pct(busy)}{' with a sawtooth' if sawtooth else ''}, CPU not saturated"
             f"{f' ({_pct(cpu_sat)} of its cores)' if cpu_sat is not None else ''}, while the pod reads "
-            f"{io / 2**20:.0f} MiB/s (median) from disk and network. Meaning: the GPU waits for data to arrive "
-            "(fetch stall). Change: cache the data set locally or in RAM, prefetch more, use faster storage.",
+            f"{io / 2**20:.0f} MiB/s (median) from disk and network. Meaning: the GPU probably waits for data "
+            "to arrive (fetch stall). Missing for certainty: an I/O wait signal (cgroup io.pressure) or the "
+            "volume's read ceiling. Change: cache the data set locally or in RAM, prefetch more, use faster "
+            "storage.",
             {
                 "gpuBusyP50": busy,
                 "ioBytesP50": io,
@@ -800,40 +905,20 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
                 "busySawtooth": figures.busy_sawtooth,
             },
         )
-    compute_low, compute, compute_name = _compute_low(figures, settings)
-    multi_gpu = figures.total_gpus >= 2
-    # R4 first computed: on multi-GPU boxes without NVLink series, PCIe carries the collective traffic.
+    multi_gpu = figures.gpus_per_pod >= 2  # one distributed pod; never independent replicas
+    # R4: NVLink per direction at the median; PCIe stands in only when its traffic is symmetric (a
+    # collective), never for one-way host copies.
     link = figures.nvlink_utilisation
     link_name = "NVLink"
-    if link is None and multi_gpu and pcie is not None:
-        link, link_name = pcie, "PCIe (no NVLink series)"
-    # Without SM fields busy stands in for SM activity, and an all-reduce keeps the graphics engine busy
-    # (NCCL kernels) while the math pipes wait: there, idle tensor (and FP32) pipes are the compute figure.
-    tensor_p50, fp32_p50 = figures.tensor_p50, figures.fp32_p50
-    pipes_idle = (
-        not figures.profiling_fields
-        and tensor_p50 is not None
-        and tensor_p50 < settings.communication_max_tensor_p50
-        and (fp32_p50 is None or fp32_p50 < settings.no_tensor_min_fp32)
-    )
+    if link is None and multi_gpu and figures.pcie_symmetric and figures.pcie_utilisation_p50 is not None:
+        link, link_name = figures.pcie_utilisation_p50, "PCIe (symmetric, no NVLink series)"
+    math_p50 = figures.math_p50
+    pipes_idle = math_p50 < settings.communication_max_math_p50 if math_p50 is not None else compute_low
     link_busy = link is not None and link >= settings.nvlink_utilisation
-    comm = multi_gpu and link_busy and (compute_low or pipes_idle)
-    comm_from_pipes = comm and not compute_low
-    # R3: host <-> device transfer-bound. R3b: a copy loop rarely fills the link (pageable copies reach
-    # ~0.15 of a Gen5 x16 link on an H200, at the median), so a sustained rate with idle compute counts
-    # too: the absolute rate AND a non-trivial share of the link when the link is known (1.5 GB/s on a
-    # Gen5 x16 link leaves it 97 % free; the GPU is not waiting on it), the absolute rate alone otherwise.
-    p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
-    absolute_rate = p50_bytes is not None and p50_bytes >= settings.transfer_bound_bytes_per_s
-    link_share = p50_share is not None and p50_share >= settings.transfer_bound_link_share
-    sustained_transfer = absolute_rate and (link_share or not figures.pcie_link_known)
-    link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
-    if (
-        pcie is not None
-        and (link_saturated or (sustained_transfer and clearly_low))
-        and compute_low
-        and not (comm and figures.nvlink_utilisation is None)
-    ):
+    comm = multi_gpu and link_busy and pipes_idle
+    tensor_p50 = figures.tensor_p50
+    # R3: host <-> device transfer-bound (R3b: a sustained rate with idle compute; see thresholds).
+    if pcie is not None and copying and not (comm and figures.nvlink_utilisation is None):
         out.add(
             DiagnosisCode.HOST_TRANSFER_BOUND,
             Severity.WARNING,
@@ -849,26 +934,31 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
         )
     # R4: communication-bound
     if comm and link is not None:
-        compute_text = (
-            f"{compute_name} p50 is {_pct(compute or 0.0)} but the tensor pipes are active only "
-            f"{_pct(tensor_p50 or 0.0)} of the time (p50; no SM_ACTIVE, so busy cannot show idle SMs)"
-            if comm_from_pipes
-            else f"{compute_name} p50 is {_pct(compute or 0.0)}"
+        math_text = (
+            f"the math pipes (tensor + FP16 + FP32) work only {_pct(math_p50)} of the time (p50)"
+            if math_p50 is not None
+            else f"{compute_name} p50 is {_pct(compute or 0.0)} (no pipe fields)"
         )
+        nominal_text = "" if figures.nvlink_nominal_known else "; GPU model unknown, NVLink 4 nominal assumed"
         out.add(
             DiagnosisCode.COMMUNICATION_BOUND,
             Severity.WARNING,
-            base * 0.75 * (settings.busy_as_sm_proxy_penalty if comm_from_pipes else 1.0),
-            f"Seen: {figures.total_gpus} GPUs, {link_name} traffic at {_pct(link)} of nominal (p95) while "
-            f"{compute_text}. Meaning: the GPUs wait on each other "
-            "(communication and synchronisation). Change: pack the pods on one node / NVLink domain, overlap "
+            base
+            * (0.8 if link >= settings.nvlink_utilisation * 1.4 else 0.7)
+            * (1.0 if math_p50 is not None else settings.busy_as_sm_proxy_penalty)
+            * (1.0 if figures.nvlink_nominal_known else 0.85),
+            f"Seen: {figures.gpus_per_pod} GPUs per pod, {link_name} traffic at {_pct(link)} of the nominal "
+            f"per-direction bandwidth (busier direction, p50){nominal_text} while {math_text}. Meaning: the "
+            "GPUs wait on each other (communication and synchronisation; NCCL kernels count as SM-active, so "
+            "SM activity does not show it). Change: pack the pods on one node / NVLink domain, overlap "
             "communication with compute, gradient accumulation or larger per-GPU batches; fewer, larger "
             "GPUs. Never MIG for this work (no P2P/NVLink on slices).",
             {
                 "linkUtilisation": link,
+                "mathPipesP50": math_p50,
+                "tensorActiveP50": tensor_p50,
                 "computeP50": compute,
-                "tensorActiveP50": tensor_p50 if comm_from_pipes else None,
-                "gpus": float(figures.total_gpus),
+                "gpusPerPod": float(figures.gpus_per_pod),
             },
         )
 
@@ -881,23 +971,29 @@ def _efficiency(figures: WorkloadFigures, settings: EngineSettings, out: _Builde
     memory_full = (
         figures.memory_share_p99 is not None and figures.memory_share_p99 >= settings.memory_full_share
     )
-    # R5: busy but most SMs idle
+    # R5: busy but most SMs idle (launch-bound, tiny kernels). Occupancy alone never fires: large GEMM
+    # tiles keep one block per SM by design, and DCGM says occupancy is no goal for compute-bound work.
     sm, occ = figures.sm_p50, figures.occupancy_p50
-    if busy >= settings.high_busy and not memory_full:
-        low_sm = sm is not None and sm < settings.low_busy
+    communicating = figures.gpus_per_pod >= 2 and (figures.nvlink_utilisation or 0.0) >= 0.1
+    if busy >= settings.high_busy and not memory_full and sm is not None and sm < settings.low_busy:
         low_occ = occ is not None and occ < settings.low_occupancy
-        if low_sm or low_occ:
+        share_hint = (
+            "; or share the GPU (MIG/MPS)"
+            if figures.gpus_per_pod == 1
+            and not communicating
+            and figures.sm_p95 is not None
+            and figures.sm_p95 < 0.4
+            else ""
+        )
+        if not communicating:
             out.add(
                 DiagnosisCode.LOW_OCCUPANCY,
                 Severity.WARNING,
-                base * (0.8 if low_sm and (low_occ or occ is None) else 0.65),
-                f"Seen: GPU busy p50 {_pct(busy)} but SM activity p50 "
-                f"{_pct(sm) if sm is not None else 'unknown'}"
+                base * (0.8 if low_occ or occ is None else 0.7),
+                f"Seen: GPU busy p50 {_pct(busy)} but SM activity p50 {_pct(sm)}"
                 f"{f', occupancy p50 {_pct(occ)}' if occ is not None else ''}. Meaning: kernels run all the "
-                "time "
-                "but keep most SMs idle (small kernels, small batch, launch-bound). Change: larger "
-                "(micro-)batch, "
-                "CUDA Graphs / torch.compile to fuse kernels; or share the GPU (MIG/MPS).",
+                "time but keep most SMs idle (small kernels, small batch, launch-bound). Change: larger "
+                f"(micro-)batch, CUDA Graphs / torch.compile to fuse kernels{share_hint}.",
                 {"gpuBusyP50": busy, "smActiveP50": sm, "smOccupancyP50": occ},
             )
     # Without SM_ACTIVE (dcgm-exporter's default counters lack it) busy stands in for SM activity in R6
@@ -1006,11 +1102,16 @@ def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -
             if (figures.busy_p95_max or 0.0) < 0.1 and need.memory_gib < 4
             else ""
         )
+        if (figures.busy_p95_max or 0.0) < settings.idle_busy_p95:
+            cpu_hint += (
+                " Kernels still run (not idle, never released): the GPU mostly waits on the host between "
+                "steps or requests; overlap host work with the GPU (prefetch, CUDA Graphs) if it is a job."
+            )
         out.add(
             DiagnosisCode.OVERSIZED_GPU,
             Severity.WARNING,
             confidence,
-            f"Seen: p99 GPU memory {need.memory_gib:.1f} GiB of {figures.capacity_gib or 0:.0f} GiB "
+            f"Seen: peak GPU memory {need.memory_gib:.1f} GiB of {figures.capacity_gib or 0:.0f} GiB "
             f"({_pct(share)}), {'GPU busy' if need.sm_from_busy else 'SM activity'} p95 "
             f"{_pct(figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95_max or 0.0)} on a "
             f"{device}. "
@@ -1018,7 +1119,7 @@ def _sizing(figures: WorkloadFigures, settings: EngineSettings, out: _Builder) -
             "MIG "
             f"slice or a shared GPU (time-slicing/MPS).{cpu_hint}",
             {
-                "memoryUsedP99GiB": need.memory_gib,
+                "memoryUsedMaxGiB": need.memory_gib,
                 "memoryShareP99": share,
                 "smActiveP95": figures.sm_p95,
                 "gpuBusyP95": figures.busy_p95_max,

@@ -24,19 +24,12 @@ from gpu_rightsizer.logic.mig import (
     shared_request,
     smallest_fitting_profile,
 )
+from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.logic.workloads import format_cpu, format_memory
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.result import Action, ActionTarget
 
-DATA_PATH_CODES: frozenset[DiagnosisCode] = frozenset(
-    {
-        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
-        DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
-        DiagnosisCode.HOST_TRANSFER_BOUND,
-        DiagnosisCode.COMMUNICATION_BOUND,
-    }
-)
 _MIG_STRATEGIES = frozenset({SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE})
 _SHARING_STRATEGIES = frozenset({SharingStrategy.TIME_SLICING, SharingStrategy.MPS})
 #: Action types of which one recommendation carries at most one (the higher-ranked finding wins).
@@ -274,7 +267,7 @@ def _slice_action(
                 from_value=_current_gpu(figures),
                 to_value=request.describe(),
                 reason=f"{reason_prefix} {profile.name} holds {profile.memory_gib:g} GiB ≥ "
-                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (p99) and {profile.sms} SMs "
+                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (peak) and {profile.sms} SMs "
                 "≥ "
                 f"{need.sm_equivalents:.1f} busy SMs / {settings.sm_target_utilisation:g}.{caveat}",
                 resource=request.resource,
@@ -302,7 +295,7 @@ def _slice_action(
             type=ActionType.GPU_SHARING,
             from_value=_current_gpu(figures),
             to_value=request.describe(),
-            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({need.memory_gib:.1f} GiB used p99)."
+            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({need.memory_gib:.1f} GiB used at peak)."
             + advice,
             resource=request.resource,
             automatic=automatic,
@@ -593,7 +586,7 @@ def recommend(
     planned: list[PlannedAction] = []
     for finding in diagnosis.findings:  # already in rule order: the higher-ranked finding wins a type
         code = finding.code
-        if code is DiagnosisCode.IDLE_ALLOCATION:
+        if code is DiagnosisCode.IDLE_ALLOCATION and not data_path:
             release = _release(figures, settings, min_replicas)
             if release is not None:
                 planned.append(release)
@@ -601,12 +594,24 @@ def recommend(
                 shared = _slice_action(figures, settings, sharing, allowed_profiles, "Idle but not inactive:")
                 if shared is not None:
                     planned.append(shared)
+        elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND and "cpuPlateauCores" in finding.evidence:
+            cores = int(finding.evidence["cpuPlateauCores"])
+            planned.append(
+                _software(
+                    "more DataLoader workers (num_workers ≈ the cores available - 1, read from "
+                    "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+                    "prefetching; CUDA Graphs if one loop thread launches every kernel",
+                    f"{cores} process(es) sit at one core each below the CPU limit: the limit is not the "
+                    "bottleneck, the number of busy processes is.",
+                )
+            )
         elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND:
             planned.append(
                 _software(
-                    "more DataLoader workers, pin_memory=True, prefetching; GPU decoding (DALI) or caching "
-                    "decoded data",
-                    "The GPU waits for CPU-side data preparation.",
+                    "more DataLoader workers together with the CPU raise (size num_workers from "
+                    "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+                    "prefetching; GPU decoding (DALI) or caching decoded data",
+                    "The GPU waits for CPU-side data preparation; more cores help only with more workers.",
                 )
             )
             planned.extend(
@@ -707,12 +712,31 @@ def recommend(
     return _resolve(planned)
 
 
+def _is_capacity_change(item: PlannedAction) -> bool:
+    target = item.action.target
+    return item.action.automatic and target is not None and target.gpu_capacity_change
+
+
+def _defer(item: PlannedAction, applied: PlannedAction) -> PlannedAction:
+    """A GPU-capacity change that waits: advice now, re-measured after the first change is verified."""
+    action = item.action.model_copy(
+        update={
+            "automatic": False,
+            "target": None,
+            "reason": f"{item.action.reason} Waits for the next verified cycle: one GPU-capacity change at a "
+            f"time ({applied.action.type.value} goes first), sized on the load measured after it.",
+        }
+    )
+    return PlannedAction(action, item.tier, 0.0)
+
+
 def _resolve(planned: list[PlannedAction]) -> list[PlannedAction]:
-    """Drop duplicates and conflicts (first wins), then order cheapest first, deterministically."""
+    """Drop duplicates and conflicts (first wins), keep one GPU-capacity change, order cheapest first."""
     kept: list[PlannedAction] = []
     seen_types: set[ActionType] = set()
     seen_texts: set[tuple[ActionType, str]] = set()
     releasing = any(p.action.type is ActionType.RELEASE_IDLE for p in planned)
+    capacity: PlannedAction | None = None
     for item in planned:
         kind = item.action.type
         if releasing and kind in _GPU_SHAPE_TYPES:
@@ -724,5 +748,10 @@ def _resolve(planned: list[PlannedAction]) -> list[PlannedAction]:
             continue
         seen_types.add(kind)
         seen_texts.add(key)
+        if _is_capacity_change(item) and capacity is not None:
+            kept.append(_defer(item, capacity))
+            continue
+        if _is_capacity_change(item):
+            capacity = item
         kept.append(item)
     return sorted(kept, key=lambda p: (p.tier, p.action.type.value, p.action.to_value))

@@ -71,6 +71,13 @@ class EngineSettings(BaseModel):
         description="Data that ends longer ago than this (when the caller passes `now`) is stale → "
         "InsufficientData. Heur (a few dcgm-exporter collect intervals of 30 s plus scrape delay).",
     )
+    consistency_min_samples: int = Field(
+        default=100,
+        ge=1,
+        description="GR_ENGINE_ACTIVE and GPU_UTIL are compared (as means: GPU_UTIL is one sub-second NVML "
+        "sample per scrape, GR an interval average, so their medians part on a sawtooth) only with at "
+        "least this many samples of each. Heur (review D9).",
+    )
     ratio_tolerance: float = Field(
         default=0.05,
         ge=0,
@@ -131,12 +138,34 @@ class EngineSettings(BaseModel):
         ge=0,
         description="Idle over a shorter window lowers confidence. Heur (rule R1: ≥ 1 h).",
     )
+    idle_sm_p99: float = Field(
+        default=0.001,
+        ge=0,
+        le=1,
+        description="Idle means no kernels: the busiest GPU's SM activity p99 at or below this noise floor. "
+        "Measured on an H200: an idle holder reads exactly 0, a live server at 0.5 % duty 0.0024; at 30 s "
+        "averages the server's mean stays above the floor. Heur, measured (review Q2).",
+    )
+    idle_gr_p99: float = Field(
+        default=0.002,
+        ge=0,
+        le=1,
+        description="Without SM fields: GR_ENGINE_ACTIVE p99 at or below this = no kernels. Measured: idle "
+        "holder 6e-5, live server 0.005-0.016. Heur, measured (review Q2).",
+    )
+    idle_cpu_cores: float = Field(
+        default=0.05,
+        ge=0,
+        description="Idle also needs container CPU p95 at or below this (cores): a process that feeds a GPU "
+        "uses CPU. Measured: idle holder 0.01, live server 0.11. Heur, measured (review Q2).",
+    )
     idle_transfer_bytes_per_s: float = Field(
-        default=50e6,
+        default=5e6,
         ge=0,
         description="Idle also needs every GPU's PCIe RX/TX and NVLink p95 below this (bytes/s): copies are "
         "GPU work that the busy signal does not count. Measured: an idle H200 moves ≈ 0.8-1.2 MB/s over "
-        "PCIe, a pageable copy loop ≈ 9 GB/s (tests/fixtures/h200); 50 MB/s is Heur, far from both.",
+        "PCIe, a live server with a 1.3 GiB model 7.5 MB/s, a pageable copy loop ≈ 9 GB/s "
+        "(tests/fixtures/h200; review Q2). Heur, measured.",
     )
     release_min_window_seconds: float = Field(
         default=86400.0,
@@ -180,6 +209,30 @@ class EngineSettings(BaseModel):
         description="CFS throttled periods / periods at or above this = CPU throttled. Heur: "
         "kubernetes-mixin CPUThrottlingHigh default 25 %.",
     )
+    cpu_plateau_max_excess: float = Field(
+        default=0.3,
+        ge=0,
+        description="CPU plateau (a loader pinned below its limit): usage p50 lies within this many cores "
+        "above a whole number k ≥ 1 of cores (k pinned processes plus light main-thread work). Heur "
+        "(review Q4).",
+    )
+    cpu_plateau_max_spread: float = Field(
+        default=0.15,
+        ge=0,
+        description="CPU plateau: usage p95 - p50 at or below this (cores): flat, not bursty. Heur (review Q4).",
+    )
+    cpu_plateau_min_headroom: float = Field(
+        default=0.5,
+        ge=0,
+        description="CPU plateau: the limit lies at least this many cores above usage p95 (so the quota is "
+        "never exhausted and nothing is throttled). Heur (review Q4).",
+    )
+    cpu_plateau_max_throttled: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="CPU plateau: throttled periods below this share. Heur (review Q4).",
+    )
     sawtooth_strong: float = Field(
         default=0.3,
         ge=0,
@@ -217,21 +270,21 @@ class EngineSettings(BaseModel):
         "9.3 GB/s p95).",
     )
     nvlink_utilisation: float = Field(
-        default=0.5,
+        default=0.25,
         ge=0,
         le=1,
-        description="NVLink (or PCIe on boxes without NVLink) bytes p95 / nominal at or above this, with "
-        "SM activity low, = communication-bound. Heur 0.5; Lit: ≈ 0.8 × nominal is achievable "
-        "(NVIDIA/nccl#1264).",
+        description="The busier NVLink direction's median / the model's per-direction nominal at or above "
+        "this (PCIe only when its traffic is symmetric), with the math pipes idle, = communication-bound. "
+        "Lit: NCCL reaches ≈ 0.8 × nominal (NVIDIA/nccl#1264), so 0.25 means links busy ≥ 30 % of the "
+        "time; a measured all-reduce DDP on H200 ran 171 of 450 GB/s per direction (0.38). Heur 0.25.",
     )
-    communication_max_tensor_p50: float = Field(
-        default=0.1,
+    communication_max_math_p50: float = Field(
+        default=0.25,
         ge=0,
-        le=1,
-        description="Without SM fields (busy stands in for SM activity and NCCL kernels keep the engine busy), "
-        "multi-GPU work with NVLink (or PCIe) at nvlink_utilisation and tensor-pipe p50 below this (FP32 "
-        "pipes not busy either) = communication-bound, at the proxy penalty. Heur (R4b: the math units "
-        "mostly idle).",
+        le=3,
+        description="Tensor + FP16 + FP32 pipe p50 below this = the math units mostly idle (R4). SM activity "
+        "is not a gate: NCCL kernels count as SM-active (DCGM). Measured all-reduce DDP: tensor 0.01; "
+        "healthy BF16 DDP: tensor 0.75. Heur (review Q5).",
     )
     nvlink_quiet_bytes_per_s: float = Field(
         default=1e9,
@@ -249,7 +302,9 @@ class EngineSettings(BaseModel):
         default=0.2,
         ge=0,
         le=1,
-        description="SM occupancy p50 below this (with high busy) = launch/small-kernel bound. Heur (R5).",
+        description="SM occupancy p50 below this raises LowOccupancy's confidence; occupancy alone never "
+        "fires (DCGM: higher occupancy does not mean better use for compute-bound work; large GEMM tiles "
+        "keep one block per SM by design). Heur (R5).",
     )
     dram_bound: float = Field(
         default=0.6,
