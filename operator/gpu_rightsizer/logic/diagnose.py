@@ -811,9 +811,10 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
     sustained_transfer = absolute_rate and (link_share or not figures.pcie_link_known)
     link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
     copying = pcie is not None and (link_saturated or (sustained_transfer and clearly_low)) and compute_low
+    reading = figures.io_bytes_p50 is not None and figures.io_bytes_p50 >= settings.io_bytes_per_s
     plateau = (
         cpu_plateau_cores(figures, settings)
-        if not cpu_bound and clearly_low and not copying and not no_kernels(figures, settings)
+        if not cpu_bound and clearly_low and not copying and not reading and not no_kernels(figures, settings)
         else None
     )
 

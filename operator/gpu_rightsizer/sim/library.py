@@ -208,9 +208,10 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
           "an idle allocation", noise_additive=0.01, gap_fraction=0.2, kind="Pod"),
         t("h-idle-gpu-util-only", Shape.IDLE, 202, "no profiling module: GPU_UTIL ≈ 0 % for the whole hour "
           "is enough to call it idle", dropped_metrics=PROFILING_FIELDS, label_style=EXPORTED),
-        t("h-idle-near-floor", Shape.IDLE, 203, "busy ≈ 2 % (under the 5 % floor), no copies: a keep-alive "
-          "poller on an otherwise idle GPU", level_overrides={"busy": 0.02, "sm": 0.01}, noise_amplitude=0.3,
-          gpu_model=H100, mig_profile="1g.10gb"),
+        t("h-idle-near-floor", Shape.IDLE, 203, "busy ≈ 2 %, SM ≈ 1 %: a keep-alive poller runs kernels, "
+          "so it is live work (never released); already on the smallest slice, nothing to shrink",
+          level_overrides={"busy": 0.02, "sm": 0.01}, noise_amplitude=0.3,
+          gpu_model=H100, mig_profile="1g.10gb", expected_code=code.HEALTHY),
         v("h-idle-shared-service", Shape.IDLE, 204, "two replicas time-sliced on one GPU that does nothing",
           replicas=2, pods_per_gpu=2, label_style=LOWER_HOSTNAME),
         # --- InputPipelineCPUBound -----------------------------------------------------------------
@@ -406,3 +407,26 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
         )
         for index, sc in enumerate(scenarios)
     ]
+
+
+#: Real-GPU recordings (tests/fixtures/<gpu>/<name>.om.gz, 1 s samples): the diagnosis each deserves,
+#: by expert reading of the workload that was run, and why. Used at 1 s and at dcgm-exporter's default
+#: resolution (sim/resolution.py).
+RECORDING_LABELS: dict[str, tuple[DiagnosisCode, str]] = {
+    "starved-loader": (
+        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+        "2 loader workers pinned at a 2-core limit while the GPU waits; 8 cores ran 4× faster",
+    ),
+    "fed-loader": (DiagnosisCode.HEALTHY, "the same loader with 14 cores keeps the GPU busy"),
+    "tiny-inference": (
+        DiagnosisCode.OVERSIZED_GPU,
+        "a small model served at 200 req/s uses a sliver of an H200: a slice fits, never a release",
+    ),
+    "idle-holder": (DiagnosisCode.IDLE_ALLOCATION, "holds GPU memory and runs no kernel at all"),
+    "membw": (DiagnosisCode.MEMORY_BANDWIDTH_BOUND, "a streaming copy kernel at the DRAM ceiling"),
+    "bf16-train": (DiagnosisCode.HEALTHY, "BF16 GEMM training on tensor cores"),
+    "pageable-h2d": (
+        DiagnosisCode.HOST_TRANSFER_BOUND,
+        "pageable host-to-device copies at ≈ 9 GB/s with SMs idle: the GPU waits on copies",
+    ),
+}
