@@ -429,4 +429,25 @@ RECORDING_LABELS: dict[str, tuple[DiagnosisCode, str]] = {
         DiagnosisCode.HOST_TRANSFER_BOUND,
         "pageable host-to-device copies at ≈ 9 GB/s with SMs idle: the GPU waits on copies",
     ),
+    "loader-one-worker": (
+        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+        "ResNet-50 fed by one loader worker under a 2-core limit: CPU flat at 1.1 cores, never "
+        "throttled, busy 0.16; 4 workers ran 3.6× faster, so shrinking the GPU would starve it for good",
+    ),
+    "fp32-gemm": (
+        DiagnosisCode.NO_TENSOR_CORES,
+        "FP32 GEMMs with TF32 off: SM 0.97, FP32 pipe 0.75, tensor 0; occupancy 0.13 is the large "
+        "GEMM tile by design, not a problem",
+    ),
+    "tiny-server": (
+        DiagnosisCode.OVERSIZED_GPU,
+        "a live Deployment serving 5 req/s with no request metric: SM 0.00018 (kernels run), 4 GiB "
+        "resident; a slice fits, a release would cause an outage",
+    ),
+    "host-wait": (
+        DiagnosisCode.OVERSIZED_GPU,
+        "a loop that waits 50 ms on the host each step: busy 0.02 with kernels in every sample, "
+        "under 1 GiB: live, tiny work, never idle",
+    ),
+    "bf16-trainer": (DiagnosisCode.HEALTHY, "BF16 training at 61.5 steps/s, SM 0.95, tensor 0.67"),
 }
