@@ -157,6 +157,7 @@ class WorkloadFigures:
     nvlink_nominal_known: bool
     cpu_usage_p95: float | None
     cpu_usage_p50: float | None  # of the pod with the highest p95
+    process_cpu_max_p50: float | None  # the busiest process's cores (node agent), busiest pod, median
     cpu_reference_cores: float | None
     cpu_reference_is_limit: bool
     cpu_saturation: float | None
@@ -424,6 +425,9 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         nvlink_nominal_known=nominal_known,
         cpu_usage_p95=cpu_usage,
         cpu_usage_p50=cpu_usage_p50,
+        process_cpu_max_p50=_max(
+            p.stats[Signal.PROCESS_CPU_MAX_CORES].p50 for p in pods if Signal.PROCESS_CPU_MAX_CORES in p.stats
+        ),
         cpu_reference_cores=reference,
         cpu_reference_is_limit=allocation.cpu_limit_cores is not None,
         cpu_saturation=cpu_saturation,
@@ -769,21 +773,27 @@ def cpu_plateau_cores(figures: WorkloadFigures, settings: EngineSettings) -> int
     """Whole cores a CPU plateau sits at (k pinned processes below the limit), or None without one.
 
     One data-loader process cannot use more than one core, so a 2-core quota is never exhausted: no
-    throttling, no saturation. What shows is a flat container CPU at ≈ k cores with headroom left.
+    throttling, no saturation. What shows is a flat container CPU at ≈ k cores with headroom left. When
+    the node agent reports per-process CPU, it decides: a process at one core confirms the plateau, no
+    such process rules it out.
     """
     usage_p50, usage_p95 = figures.cpu_usage_p50, figures.cpu_usage_p95
     if usage_p50 is None or usage_p95 is None:
-        return None
-    cores = math.floor(usage_p50 + 0.05)
-    if cores < 1 or usage_p50 - cores > settings.cpu_plateau_max_excess:
-        return None
-    if usage_p95 - usage_p50 > settings.cpu_plateau_max_spread:
         return None
     limit = figures.window.allocation.cpu_limit_cores
     if limit is not None and limit - usage_p95 < settings.cpu_plateau_min_headroom:
         return None  # at the limit: the saturation/throttling rule speaks
     throttled = figures.cpu_throttled
     if throttled is not None and throttled >= settings.cpu_plateau_max_throttled:
+        return None
+    process = figures.process_cpu_max_p50
+    if process is not None:
+        pinned = process >= settings.cpu_process_pinned_cores
+        return max(1, math.floor(usage_p50 + 0.05)) if pinned else None
+    cores = math.floor(usage_p50 + 0.05)
+    if cores < 1 or usage_p50 - cores > settings.cpu_plateau_max_excess:
+        return None
+    if usage_p95 - usage_p50 > settings.cpu_plateau_max_spread:
         return None
     return cores
 
@@ -852,14 +862,20 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
         )
     elif plateau is not None:
         limit = figures.window.allocation.cpu_limit_cores
+        process_text = (
+            f"; its busiest process uses {figures.process_cpu_max_p50:.2f} cores (node agent)"
+            if figures.process_cpu_max_p50 is not None
+            else ""
+        )
         limit_text = f" of a {limit:g}-core limit" if limit is not None else " (no CPU limit)"
         out.add(
             DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
             Severity.WARNING,
-            base * (0.75 if sawtooth else 0.6),
+            base * (0.8 if figures.process_cpu_max_p50 is not None else (0.75 if sawtooth else 0.6)),
             f"Seen: container CPU flat at {figures.cpu_usage_p50 or 0.0:.2f} cores (p50; p95 "
             f"{figures.cpu_usage_p95 or 0.0:.2f}){limit_text}, not throttled, while GPU busy p50 is "
-            f"{_pct(busy)}{'; busy alternates high/low (sawtooth)' if sawtooth else ''}. Meaning: {plateau} "
+            f"{_pct(busy)}{'; busy alternates high/low (sawtooth)' if sawtooth else ''}"
+            f"{process_text}. Meaning: {plateau} "
             f"process(es) pinned at one core each feed the GPU (a DataLoader with too few workers, or a "
             "single-threaded loop); the limit is not reached, so more cores alone change nothing. Change: "
             "more DataLoader workers (about the cores available minus one; read them from "
@@ -870,6 +886,7 @@ def _data_path(figures: WorkloadFigures, settings: EngineSettings, out: _Builder
                 "cpuUsageP50": figures.cpu_usage_p50,
                 "cpuUsageP95": figures.cpu_usage_p95,
                 "cpuPlateauCores": float(plateau),
+                "processCpuMaxP50": figures.process_cpu_max_p50,
                 "cpuThrottledRatio": thr,
                 "busySawtooth": figures.busy_sawtooth,
             },

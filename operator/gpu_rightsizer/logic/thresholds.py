@@ -236,6 +236,13 @@ class EngineSettings(BaseModel):
         le=1,
         description="CPU plateau: throttled periods below this share. Heur (review Q4).",
     )
+    cpu_process_pinned_cores: float = Field(
+        default=0.9,
+        ge=0,
+        description="When the node agent reports per-process CPU, a busiest process at or above this many "
+        "cores (median) is pinned at one core: it confirms a CPU plateau; below it, no plateau. Measured: "
+        "the one-worker loader's busiest process 1.00 core. Heur (review Q4; agent/process_cpu.py uses 0.9).",
+    )
     sawtooth_strong: float = Field(
         default=0.3,
         ge=0,

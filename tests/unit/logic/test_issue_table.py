@@ -399,3 +399,19 @@ def test_row10_queueing_outranks_memory_bandwidth() -> None:
     analysis = analyze_window(w)
     assert DiagnosisCode.MEMORY_BANDWIDTH_BOUND in codes(analysis)
     assert analysis.primary is DiagnosisCode.UNDER_REPLICATED
+
+
+def test_row4_per_process_cpu_from_the_agent_decides_the_plateau() -> None:
+    """A busiest process at one core confirms the starvation (higher confidence); none rules it out."""
+    base = one_worker_loader()
+    plain = analyze_window(base)
+
+    def with_process(cores: float) -> WorkloadWindow:
+        stats = {**base.pods[0].stats, Signal.PROCESS_CPU_MAX_CORES: stat(cores, 0.01)}
+        return window([base.pods[0].model_copy(update={"stats": stats})], alloc=base.allocation, step=120.0)
+
+    pinned = analyze_window(with_process(1.0))
+    assert pinned.primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+    assert pinned.confidence > plain.confidence
+    spread = analyze_window(with_process(0.4))  # eleven light threads, no process pinned
+    assert DiagnosisCode.INPUT_PIPELINE_CPU_BOUND not in codes(spread)
