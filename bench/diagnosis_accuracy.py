@@ -6,7 +6,8 @@ table (expected code × diagnosed code), the accuracy of primary diagnoses, ever
 
 Sets: `default` is `scenario_library()` (shapes far from every threshold); `hard` is
 `hard_scenario_library()` (noise, bursts, missing profiling fields, gaps, label variants, shared GPUs,
-MIG slices, near-threshold values and decoys); `real-1s` and `real-30s` are the real-GPU recordings
+MIG slices, near-threshold values and decoys); `review` is `review_scenario_library()` (the
+engine review's harmful cases, from measured H200 figures); `real-1s` and `real-30s` are the real-GPU recordings
 under tests/fixtures (labels in `sim.library.RECORDING_LABELS`) at their 1 s samples and at
 dcgm-exporter's default resolution (30 s averages read at 60 s steps, `sim.resolution`).
 
@@ -15,7 +16,7 @@ labelled case (`sim.harm`: a release on live work, a shrink on a starved job, a 
 an action on bad data, a CPU limit added, an action without a target). It is a benchmark: the exit
 code is 0 whatever the figures.
 
-    .venv/bin/python bench/diagnosis_accuracy.py [--set default|hard|real-1s|real-30s|all]
+    .venv/bin/python bench/diagnosis_accuracy.py [--set default|hard|review|real-1s|real-30s|all]
                                                  [--window 1h] [--step 60] [--label-style plain|exported]
 """
 
@@ -40,7 +41,12 @@ from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
 from gpu_rightsizer.sim.backfill import write_openmetrics
 from gpu_rightsizer.sim.harm import harms
-from gpu_rightsizer.sim.library import RECORDING_LABELS, hard_scenario_library, scenario_library
+from gpu_rightsizer.sim.library import (
+    RECORDING_LABELS,
+    hard_scenario_library,
+    review_scenario_library,
+    scenario_library,
+)
 from gpu_rightsizer.sim.resolution import coarsen, tile
 from gpu_rightsizer.sim.scenarios import LabelStyle, Scenario
 
@@ -54,6 +60,7 @@ ABBREVIATIONS = {code: "".join(ch for ch in code.value if ch.isupper())[:4] for 
 SETS = {
     "default": lambda: scenario_library("bench"),
     "hard": lambda: hard_scenario_library("bench-hard"),
+    "review": lambda: review_scenario_library("bench-review"),
 }
 
 
@@ -178,7 +185,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--set", dest="which", choices=("default", "hard", "real-1s", "real-30s", "all"), default="all"
+        "--set", dest="which", choices=("default", "hard", "review", "real-1s", "real-30s", "all"), default="all"
     )
     parser.add_argument("--window", type=parse_duration, default=3600.0)
     parser.add_argument("--step", type=float, default=60.0)

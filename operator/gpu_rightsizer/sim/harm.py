@@ -31,6 +31,19 @@ _NO_SHRINK: frozenset[DiagnosisCode] = (
 )
 
 
+#: Action types that change the GPU capacity a workload gets (whether or not a target says so).
+_CAPACITY_TYPES: frozenset[ActionType] = frozenset(
+    {
+        ActionType.MIG_PROFILE,
+        ActionType.GPU_SHARING,
+        ActionType.GPU_COUNT,
+        ActionType.REPLICAS,
+        ActionType.HPA_BOUNDS,
+        ActionType.RELEASE_IDLE,
+    }
+)
+
+
 def _shrinks(action: Action, window: WorkloadWindow) -> bool:
     target = action.target
     if action.type in (ActionType.RELEASE_IDLE, ActionType.GPU_SHARING):
@@ -72,7 +85,11 @@ def harms(analysis: Analysis, expected: DiagnosisCode, window: WorkloadWindow) -
             and "cpu" in action.target.limits
         ):
             found.append(f"cpu-limit-added: {text}")
-    capacity = [a for a in automatic if a.target is not None and a.target.gpu_capacity_change]
+    capacity = [
+        a
+        for a in automatic
+        if a.type in _CAPACITY_TYPES or (a.target is not None and a.target.gpu_capacity_change)
+    ]
     if len(capacity) > 1:
         found.append("second-capacity-change: " + ", ".join(a.type.value for a in capacity))
     return found
