@@ -185,7 +185,10 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--set", dest="which", choices=("default", "hard", "review", "real-1s", "real-30s", "all"), default="all"
+        "--set",
+        dest="which",
+        choices=("default", "hard", "review", "real-1s", "real-30s", "all"),
+        default="all",
     )
     parser.add_argument("--window", type=parse_duration, default=3600.0)
     parser.add_argument("--step", type=float, default=60.0)
