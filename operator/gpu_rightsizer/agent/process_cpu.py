@@ -22,11 +22,12 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpu_rightsizer.agent.cgroups import PodIdentity
+from gpu_rightsizer.model import metric_names as mn
 
 log = logging.getLogger(__name__)
 
-PROCESS_CPU_MAX = "gpu_rightsizer_container_process_cpu_max_cores"
-PROCESSES_PINNED = "gpu_rightsizer_container_processes_pinned"
+PROCESS_CPU_MAX = mn.AGENT_PROCESS_CPU_MAX
+PROCESSES_PINNED = mn.AGENT_PROCESSES_PINNED
 
 #: A process at or above this many cores over one interval counts as pinned at one core.
 PINNED_CORES = 0.9
@@ -112,8 +113,11 @@ class ProcessCpuTracker:
         proc_root: Path = Path("/proc"),
         monotonic: Callable[[], float] = time.monotonic,
         clock_ticks: int | None = None,
+        retain: Callable[[Iterable[int]], None] | None = None,
     ) -> None:
+        """`retain`, when given, is called with the live PIDs each tick (to prune the resolver's cache)."""
         self._resolve = resolve
+        self._retain = retain
         self._proc_root = proc_root
         self._monotonic = monotonic
         self._clock_ticks = clock_ticks or os.sysconf("SC_CLK_TCK")
@@ -145,6 +149,8 @@ class ProcessCpuTracker:
         """Figures since the last call (empty on the first); `pids` defaults to every live process."""
         now = self._monotonic()
         current = self.read(self.live_pids() if pids is None else pids)
+        if self._retain is not None:
+            self._retain(current)
         rows: list[ContainerProcessCpu] = []
         if self._previous_at is not None:
             rows = container_process_cpu(self._previous, current, now - self._previous_at, self._resolve)

@@ -26,6 +26,7 @@ from gpu_rightsizer.agent.exporter import (
     PodResolver,
     families_from_sampler,
 )
+from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker, process_cpu_families
 from gpu_rightsizer.agent.sampler import NodeSnapshot, NvmlSampler
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,10 @@ class AgentRunner:
         hostname: str | None,
         interval: float = 1.0,
         sampler: NvmlSampler | None = None,
+        process_cpu: ProcessCpuTracker | None = None,
     ) -> None:
         self.sampler = sampler or NvmlSampler(nvml)
+        self.process_cpu = process_cpu
         self.resolve = resolve
         self.hostname = hostname
         self.interval = interval
@@ -68,10 +71,12 @@ class AgentRunner:
         """Sample once and publish the snapshot."""
         started = time.monotonic()
         snapshot = self.sampler.sample()
+        process_cpu = self.process_cpu.sample() if self.process_cpu is not None else None
         elapsed = time.monotonic() - started
         with self.state.lock:
             self.state.snapshot = snapshot
             self.state.sample_seconds = elapsed
+            self.state.process_cpu = process_cpu
         return snapshot
 
     def ticks(self, duration: float | None = None) -> Iterable[NodeSnapshot]:
@@ -154,9 +159,13 @@ class AgentRunner:
     def _families(self, snapshot: NodeSnapshot) -> list[Metric]:
         with self.state.lock:
             sample_seconds = self.state.sample_seconds or 0.0
-        return list(
+            process_cpu = self.state.process_cpu
+        families = list(
             families_from_sampler(self.sampler, snapshot, self.resolve, self.hostname, sample_seconds)
         )
+        if process_cpu is not None:
+            families += process_cpu_families(process_cpu, self.hostname, snapshot.timestamp)
+        return families
 
     def close(self) -> None:
         """Release NVML."""

@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="look pod names up in the API server (pods of --node-name); without it only pod_uid is exported",
     )
+    parser.add_argument(
+        "--process-cpu",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="export each container's busiest-process CPU from /proc (default on; needs the host's PIDs)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpu_rightsizer.adapters.nvml import PynvmlLibrary
     from gpu_rightsizer.agent.cgroups import PidPodMapper, PodDirectory
+    from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker
     from gpu_rightsizer.agent.runner import AgentRunner
 
     directory: PodDirectory | None = None
@@ -87,8 +94,19 @@ def run(args: argparse.Namespace) -> int:
 
         directory = KubernetesPodDirectory(node_name=args.node_name)
     mapper = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+    process_cpu = None
+    if args.process_cpu:
+        # Its own cache, pruned to the live PIDs each tick (the GPU mapper sees only GPU processes).
+        every_process = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+        process_cpu = ProcessCpuTracker(
+            resolve=every_process.identity, proc_root=Path(args.proc_root), retain=every_process.retain
+        )
     runner = AgentRunner(
-        nvml=PynvmlLibrary(), resolve=mapper.identity, hostname=args.node_name, interval=args.interval
+        nvml=PynvmlLibrary(),
+        resolve=mapper.identity,
+        hostname=args.node_name,
+        interval=args.interval,
+        process_cpu=process_cpu,
     )
     runner.install_signal_handlers()
     try:

@@ -106,6 +106,11 @@ CADVISOR_FS_WRITES: Final = "container_fs_writes_bytes_total"  # counter
 CADVISOR_NET_RX: Final = "container_network_receive_bytes_total"  # counter, pod level
 CADVISOR_NET_TX: Final = "container_network_transmit_bytes_total"  # counter, pod level
 
+#: The node agent's per-process CPU (agent/process_cpu.py), per container, with cAdvisor's labels: the
+#: busiest process's CPU in cores, and how many processes are pinned at one core.
+AGENT_PROCESS_CPU_MAX: Final = "gpu_rightsizer_container_process_cpu_max_cores"  # gauge, cores
+AGENT_PROCESSES_PINNED: Final = "gpu_rightsizer_container_processes_pinned"  # gauge, count
+
 #: cAdvisor `container` values that are not an application container: "" is the pod cgroup (the sum of
 #: its containers) and "POD" the pause container. Summing them with real containers double-counts.
 CADVISOR_NON_APP_CONTAINERS: Final[frozenset[str]] = frozenset({"", "POD"})
