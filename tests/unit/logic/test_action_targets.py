@@ -163,3 +163,18 @@ def test_memory_target_moves_the_limit_only() -> None:
 def test_busy_gpu_builder_still_yields_no_capacity_change() -> None:
     analysis = analyze_window(window([pod(gpus=[busy_gpu()])]), EngineSettings())
     assert not [a for a in analysis.actions if a.target and a.target.gpu_capacity_change]
+
+
+def test_window_confidence_factors_are_named_and_multiply() -> None:
+    from gpu_rightsizer.logic.figures import summarise
+    from gpu_rightsizer.logic.rules.common import base_confidence, window_factors
+
+    shared = oversized().pods[0].gpus[0].model_copy(update={"shared_by_pods": 2})
+    figures = summarise(window([pod(gpus=[shared])]))
+    factors = window_factors(figures, EngineSettings())
+    assert [f.name for f in factors] == ["sharedGpu"]
+    assert (
+        base_confidence(figures, EngineSettings())
+        == factors[0].value
+        == EngineSettings().shared_gpu_confidence
+    )
