@@ -415,3 +415,12 @@ def test_row4_per_process_cpu_from_the_agent_decides_the_plateau() -> None:
     assert pinned.confidence > plain.confidence
     spread = analyze_window(with_process(0.4))  # eleven light threads, no process pinned
     assert DiagnosisCode.INPUT_PIPELINE_CPU_BOUND not in codes(spread)
+
+
+def test_row9_io_bound_without_a_wait_signal_says_what_is_missing() -> None:
+    from tests.unit.logic.test_diagnose import io_bound
+
+    analysis = analyze_window(io_bound())
+    finding = next(f for f in analysis.findings if f.code is DiagnosisCode.INPUT_PIPELINE_IO_BOUND)
+    assert "io.pressure" in finding.message
+    assert finding.confidence <= 0.7
