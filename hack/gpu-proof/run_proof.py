@@ -4,10 +4,16 @@ For each workload: start it pinned to its CPU set, wait for its warm-up, record 
 OpenMetrics through the agent's own sampler and exporter (dcgm-exporter names), and add the
 kube-state-metrics-like and cAdvisor-like series the offline analyzer needs (there is no Kubernetes on
 the GPU machine): pod/namespace labels come from the workload name, the CPU limit is the CPU-set size,
-CPU usage is the process tree's CPU time from /proc. Also measures the agent CLI's own CPU cost and the
-starved loader's throughput at several CPU-set sizes.
+CPU usage is the process tree's CPU time from /proc. With --cgroup the limit is also enforced as a cgroup v2
+`cpu.max` quota and its throttled/total periods are recorded as cAdvisor's counters. The agent's
+per-process CPU (agent/process_cpu.py) is recorded for the workload's processes. Also measures the agent
+CLI's own CPU cost and the loader's throughput at several CPU-set sizes and worker counts (--sweep 4:1,4:4).
 
 Run from the repository root:  python3 hack/gpu-proof/run_proof.py --out DIR [--workloads a,b] ...
+The calibration set was recorded with:
+  --workloads loader-one-worker,fp32-gemm,tiny-server --duration 125 --cgroup
+  --workloads host-wait,bf16-trainer --duration 125 --cgroup --sweep 4:1,4:4,8:8 --sweep-extra "--cpu-ms 1.0"
+then make_fixtures.py and summarize.py.
 """
 
 from __future__ import annotations

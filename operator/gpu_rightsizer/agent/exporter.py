@@ -22,7 +22,6 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpu_rightsizer.agent.cgroups import PodIdentity
-from gpu_rightsizer.agent.process_cpu import ContainerProcessCpu, process_cpu_families
 from gpu_rightsizer.agent.sampler import DeviceField, DeviceSnapshot, NodeSnapshot, NvmlSampler
 from gpu_rightsizer.model import metric_names as mn
 
@@ -162,8 +161,6 @@ class AgentState:
 
     snapshot: NodeSnapshot | None = None
     sample_seconds: float | None = None
-    #: Per-container busiest-process CPU of the last tick; None when per-process CPU is off.
-    process_cpu: list[ContainerProcessCpu] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -186,11 +183,8 @@ class DcgmCompatibleCollector(Collector):
         with self._state.lock:
             snapshot = self._state.snapshot
             sample_seconds = self._state.sample_seconds
-            process_cpu = self._state.process_cpu
         if snapshot is not None and snapshot.nvml_up:
             yield from snapshot_families(snapshot, self._resolve, self._hostname)
-        if process_cpu is not None:
-            yield from process_cpu_families(process_cpu, self._hostname)
         yield from agent_health_families(self._sampler, snapshot, sample_seconds, self._hostname)
 
 

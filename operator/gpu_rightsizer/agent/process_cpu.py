@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpu_rightsizer.agent.cgroups import PodIdentity
 from gpu_rightsizer.model import metric_names as mn
@@ -123,6 +125,8 @@ class ProcessCpuTracker:
         self._clock_ticks = clock_ticks or os.sysconf("SC_CLK_TCK")
         self._previous: dict[int, ProcessCpuTime] = {}
         self._previous_at: float | None = None
+        self._latest: list[ContainerProcessCpu] = []
+        self._lock = threading.Lock()
 
     def live_pids(self) -> list[int]:
         """PIDs under the proc root (the agent needs hostPID to see the pods' processes)."""
@@ -155,7 +159,14 @@ class ProcessCpuTracker:
         if self._previous_at is not None:
             rows = container_process_cpu(self._previous, current, now - self._previous_at, self._resolve)
         self._previous, self._previous_at = current, now
+        with self._lock:
+            self._latest = rows
         return rows
+
+    def latest(self) -> list[ContainerProcessCpu]:
+        """The figures of the last `sample()` (what a scrape serves)."""
+        with self._lock:
+            return list(self._latest)
 
 
 def process_cpu_families(
@@ -181,3 +192,14 @@ def process_cpu_families(
         busiest.add_sample(PROCESS_CPU_MAX, labels, row.max_cores, timestamp)
         pinned.add_sample(PROCESSES_PINNED, labels, float(row.pinned), timestamp)
     return [busiest, pinned]
+
+
+class ProcessCpuCollector(Collector):
+    """Serves the tracker's latest figures; a scrape never reads /proc itself."""
+
+    def __init__(self, tracker: ProcessCpuTracker, hostname: str | None) -> None:
+        self._tracker = tracker
+        self._hostname = hostname
+
+    def collect(self) -> Iterator[Metric]:
+        yield from process_cpu_families(self._tracker.latest(), self._hostname)

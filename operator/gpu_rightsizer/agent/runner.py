@@ -26,7 +26,7 @@ from gpu_rightsizer.agent.exporter import (
     PodResolver,
     families_from_sampler,
 )
-from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker, process_cpu_families
+from gpu_rightsizer.agent.process_cpu import ProcessCpuCollector, ProcessCpuTracker, process_cpu_families
 from gpu_rightsizer.agent.sampler import NodeSnapshot, NvmlSampler
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,8 @@ class AgentRunner:
         hostname: str | None,
         interval: float = 1.0,
         sampler: NvmlSampler | None = None,
-        process_cpu: ProcessCpuTracker | None = None,
     ) -> None:
         self.sampler = sampler or NvmlSampler(nvml)
-        self.process_cpu = process_cpu
         self.resolve = resolve
         self.hostname = hostname
         self.interval = interval
@@ -56,6 +54,8 @@ class AgentRunner:
         self.stop_event = threading.Event()
         self._cpu_start = time.process_time()
         self._wall_start = time.monotonic()
+        #: Per-process CPU from /proc, sampled on the same clock when set (agent/process_cpu.py).
+        self.process_cpu: ProcessCpuTracker | None = None
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT end the loop cleanly (a recording is still written)."""
@@ -71,12 +71,12 @@ class AgentRunner:
         """Sample once and publish the snapshot."""
         started = time.monotonic()
         snapshot = self.sampler.sample()
-        process_cpu = self.process_cpu.sample() if self.process_cpu is not None else None
+        if self.process_cpu is not None:
+            self.process_cpu.sample()
         elapsed = time.monotonic() - started
         with self.state.lock:
             self.state.snapshot = snapshot
             self.state.sample_seconds = elapsed
-            self.state.process_cpu = process_cpu
         return snapshot
 
     def ticks(self, duration: float | None = None) -> Iterable[NodeSnapshot]:
@@ -111,6 +111,8 @@ class AgentRunner:
             port,
             self.interval,
         )
+        if self.process_cpu is not None:
+            registry.register(ProcessCpuCollector(self.process_cpu, self.hostname))
         try:
             for _ in self.ticks():
                 pass
@@ -129,6 +131,7 @@ class AgentRunner:
             return 1
         recording = OpenMetricsRecording()
         recording.add(self._families(last))
+        recording.add(self._process_cpu_families(last))
         recording.write(output)
         log.info("wrote %d samples to %s", recording.sample_count, output)
         return 0
@@ -141,6 +144,7 @@ class AgentRunner:
             ticks += 1
             if snapshot.nvml_up:
                 recording.add(self._families(snapshot))
+            recording.add(self._process_cpu_families(snapshot))
             if hook is not None:
                 recording.add(hook(snapshot))
         if recording.sample_count == 0:
@@ -159,13 +163,14 @@ class AgentRunner:
     def _families(self, snapshot: NodeSnapshot) -> list[Metric]:
         with self.state.lock:
             sample_seconds = self.state.sample_seconds or 0.0
-            process_cpu = self.state.process_cpu
-        families = list(
+        return list(
             families_from_sampler(self.sampler, snapshot, self.resolve, self.hostname, sample_seconds)
         )
-        if process_cpu is not None:
-            families += process_cpu_families(process_cpu, self.hostname, snapshot.timestamp)
-        return families
+
+    def _process_cpu_families(self, snapshot: NodeSnapshot) -> list[Metric]:
+        if self.process_cpu is None:
+            return []
+        return process_cpu_families(self.process_cpu.latest(), self.hostname, snapshot.timestamp)
 
     def close(self) -> None:
         """Release NVML."""

@@ -56,18 +56,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", "-o", metavar="FILE.om", help="OpenMetrics file for --once/--record")
     parser.add_argument(
+        "--process-cpu",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="export each container's busiest-process CPU from /proc (default on; needs the host's PIDs)",
+    )
+    parser.add_argument(
         "--proc-root", default="/proc", help="the host's /proc (e.g. /host/proc in a pod without hostPID)"
     )
     parser.add_argument(
         "--kubernetes",
         action="store_true",
         help="look pod names up in the API server (pods of --node-name); without it only pod_uid is exported",
-    )
-    parser.add_argument(
-        "--process-cpu",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="export each container's busiest-process CPU from /proc (default on; needs the host's PIDs)",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -85,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
     from gpu_rightsizer.adapters.nvml import PynvmlLibrary
     from gpu_rightsizer.agent.cgroups import PidPodMapper, PodDirectory
-    from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker
     from gpu_rightsizer.agent.runner import AgentRunner
 
     directory: PodDirectory | None = None
@@ -94,21 +93,18 @@ def run(args: argparse.Namespace) -> int:
 
         directory = KubernetesPodDirectory(node_name=args.node_name)
     mapper = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
-    process_cpu = None
-    if args.process_cpu:
-        # Its own cache, pruned to the live PIDs each tick (the GPU mapper sees only GPU processes).
-        every_process = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
-        process_cpu = ProcessCpuTracker(
-            resolve=every_process.identity, proc_root=Path(args.proc_root), retain=every_process.retain
-        )
     runner = AgentRunner(
-        nvml=PynvmlLibrary(),
-        resolve=mapper.identity,
-        hostname=args.node_name,
-        interval=args.interval,
-        process_cpu=process_cpu,
+        nvml=PynvmlLibrary(), resolve=mapper.identity, hostname=args.node_name, interval=args.interval
     )
     runner.install_signal_handlers()
+    if args.process_cpu:
+        from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker
+
+        # Its own PID cache, pruned to the live PIDs each tick (the GPU mapper sees GPU processes only).
+        every_process = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+        runner.process_cpu = ProcessCpuTracker(
+            resolve=every_process.identity, proc_root=Path(args.proc_root), retain=every_process.retain
+        )
     try:
         if args.once:
             return runner.snapshot_to_file(Path(args.output))

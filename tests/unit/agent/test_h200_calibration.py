@@ -182,9 +182,12 @@ def test_recordings_hold_what_the_issue_describes(name: str) -> None:
     gpu = pod.gpus[0].stats
     assert gpu[Signal.SM_ACTIVE].samples >= 120
     cpu = pod.stats[Signal.CPU_USAGE_CORES]
+    busiest = [v for n, _, v, _ in _samples(name) if n == mn.AGENT_PROCESS_CPU_MAX]
+    assert len(busiest) >= 120  # the agent's per-process figure, every tick after the first
     if name == "loader-one-worker":
         assert window.allocation.cpu_limit_cores == 2.0
         assert 1.0 <= cpu.p50 <= 1.25  # one worker pinned, under a 2-core limit
+        assert min(busiest) >= 0.9  # ... the worker at one core in every tick
         assert 0.08 <= gpu[Signal.GR_ENGINE_ACTIVE].p50 <= 0.25
     elif name == "fp32-gemm":
         assert gpu[Signal.SM_ACTIVE].p50 > 0.9
@@ -202,6 +205,9 @@ def test_recordings_hold_what_the_issue_describes(name: str) -> None:
     else:
         assert gpu[Signal.TENSOR_ACTIVE].p50 > 0.5
         assert gpu[Signal.GR_ENGINE_ACTIVE].p50 > 0.95
+        # A GPU-bound trainer's launching process sits at one core too: a pinned process alone is no
+        # starvation, only together with an underfed GPU.
+        assert min(busiest) >= 0.9
 
 
 # --- the diagnoses -------------------------------------------------------------------------------------

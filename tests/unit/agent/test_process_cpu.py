@@ -11,11 +11,11 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpu_rightsizer.agent.cgroups import PodIdentity
-from gpu_rightsizer.agent.exporter import DcgmCompatibleCollector
 from gpu_rightsizer.agent.process_cpu import (
     PINNED_CORES,
     PROCESS_CPU_MAX,
     PROCESSES_PINNED,
+    ProcessCpuCollector,
     ProcessCpuTime,
     ProcessCpuTracker,
     container_process_cpu,
@@ -179,8 +179,8 @@ def _runner_with_tracker(tmp_path: Path, clock: Clock | None) -> tuple[AgentRunn
         hostname="node-a",
         interval=0.1,
         sampler=sampler,
-        process_cpu=tracker,
     )
+    runner.process_cpu = tracker
     return runner, proc
 
 
@@ -191,7 +191,8 @@ def test_served_metrics_carry_the_busiest_process_of_each_container(tmp_path: Pa
     clock.now += 2.0
     proc.set(11, "pt_data_worker", cpu_ticks=200)
     runner.tick()
-    collector = DcgmCompatibleCollector(runner.state, runner.sampler, runner.resolve, "node-a")
+    assert runner.process_cpu is not None
+    collector = ProcessCpuCollector(runner.process_cpu, "node-a")
     families = {family.name: family for family in collector.collect()}
     (busiest,) = families[PROCESS_CPU_MAX].samples
     assert busiest.value == pytest.approx(1.0)
@@ -220,3 +221,32 @@ def test_agent_command_turns_per_process_cpu_on_by_default() -> None:
     agent_command.add_arguments(parser)
     assert parser.parse_args([]).process_cpu is True
     assert parser.parse_args(["--no-process-cpu"]).process_cpu is False
+
+
+def test_agent_command_records_the_busiest_process_of_a_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpu-rightsizer agent --record`: the process is mapped to its pod through its cgroup file."""
+    import gpu_rightsizer.adapters.nvml as nvml_module
+
+    monkeypatch.setattr(nvml_module, "PynvmlLibrary", lambda: FakeNvml([FakeGpu(uuid="GPU-1")]))
+    proc = FakeProc(tmp_path / "proc")
+    proc.set(11, "pt_data_worker", cpu_ticks=0)
+    uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    container = "a" * 64
+    (tmp_path / "proc" / "11" / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+        f"/cri-containerd-{container}.scope\n"
+    )
+    output = tmp_path / "agent.om"
+    parser = argparse.ArgumentParser()
+    agent_command.add_arguments(parser)
+    args = ["--record", "0.35s", "--interval", "0.1s", "--output", str(output)]
+    assert agent_command.run(parser.parse_args([*args, "--proc-root", str(tmp_path / "proc")])) == 0
+    families = {f.name: f for f in text_string_to_metric_families(output.read_text())}
+    samples = families[PROCESS_CPU_MAX].samples
+    assert samples, "no per-process series recorded"
+    assert {s.labels["pod_uid"] for s in samples} == {uid}
+    assert agent_command.run(parser.parse_args([*args, "--no-process-cpu"])) == 0
+    families = {f.name: f for f in text_string_to_metric_families(output.read_text())}
+    assert PROCESS_CPU_MAX not in families
