@@ -523,6 +523,7 @@ def _memory_capacity(
         )
         if bigger:
             request = mig_request(bigger[0], sharing, figures.window.allocation.gpu_model)
+            automatic, caveat = _mig_applicable(bigger[0], sharing)
             actions.append(
                 PlannedAction(
                     Action(
@@ -530,9 +531,12 @@ def _memory_capacity(
                         from_value=_current_gpu(figures),
                         to_value=request.describe(),
                         reason=f"{current.name} ({current.memory_gib:g} GiB) is full; {bigger[0].name} holds "
-                        f"{bigger[0].memory_gib:g} GiB.",
+                        f"{bigger[0].memory_gib:g} GiB.{caveat}",
                         resource=request.resource,
-                        automatic=True,
+                        automatic=automatic,
+                        target=_gpu_resource_target(figures, request.resource, request.count)
+                        if automatic
+                        else None,
                     ),
                     3,
                 )

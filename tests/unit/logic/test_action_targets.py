@@ -178,3 +178,22 @@ def test_window_confidence_factors_are_named_and_multiply() -> None:
         == factors[0].value
         == EngineSettings().shared_gpu_confidence
     )
+
+
+def test_memory_full_slice_moves_to_a_bigger_profile_with_a_target() -> None:
+    full = gpu(
+        mig_profile="1g.10gb",
+        memory_mib=None,  # the slice's own capacity (10 GiB) from the table
+        gr_engine_active=stat(0.9, 0.05),
+        sm_active=stat(0.6, 0.05),
+        fb_used_mib=stat(9800, 100),
+    )
+    w = window(
+        [pod(gpus=[full], restarts=2, oom_killed=True)],
+        alloc=allocation(gpu_resource="nvidia.com/mig-1g.10gb"),
+    )
+    mig = _action(w, ActionType.MIG_PROFILE)
+    assert mig.automatic and mig.target is not None and mig.target.gpu_capacity_change
+    assert mig.target.remove_resources == ["nvidia.com/mig-1g.10gb"]
+    (resource,) = mig.target.limits
+    assert resource.startswith("nvidia.com/mig-") and resource != "nvidia.com/mig-1g.10gb"
