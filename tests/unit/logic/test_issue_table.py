@@ -424,3 +424,17 @@ def test_row9_io_bound_without_a_wait_signal_says_what_is_missing() -> None:
     finding = next(f for f in analysis.findings if f.code is DiagnosisCode.INPUT_PIPELINE_IO_BOUND)
     assert "io.pressure" in finding.message
     assert finding.confidence <= 0.7
+
+
+def test_oversized_says_so_when_no_smaller_mig_profile_fits() -> None:
+    """Half an H100 by SMs (0.4 p95 → 66 SMs at 0.8 > 4g's 64): no slice fits; the message says so."""
+    half = gpu(
+        gr_engine_active=stat(0.45, 0.05),
+        sm_active=stat(0.35, 0.05),
+        tensor_active=stat(0.3),
+        fb_used_mib=stat(20 * GIB),
+    )
+    analysis = analyze_window(window([pod(gpus=[half], cpu_usage_cores=stat(2.0, 1.0))]))
+    oversized = next(f for f in analysis.findings if f.code is DiagnosisCode.OVERSIZED_GPU)
+    assert "no smaller MIG profile" in oversized.message
+    assert not any(a.type is ActionType.MIG_PROFILE for a in analysis.actions)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_rightsizer.logic.figures import (
-    WorkloadFigures,
-    sizing_need,
-)
+from gpu_rightsizer.logic.figures import SizingNeed, WorkloadFigures, sizing_need
+from gpu_rightsizer.logic.mig import SliceNeed, smallest_fitting_profile
 from gpu_rightsizer.logic.rules.common import (
     FindingBuilder,
     base_confidence,
@@ -64,9 +62,8 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
             f"({pct(share)}), {'GPU busy' if need.sm_from_busy else 'SM activity'} p95 "
             f"{pct(figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95_max or 0.0)} on a "
             f"{device}. "
-            f"Meaning: the work needs about {pct(need.share_of_device)} of this device. Change: a smaller "
-            "MIG "
-            f"slice or a shared GPU (time-slicing/MPS).{cpu_hint}",
+            f"Meaning: the work needs about {pct(need.share_of_device)} of this device. Change: "
+            f"{_slice_advice(figures, settings, need)}{cpu_hint}",
             {
                 "memoryUsedMaxGiB": need.memory_gib,
                 "memoryShareP99": share,
@@ -115,3 +112,24 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
                     "oomKilled": 1.0 if figures.oom_killed else 0.0,
                 },
             )
+
+
+def _slice_advice(figures: WorkloadFigures, settings: EngineSettings, need: SizingNeed) -> str:
+    """Name the MIG profile that fits when the table has one smaller than now; else say none does."""
+    if not figures.profiles:
+        return "a shared GPU (time-slicing/MPS), or MIG on a MIG-capable GPU."
+    fitting = smallest_fitting_profile(
+        figures.profiles,
+        SliceNeed(need.memory_gib, need.sm_equivalents, need.dram_fraction_of_full_gpu),
+        memory_headroom=settings.memory_headroom,
+        sm_target=settings.sm_target_utilisation,
+        dram_target=settings.dram_target_utilisation,
+    )
+    current = next((g.profile for g in figures.gpus if g.profile), None)
+    current_fraction = current.gpu_fraction if current else 1.0
+    if fitting is None or fitting.gpu_fraction >= current_fraction:
+        return (
+            "no smaller MIG profile of this GPU holds it (peak memory × headroom, SMs, bandwidth); a shared "
+            "GPU (time-slicing/MPS) does."
+        )
+    return f"the MIG slice {fitting.name} (or a shared GPU: time-slicing/MPS)."
