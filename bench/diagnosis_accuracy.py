@@ -100,7 +100,8 @@ def evaluate(
     print(
         f"\n{len(scenarios)} workloads, {samples} samples ({size_mb:.1f} MB), window {window:.0f}s step {step:.0f}s"
         f"\nbackfill {backfill_s:.2f}s, OpenMetrics read {read_s:.2f}s, engine {engine_s * 1000:.0f}ms "
-        f"({engine_s / max(1, len(windows)) * 1000:.1f}ms per workload)\n"
+        f"({engine_s / max(1, len(windows)) * 1000:.1f}ms per workload, "
+        f"{len(windows) / max(engine_s, 1e-9):,.0f} windows/s)\n"
     )
     return correct, len(expected)
 
@@ -132,7 +133,10 @@ def evaluate_recordings(set_name: str, coarse: bool) -> tuple[int, int]:
     reasons = {name: RECORDING_LABELS[name][1] for name in windows}
     correct = _report(set_name, expected, reasons, results, windows)
     resolution = "30 s averages at 60 s steps (tiled to 45 min)" if coarse else "1 s samples"
-    print(f"\n{len(windows)} recordings at {resolution}, engine {engine_s * 1000:.0f}ms\n")
+    print(
+        f"\n{len(windows)} recordings at {resolution}, engine {engine_s * 1000:.0f}ms "
+        f"({len(windows) / max(engine_s, 1e-9):,.0f} windows/s)\n"
+    )
     return correct, len(expected)
 
 
