@@ -230,8 +230,9 @@ H200 = GPUModelSpec(
         _p("7g.141gb", 140.0, 132, 7, 8, 1),
     ),
 )
-# B200: 3g/4g/7g SM counts and GiB were not published; estimated conservatively
-# from the 1g figures and memory fractions. Prefer the runtime NVML table.
+# B200: only 1g.23gb's 18 SMs are confirmed (MIG guide fractions; go-nvml's mock agrees but mocks are
+# not sources). 1g.45gb/2g.45gb SMs and the 3g/4g/7g rows (7g may well have all 148 SMs) are estimates:
+# advice only, never an automatic change. Prefer the runtime NVML table.
 B200 = GPUModelSpec(
     "B200",
     "NVIDIA B200 180GB",
@@ -242,8 +243,8 @@ B200 = GPUModelSpec(
     (
         _p("1g.23gb", 20.5, 18, 1, 1, 7),
         _p("1g.23gb+me", 20.5, 18, 1, 1, 1, media=True),
-        _p("1g.45gb", 44.25, 30, 1, 2, 4),
-        _p("2g.45gb", 44.25, 36, 2, 2, 3),
+        _p("1g.45gb", 44.25, 30, 1, 2, 4, estimated=True),
+        _p("2g.45gb", 44.25, 36, 2, 2, 3, estimated=True),
         _p("3g.90gb", 88.5, 54, 3, 4, 2, estimated=True),
         _p("4g.90gb", 88.5, 72, 4, 4, 1, estimated=True),
         _p("7g.180gb", 177.0, 126, 7, 8, 1, estimated=True),
