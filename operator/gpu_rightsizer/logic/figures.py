@@ -104,6 +104,8 @@ class WorkloadFigures:
     sm_p95: float | None
     sm_p99_max: float | None  # the busiest GPU's SM p99: "no kernels" means this is at the noise floor
     gr_p99_max: float | None
+    sm_max: float | None  # the highest SM activity of any GPU in any sample
+    gr_max: float | None
     math_p50: float | None  # tensor + FP16 + FP32 pipe p50 (busiest GPU): idle math while links work
     fp16_p50: float | None
     occupancy_p50: float | None
@@ -373,6 +375,8 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         sm_p95=fmean(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p95)),
         sm_p99_max=max_of(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p99)),
         gr_p99_max=max_of(gpu_stat(gpus, Signal.GR_ENGINE_ACTIVE, lambda s: s.p99)),
+        sm_max=max_of(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.max)),
+        gr_max=max_of(gpu_stat(gpus, Signal.GR_ENGINE_ACTIVE, lambda s: s.max)),
         math_p50=max_of(_math_p50(g) for g in gpus if g.stat(Signal.TENSOR_ACTIVE) is not None),
         fp16_p50=fmean(gpu_stat(gpus, Signal.FP16_ACTIVE, lambda s: s.p50)),
         occupancy_p50=fmean(gpu_stat(gpus, Signal.SM_OCCUPANCY, lambda s: s.p50)),

@@ -156,6 +156,14 @@ class EngineSettings(BaseModel):
         "H200: idle holder 0.00006 (a constant floor), live server at 5 req/s 0.00042, at 200 req/s "
         "0.016. Heur, measured.",
     )
+    idle_activity_max: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Idle also needs every sample of SM activity (else GR) at or below this: the p99 line "
+        "lets 1 % of the window through, and 1 % of a day is a 14-minute job. A 1 s burst at SM 0.5 still "
+        "reads 0.017 in a 30 s average. Heur.",
+    )
     idle_cpu_cores: float = Field(
         default=0.05,
         ge=0,

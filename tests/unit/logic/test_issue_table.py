@@ -438,3 +438,22 @@ def test_oversized_says_so_when_no_smaller_mig_profile_fits() -> None:
     oversized = next(f for f in analysis.findings if f.code is DiagnosisCode.OVERSIZED_GPU)
     assert "no smaller MIG profile" in oversized.message
     assert not any(a.type is ActionType.MIG_PROFILE for a in analysis.actions)
+
+
+def test_row1_a_job_that_ran_for_one_percent_of_the_day_is_not_idle() -> None:
+    """SM p99 at 0 but a 14-minute burst at SM 0.6: kernels ran, so the allocation is live."""
+    samples = 1440
+    daily = h200(
+        gr_engine_active=stat(0.0, samples=samples, peak=0.7),
+        sm_active=stat(0.0, samples=samples, peak=0.6),
+        fb_used_mib=stat(20 * GIB, samples=samples),
+    )
+    w = window(
+        [pod(gpus=[daily], cpu_usage_cores=stat(0.01, samples=samples))],
+        alloc=h200_alloc(),  # type: ignore[arg-type]
+        hours=24.0,
+        step=60.0,
+    )
+    analysis = analyze_window(w)
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(analysis), analysis.summary
+    assert not any(a.type is ActionType.RELEASE_IDLE for a in analysis.actions)

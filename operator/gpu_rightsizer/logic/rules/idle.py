@@ -18,11 +18,21 @@ from gpu_rightsizer.model.observation import Signal
 
 
 def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
-    """True when no kernel ran on any GPU: SM activity (else GR, else GPU_UTIL) at the noise floor."""
+    """True when no kernel ran on any GPU through the window.
+
+    SM activity (else GR, else GPU_UTIL) sits at its noise floor (p99), and no sample rises above
+    `idle_activity_max`: a job that ran for 1 % of a day is not idle, whatever its p99 says.
+    """
     if figures.sm_p99_max is not None:
-        return figures.sm_p99_max <= settings.idle_sm_p99
+        return (
+            figures.sm_p99_max <= settings.idle_sm_p99
+            and (figures.sm_max or 0.0) <= settings.idle_activity_max
+        )
     if figures.gr_p99_max is not None:
-        return figures.gr_p99_max <= settings.idle_gr_p99
+        return (
+            figures.gr_p99_max <= settings.idle_gr_p99
+            and (figures.gr_max or 0.0) <= settings.idle_activity_max
+        )
     return figures.busy_max is not None and figures.busy_max <= settings.release_max_busy
 
 
