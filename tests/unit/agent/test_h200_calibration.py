@@ -141,28 +141,11 @@ def _codes(analysis: Analysis) -> set[DiagnosisCode]:
     return {finding.code for finding in analysis.findings}
 
 
-def _xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"engine v2: {reason}")
-
-
 def _case(name: str, resolution: Resolution, *marks: pytest.MarkDecorator) -> object:
     return pytest.param(name, resolution, id=f"{name}-{resolution.name}", marks=marks)
 
 
 FINE_RES, COARSE_RES = RESOLUTIONS
-
-#: Where today's engine is wrong (each mark comes off as engine v2 fixes the rule).
-LOADER_WRONG = _xfail(
-    "a container CPU plateau at 1.1 of 2 cores with one process pinned at a core, GPU busy 0.16, is read "
-    "as OversizedGPU with a MIG slice instead of InputPipelineCPUBound (issue rule 4)"
-)
-FP32_WRONG = _xfail("LowOccupancy fires on occupancy 0.13 alone although SM activity is 0.97 (issue rule 3)")
-TINY_SERVER_WRONG = _xfail(
-    "SM activity above zero in every sample without a request metric is IdleAllocation → releaseIdle "
-    "(issue rule 1: live but tiny work is OversizedGPU)"
-)
-HOST_WAIT_WRONG = _xfail("kernels in every sample at busy 0.02 are IdleAllocation (issue rule 1)")
-
 
 # --- sanity: the resampler and the recordings ----------------------------------------------------------
 
@@ -233,8 +216,8 @@ def test_recordings_hold_what_the_issue_describes(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "resolution"),
     [
-        _case("loader-one-worker", FINE_RES, LOADER_WRONG),
-        _case("loader-one-worker", COARSE_RES, LOADER_WRONG),
+        _case("loader-one-worker", FINE_RES),
+        _case("loader-one-worker", COARSE_RES),
     ],
 )
 def test_one_worker_loader_is_cpu_bound_and_keeps_its_gpu(name: str, resolution: Resolution) -> None:
@@ -246,7 +229,7 @@ def test_one_worker_loader_is_cpu_bound_and_keeps_its_gpu(name: str, resolution:
 
 @pytest.mark.parametrize(
     ("name", "resolution"),
-    [_case("fp32-gemm", FINE_RES, FP32_WRONG), _case("fp32-gemm", COARSE_RES, FP32_WRONG)],
+    [_case("fp32-gemm", FINE_RES), _case("fp32-gemm", COARSE_RES)],
 )
 def test_fp32_gemm_is_not_low_occupancy(name: str, resolution: Resolution) -> None:
     """SM 0.97, occupancy 0.13, tensor 0: big GEMMs run one block per SM by design."""
@@ -257,7 +240,7 @@ def test_fp32_gemm_is_not_low_occupancy(name: str, resolution: Resolution) -> No
 
 @pytest.mark.parametrize(
     ("name", "resolution"),
-    [_case("tiny-server", FINE_RES, TINY_SERVER_WRONG), _case("tiny-server", COARSE_RES, TINY_SERVER_WRONG)],
+    [_case("tiny-server", FINE_RES), _case("tiny-server", COARSE_RES)],
 )
 def test_tiny_live_server_is_oversized_never_released(name: str, resolution: Resolution) -> None:
     """A live server with a few requests a second and no request metric: oversized, not idle."""
@@ -269,7 +252,7 @@ def test_tiny_live_server_is_oversized_never_released(name: str, resolution: Res
 
 @pytest.mark.parametrize(
     ("name", "resolution"),
-    [_case("host-wait", FINE_RES, HOST_WAIT_WRONG), _case("host-wait", COARSE_RES, HOST_WAIT_WRONG)],
+    [_case("host-wait", FINE_RES), _case("host-wait", COARSE_RES)],
 )
 def test_host_wait_loop_is_not_idle(name: str, resolution: Resolution) -> None:
     """Kernels in every sample at busy ~2 %: the job runs, it waits on the host; never released."""

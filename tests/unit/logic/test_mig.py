@@ -17,8 +17,10 @@ from gpu_rightsizer.logic.mig import (
     mig_request,
     mig_resource_name,
     model_key_for_product,
+    nvlink_per_direction_bytes,
     nvml_profile_name,
     profiles_for,
+    runtime_mig_table,
     same_profile,
     shared_request,
     smallest_fitting_profile,
@@ -56,7 +58,9 @@ def test_tables_have_the_documented_shapes() -> None:
     for spec in GPU_MODELS.values():
         names = [p.name for p in spec.mig_profiles]
         assert len(names) == len(set(names)), spec.key
-        full = [p for p in spec.mig_profiles if p.compute_slices == 7 and not p.media_extensions]
+        full = [
+            p for p in spec.mig_profiles if p.compute_slices == p.compute_total and not p.media_extensions
+        ]
         assert len(full) == 1, spec.key
         for profile in spec.mig_profiles:
             assert profile.memory_gib <= spec.memory_gib
@@ -205,3 +209,49 @@ def test_profile_spellings_round_trip(compute: int, memory: int, suffix: list[st
     assert same_profile(nvml, plugin)
     assert GPU_RESOURCE_PATTERN.match(f"nvidia.com/mig-{plugin}")
     assert mig_profile_of_resource(f"nvidia.com/mig-{plugin}") == plugin
+
+
+def test_a30_is_counted_in_quarters_with_nvml_memory() -> None:
+    """A30 slices are quarters (MIG guide) and hold at most NVML's MiB (5836 / 11672 / 23344)."""
+    a30 = {p.name: p for p in GPU_MODELS["A30"].mig_profiles}
+    assert a30["1g.6gb"].gpu_fraction == 0.25
+    assert a30["2g.12gb"].gpu_fraction == 0.5
+    for name, mib in (("1g.6gb", 5836), ("2g.12gb", 11672), ("4g.24gb", 23344)):
+        assert a30[name].memory_gib * 1024 <= mib
+
+
+@pytest.mark.parametrize(
+    ("label", "key", "sms", "nvlink_per_direction"),
+    [
+        ("NVIDIA-H100-PCIe", "H100-PCIe", 114, 300e9),
+        ("NVIDIA H800", "H800", 132, 200e9),
+        ("NVIDIA-H100-80GB-HBM3", "H100-80GB", 132, 450e9),
+        ("NVIDIA-H200", "H200", 132, 450e9),
+    ],
+)
+def test_h100_pcie_and_h800_have_their_own_figures(
+    label: str, key: str, sms: int, nvlink_per_direction: float
+) -> None:
+    assert model_key_for_product(label) == key
+    assert GPU_MODELS[key].sms == sms
+    assert nvlink_per_direction_bytes(label) == nvlink_per_direction
+
+
+def test_gb200_nvlink_is_nvlink_5_not_a_fallback() -> None:
+    assert nvlink_per_direction_bytes("NVIDIA-GB200") == 900e9
+    assert nvlink_per_direction_bytes("some-unknown-gpu") is None
+
+
+def test_runtime_table_replaces_the_static_one_with_nvml_figures() -> None:
+    spec = GPU_MODELS["B200"]
+    rows = [
+        {"profile": "1g.23gb", "memory_mib": "23040", "multiprocessors": "18", "max_instances": "7"},
+        {"profile": "7g.180gb", "memory_mib": "182784", "multiprocessors": "148", "max_instances": "1"},
+        {"profile": "broken", "memory_mib": "x", "multiprocessors": "1", "max_instances": "1"},
+    ]
+    table = runtime_mig_table(spec, rows)
+    by_name = {p.name: p for p in table}
+    assert set(by_name) == {"1g.23gb", "7g.180gb"}
+    assert by_name["7g.180gb"].sms == 148 and not by_name["7g.180gb"].sms_estimated
+    assert profiles_for(spec, {"B200": table}) == table
+    assert profiles_for(spec, {"B200": ()}) == spec.mig_profiles
