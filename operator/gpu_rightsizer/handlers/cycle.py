@@ -24,7 +24,7 @@ from kubernetes import client, config
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import metrics
+from gpu_rightsizer.handlers import changes, metrics
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -35,7 +35,7 @@ from gpu_rightsizer.logic.policy import (
 )
 from gpu_rightsizer.logic.status import analysed_status, merge_conditions
 from gpu_rightsizer.logic.thresholds import EngineSettings
-from gpu_rightsizer.model.codes import DiagnosisCode, PolicyMode, SharingStrategy
+from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
@@ -165,6 +165,9 @@ class CycleState:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     governed: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
     recent_changes: list[tuple[str, datetime]] = field(default_factory=list)
+    #: policy -> workload key -> pods of its changes in flight.
+    in_flight: dict[str, dict[str, int]] = field(default_factory=dict)
+    pdbs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: kind -> (namespace, name) -> object, for the kinds listed this cycle.
     workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
@@ -195,6 +198,12 @@ class CycleState:
             except Exception as error:
                 metrics.ERRORS.labels("kubernetes").inc()
                 LOG.warning("listing HPAs failed; reading them per workload: %s", error)
+
+    def pdbs_of(self, kube: KubeAdapter, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's PodDisruptionBudgets, listed once per cycle (only by the actuator)."""
+        if namespace not in self.pdbs:
+            self.pdbs[namespace] = kube.list_pdbs(namespace)
+        return self.pdbs[namespace]
 
     def labels_of(self, kube: KubeAdapter, namespace: str) -> dict[str, str]:
         if namespace not in self.namespace_labels:
@@ -259,11 +268,13 @@ def write_recommendation(
     now: datetime,
     *,
     refresh_after: timedelta | None = None,
+    workload_generation: int | None = None,
 ) -> bool:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
-    `status.apply` belongs to the actuator for workloads under an Apply policy, so the recommender
-    leaves it alone there (a merge patch without the field keeps it). With `refresh_after`, a status
+    `status.apply` belongs to the actuator, so the recommender never writes it (a merge patch
+    without the field keeps it). `workloadGeneration` publishes which spec the analysis saw, so the
+    actuator acts only on a recommendation made for the workload as it is. With `refresh_after`, a status
     that would only move its window is left as stored while that window is younger than it. Returns
     whether the status was written.
     """
@@ -278,12 +289,9 @@ def write_recommendation(
         generation=(recommendation.get("metadata") or {}).get("generation"),
     )
     body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if settings.mode == PolicyMode.APPLY and old_status.get("apply", {}).get("policy") == settings.policy:
-        body.pop("apply", None)
-    elif settings.mode == PolicyMode.APPLY:
-        body["apply"] = {"state": "Pending", "reason": "waiting for the actuator", "policy": settings.policy}
-    else:
-        body.setdefault("apply", {})["policy"] = settings.policy
+    body.pop("apply", None)  # the actuator's state: the recommender never writes it
+    if workload_generation is not None:
+        body["workloadGeneration"] = workload_generation
     body["conditions"] = merge_conditions(
         list(old_status.get("conditions") or []), body.get("conditions", [])
     )
@@ -358,28 +366,6 @@ def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
             LOG.exception("status update of policy %s failed", policy.name)
 
 
-def _recent_changes(recommendations: list[dict[str, Any]], now: datetime) -> list[tuple[str, datetime]]:
-    """(namespace, time) of changes the actuator made in the last hour, from recommendation statuses
-    (persistent, so a restarted actuator still knows its rate budget)."""
-    changes = []
-    for recommendation in recommendations:
-        apply = (recommendation.get("status") or {}).get("apply") or {}
-        at = apply.get("appliedAt")
-        if (
-            not at
-            or apply.get("dryRun")
-            or apply.get("state") not in ("Pending", "Applied", "Verified", "RolledBack")
-        ):
-            continue
-        try:
-            moment = datetime.fromisoformat(str(at).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        if now - moment < timedelta(hours=1):
-            changes.append((str((recommendation.get("metadata") or {}).get("namespace")), moment))
-    return changes
-
-
 def observation_seconds(settings: EffectiveSettings, default: float) -> float:
     """The window a workload is observed over: its policy's `spec.observation.window` when the
     policy sets one, else the operator's `--window`."""
@@ -407,6 +393,10 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
     cfg: OperatorConfig = memo.config
     kube: KubeAdapter = memo.kube
     end = now or datetime.now(UTC)
+    elector = getattr(memo, "elector", None)
+    acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
+    if not acting and not _has_role(cfg, "recommender"):
+        return 0  # a standby actuator does nothing, analysis included
     try:
         recommendations = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
         state = CycleState(now=end, policies=load_policies(kube))
@@ -414,7 +404,8 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         metrics.ERRORS.labels("kubernetes").inc()
         LOG.exception("listing recommendations or policies failed")
         return 0
-    state.recent_changes = _recent_changes(recommendations, end)
+    state.recent_changes = changes.recent_changes(recommendations, end)
+    state.in_flight = changes.in_flight_pods(recommendations)
     memo.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
@@ -429,9 +420,6 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         if item is not None:
             pending.append(item)
     batches = _fetch_batches(cfg, sorted({item.window_seconds for item in pending}), end)
-    acting = (
-        _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()
-    )
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
@@ -462,12 +450,15 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         if done is None:
             continue
         ref = done.item.ref
-        if _has_role(cfg, "recommender"):
+        if done.analysis is not None:
             by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
             wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
         if acting:  # one workload at a time: the actuator's rate budget is shared
             try:
                 _actuate(memo, kube, state, done)
+            except changes.LeadershipLostError:
+                LOG.error("the lease was lost during the cycle: the actuator stops acting")
+                acting = False
             except Exception:
                 metrics.ERRORS.labels("kubernetes").inc()
                 LOG.exception("cycle step for %s failed", ref.key)
@@ -548,7 +539,7 @@ class _Analysed:
     item: _Pending
     window: WorkloadWindow
     hpa: dict[str, Any] | None
-    analysis: Analysis
+    analysis: Analysis | None  # None when this process does not recommend (the actuator never analyses)
     uid: str
 
 
@@ -567,6 +558,9 @@ def _analyse_and_write(
     ref, settings = item.ref, item.settings
     hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
     window = with_hpa(window, hpa)
+    uid = str((item.workload.get("metadata") or {}).get("uid", ""))
+    if not _has_role(cfg, "recommender"):
+        return _Analysed(item=item, window=window, hpa=hpa, analysis=None, uid=uid)
     try:
         analysis = analyse(window, settings, state.now, item.window_seconds)
     except Exception:
@@ -574,26 +568,32 @@ def _analyse_and_write(
         LOG.exception("analysis of %s failed", ref.key)
         return None
     metrics.WORKLOADS_ANALYZED.inc()
-    uid = str((item.workload.get("metadata") or {}).get("uid", ""))
-    if _has_role(cfg, "recommender"):
-        write_recommendation(
-            kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
-            refresh_after=refresh_after,
-        )  # fmt: skip
+    write_recommendation(
+        kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
+        refresh_after=refresh_after,
+        workload_generation=(item.workload.get("metadata") or {}).get("generation"),
+    )  # fmt: skip
     return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid)
 
 
 def _actuate(memo: kopf.Memo, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
-    """The actuator's step for one analysed workload, on the recommendation as it is now."""
-    from gpu_rightsizer.handlers.actuator import WorkloadCase, step
-
+    """The actuator's step for one workload, on its recommendation as published now (read fresh)."""
     item = done.item
-    fresh = kube.get_recommendation(item.ref) or item.recommendation
-    case = WorkloadCase(
-        ref=item.ref, uid=done.uid, workload=item.workload, recommendation=fresh,
-        settings=item.settings, analysis=done.analysis, window=done.window, hpa=done.hpa, now=state.now,
+    fresh = kube.get_recommendation(item.ref)
+    if fresh is None:
+        return
+    workload = kube.read(item.ref.kind, item.ref.namespace, item.ref.name) or item.workload
+    policy = item.settings.policy or ""
+    others = {k: v for k, v in state.in_flight.get(policy, {}).items() if k != item.ref.key}
+    case = changes.WorkloadCase(
+        ref=item.ref, uid=done.uid, workload=workload, recommendation=fresh, settings=item.settings,
+        window=done.window, hpa=done.hpa, now=state.now,
+        pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)), pods_in_disruption=sum(others.values()),
     )  # fmt: skip
-    step(memo, case, state.recent_changes)
+    cfg: OperatorConfig = memo.config
+    elector = memo.elector
+    acting = changes.Actuator(kube, elector.is_leader, lambda start, end: fetch_windows(cfg, start, end))
+    acting.step(case, state.recent_changes)
 
 
 async def analysis_loop(memo: kopf.Memo) -> None:
