@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from gpu_rightsizer.adapters.kube import LeaseElector
-from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.handlers.context import context_of
 
 LOG = logging.getLogger(__name__)
 
@@ -28,13 +28,14 @@ LOG = logging.getLogger(__name__)
 @kopf.on.startup()
 async def actuator_startup(memo: kopf.Memo, **_: Any) -> None:
     """Join the leader election; only the lease holder changes workloads."""
-    cfg: OperatorConfig = memo.config
+    ctx = context_of(memo)
+    cfg = ctx.config
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    memo.elector = LeaseElector(
-        memo.kube, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=identity,
+    ctx.elector = LeaseElector(
+        ctx.kube, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=identity,
         duration_seconds=cfg.lease_seconds,
     )  # fmt: skip
-    memo.lease_task = asyncio.create_task(_keep_lease(memo))
+    ctx.lease_task = asyncio.create_task(keep_lease(ctx.elector, ctx.stop))
 
 
 def _lost_lease(identity: str) -> None:
@@ -44,9 +45,10 @@ def _lost_lease(identity: str) -> None:
     os._exit(3)
 
 
-async def _keep_lease(memo: kopf.Memo, on_loss: Callable[[str], None] = _lost_lease) -> None:
-    elector: LeaseElector = memo.elector
-    stop: asyncio.Event = memo.stop
+async def keep_lease(
+    elector: LeaseElector, stop: asyncio.Event, on_loss: Callable[[str], None] = _lost_lease
+) -> None:
+    """Renew the lease every third of its duration; on losing it, `on_loss` (exit) at once."""
     period = max(1.0, elector.duration.total_seconds() / 3)
     was_leader = False
     while not stop.is_set():
@@ -68,18 +70,14 @@ async def _keep_lease(memo: kopf.Memo, on_loss: Callable[[str], None] = _lost_le
 @kopf.on.cleanup()
 async def actuator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     """Hand the lease over on a clean shutdown, only after the running cycle has finished."""
-    stop = getattr(memo, "stop", None)
-    if stop is not None:
-        stop.set()
-    cycle_task = getattr(memo, "cycle_task", None)
-    if cycle_task is not None:  # the cycle thread may be writing: wait for it, never cancel it
-        with contextlib.suppress(Exception):
-            await asyncio.shield(cycle_task)
-    task = getattr(memo, "lease_task", None)
-    if task is not None:
-        task.cancel()
+    ctx = context_of(memo)
+    ctx.stop.set()
+    if ctx.cycle_task is not None:  # the cycle thread may be writing: wait for it, never cancel it
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-    elector = getattr(memo, "elector", None)
-    if elector is not None:
-        await asyncio.to_thread(elector.release)
+            await asyncio.shield(ctx.cycle_task)
+    if ctx.lease_task is not None:
+        ctx.lease_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await ctx.lease_task
+    if ctx.elector is not None:
+        await asyncio.to_thread(ctx.elector.release)

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import kopf
 from kubernetes import client, config
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, metrics
+from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -311,12 +311,12 @@ def write_recommendation(
     return written
 
 
-def remove_recommendation(kube: KubeAdapter, memo: kopf.Memo, ref: WorkloadRef, why: str) -> None:
+def remove_recommendation(kube: KubeAdapter, ctx: OperatorContext, ref: WorkloadRef, why: str) -> None:
     """Delete a recommendation the workload no longer wants (opt-out annotation or an Off policy)."""
     if kube.delete_recommendation(ref):
         LOG.info("removed the recommendation of %s: %s", ref.key, why)
-    with memo.lock:
-        memo.known.discard(ref.key)
+    with ctx.lock:
+        ctx.known.discard(ref.key)
 
 
 def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
@@ -383,17 +383,16 @@ class _Pending:
     window_seconds: float
 
 
-def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
+def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     """Analyse every workload that has a GPURecommendation; returns how many were updated.
 
     Workloads are grouped by observation window (the operator's `--window`, or their policy's), and
     each distinct window costs one batch of queries, whatever the number of workloads. A failing
     metrics source changes nothing: the recommendations keep what they said.
     """
-    cfg: OperatorConfig = memo.config
-    kube: KubeAdapter = memo.kube
+    cfg, kube = ctx.config, ctx.kube
     end = now or datetime.now(UTC)
-    elector = getattr(memo, "elector", None)
+    elector = ctx.elector
     acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
     if not acting and not _has_role(cfg, "recommender"):
         return 0  # a standby actuator does nothing, analysis included
@@ -406,13 +405,13 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         return 0
     state.recent_changes = changes.recent_changes(recommendations, end)
     state.in_flight = changes.in_flight_pods(recommendations)
-    memo.policies = state.policies
+    ctx.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
-            item = _prepare(memo, kube, cfg, state, ref, recommendation)
+            item = _prepare(ctx, kube, cfg, state, ref, recommendation)
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.exception("cycle step for %s failed", ref.key)
@@ -455,7 +454,7 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
         if acting:  # one workload at a time: the actuator's rate budget is shared
             try:
-                _actuate(memo, kube, state, done)
+                _actuate(ctx, kube, state, done)
             except changes.LeadershipLostError:
                 LOG.error("the lease was lost during the cycle: the actuator stops acting")
                 acting = False
@@ -473,7 +472,7 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             metrics.WASTED_GPU_HOURS.clear()
             for namespace, hours in wasted.items():
                 metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
-    memo.last_cycle = time.monotonic()
+    ctx.last_cycle = time.monotonic()
     return updated
 
 
@@ -505,7 +504,7 @@ def _fetch_batches(
 
 
 def _prepare(
-    memo: kopf.Memo,
+    ctx: OperatorContext,
     kube: KubeAdapter,
     cfg: OperatorConfig,
     state: CycleState,
@@ -526,7 +525,7 @@ def _prepare(
     if not settings.recommends:
         if _has_role(cfg, "recommender"):
             why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
-            remove_recommendation(kube, memo, ref, why)
+            remove_recommendation(kube, ctx, ref, why)
         return None
     seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
@@ -576,7 +575,7 @@ def _analyse_and_write(
     return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid)
 
 
-def _actuate(memo: kopf.Memo, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
+def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
     """The actuator's step for one workload, on its recommendation as published now (read fresh)."""
     item = done.item
     fresh = kube.get_recommendation(item.ref)
@@ -590,18 +589,19 @@ def _actuate(memo: kopf.Memo, kube: KubeAdapter, state: CycleState, done: _Analy
         window=done.window, hpa=done.hpa, now=state.now,
         pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)), pods_in_disruption=sum(others.values()),
     )  # fmt: skip
-    cfg: OperatorConfig = memo.config
-    elector = memo.elector
+    cfg, elector = ctx.config, ctx.elector
+    if elector is None:
+        return
     acting = changes.Actuator(kube, elector.is_leader, lambda start, end: fetch_windows(cfg, start, end))
     acting.step(case, state.recent_changes)
 
 
-async def analysis_loop(memo: kopf.Memo) -> None:
+async def analysis_loop(ctx: OperatorContext) -> None:
     """Run a cycle every `interval`; the first one soon after startup. Never dies on one bad cycle."""
-    cfg: OperatorConfig = memo.config
+    cfg = ctx.config
     if not cfg.prometheus_url:  # the cycle still removes opted-out recommendations, updates policies
         LOG.warning("no --prometheus-url: recommendations stay InsufficientData until one is configured")
-    stop: asyncio.Event = memo.stop
+    stop = ctx.stop
     delay = min(5.0, cfg.interval_seconds)
     while not stop.is_set():
         try:
@@ -611,7 +611,7 @@ async def analysis_loop(memo: kopf.Memo) -> None:
             pass
         started = time.monotonic()
         try:
-            updated = await asyncio.to_thread(run_cycle, memo)
+            updated = await asyncio.to_thread(run_cycle, ctx)
             LOG.info(
                 "analysis cycle: %d recommendations updated in %.1f s", updated, time.monotonic() - started
             )

@@ -15,7 +15,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
+from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import actuator
+from gpu_rightsizer.handlers.context import OperatorContext, context_of
 
 
 class FakeLeases:
@@ -113,9 +115,8 @@ def test_leadership_lapses_by_the_local_clock_without_renewal() -> None:
 @pytest.mark.asyncio
 async def test_losing_the_lease_stops_the_process() -> None:
     leases, clock = FakeLeases(), Clock()
-    memo = kopf.Memo()
-    memo.elector = elector(leases, "a", clock)
-    memo.stop = asyncio.Event()
+    holder = elector(leases, "a", clock)
+    holder.duration = timedelta(seconds=3)  # renew every second
     lost: list[str] = []
 
     async def take_over() -> None:
@@ -124,16 +125,13 @@ async def test_losing_the_lease_stops_the_process() -> None:
         leases.lease.spec.holder_identity = "b"  # another actuator took the lease
         clock.now += 30
 
-    memo.elector.duration = timedelta(seconds=3)  # renew every second
-    await asyncio.gather(actuator._keep_lease(memo, on_loss=lost.append), take_over())
+    await asyncio.gather(actuator.keep_lease(holder, asyncio.Event(), on_loss=lost.append), take_over())
     assert lost == ["a"]
 
 
 @pytest.mark.asyncio
 async def test_the_lease_is_released_only_after_the_cycle_finished() -> None:
     order: list[str] = []
-    memo = kopf.Memo()
-    memo.stop = asyncio.Event()
 
     def cycle() -> None:
         threading.Event().wait(0.2)
@@ -143,8 +141,11 @@ async def test_the_lease_is_released_only_after_the_cycle_finished() -> None:
         def release(self) -> None:
             order.append("released")
 
-    memo.cycle_task = asyncio.create_task(asyncio.to_thread(cycle))
-    memo.elector = Elector()
+    ctx = OperatorContext(config=OperatorConfig(), kube=None)  # type: ignore[arg-type]
+    ctx.cycle_task = asyncio.create_task(asyncio.to_thread(cycle))
+    ctx.elector = Elector()  # type: ignore[assignment]
+    memo = kopf.Memo()
+    memo.context = ctx
     await asyncio.sleep(0.01)
     await actuator.actuator_cleanup(memo=memo)
     assert order == ["cycle finished", "released"]
@@ -167,3 +168,14 @@ async def test_kopf_gives_each_object_a_shallow_copy_of_the_memo() -> None:
     assert again is first
     assert again.memo.policies == []  # stale: the pod handler never sees the cycle's policies
     assert again.memo.shared["policies"] == ["apply-policy"]
+
+
+@pytest.mark.asyncio
+async def test_the_operator_context_reaches_every_objects_memo_copy() -> None:
+    root = kopf.Memo()
+    root.context = OperatorContext(config=OperatorConfig(), kube=None)  # type: ignore[arg-type]
+    memories = ResourceMemories()
+    body = {"metadata": {"uid": "pod-2", "name": "p", "namespace": "ns"}}
+    copied = await memories.recall(body, memobase=root)  # type: ignore[arg-type]
+    root.context.policies = ["apply-policy"]  # what the cycle does now
+    assert context_of(copied.memo).policies == ["apply-policy"]
