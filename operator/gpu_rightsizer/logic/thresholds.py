@@ -138,6 +138,12 @@ class EngineSettings(BaseModel):
         "GPU work that the busy signal does not count. Measured: an idle H200 moves ≈ 0.8-1.2 MB/s over "
         "PCIe, a pageable copy loop ≈ 9 GB/s (tests/fixtures/h200); 50 MB/s is Heur, far from both.",
     )
+    release_min_window_seconds: float = Field(
+        default=86400.0,
+        ge=0,
+        description="A Deployment or StatefulSet is released automatically only after a window this long: a "
+        "service idle at night is busy by day. Heur (one diurnal cycle; review Q2).",
+    )
     release_max_busy: float = Field(
         default=0.01,
         ge=0,
