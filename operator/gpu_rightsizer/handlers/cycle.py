@@ -140,6 +140,7 @@ def analyse(
         sharing=sharing,
         now=now,
         allowed_mig_profiles=list(settings.allowed_mig_profiles) or None,
+        min_replicas=settings.min_replicas if settings.policy is not None else 0,
     )
 
 
