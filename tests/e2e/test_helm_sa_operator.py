@@ -155,7 +155,7 @@ def chart(
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [allowed, outside]}]},
             "mode": "Apply", "priority": 10, "actions": ["cpu"],
             "observation": {"minSamples": 10},  # no window: the operator's short --window applies
-            "safety": {"cooldown": "1h", "verifyFor": "30s"},
+            "safety": {"cooldown": "1h", "verifyFor": "30s", "allowSingleReplica": True},
         },
     })  # fmt: skip
     try:

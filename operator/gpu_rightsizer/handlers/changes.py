@@ -590,8 +590,8 @@ class Actuator:
             LOG.warning("metrics for verifying %s unavailable: %s", case.ref.key, error)
             return {}
         mine = next((w for w in windows if w.workload.key == case.ref.key), None)
-        if mine is None or mine.warnings:
-            return {}
+        if mine is None or any(name in warning for warning in mine.warnings for name in names):
+            return {}  # a new pod without its series: no figures rather than partial ones
         return actuation.signals_from_window(mine, names, actuation.target_cpu_limit(record))
 
     # rollback --------------------------------------------------------------------------------------
@@ -626,10 +626,12 @@ class Actuator:
     ) -> None:  # fmt: skip
         on_workload = actuation.record_on(case.workload)
         patched: Mapping[str, Any] = case.workload
+        bad_revision: str | None = None
         if on_workload is None or on_workload.change_id != undo.change_id:
+            bad_revision = (case.workload.get("status") or {}).get("updateRevision")
             patched = self._patch_workload(case, plan, undo)
         if case.ref.kind == "StatefulSet":
-            self._unstick_statefulset(case)
+            self._unstick_statefulset(case, bad_revision)
         generation = (patched.get("metadata") or {}).get("generation")
         regressed = [
             *list(status.apply.get("regressed") or []),
@@ -648,17 +650,19 @@ class Actuator:
             metrics.ACTIONS_APPLIED.labels(action.value, "rolled_back").inc()
         LOG.warning("%s: %s", case.ref.key, text)
 
-    def _unstick_statefulset(self, case: WorkloadCase) -> None:
+    def _unstick_statefulset(self, case: WorkloadCase, bad_revision: str | None) -> None:
         """A StatefulSet does not replace a pod of a failed revision that never became ready
-        (kubernetes#67250): delete the failing pods of a revision other than the update revision."""
-        update_revision = (case.workload.get("status") or {}).get("updateRevision")
+        (kubernetes#67250, "Forced rollback"): after the rollback, delete the pods of the failed
+        revision that are Pending or failing. `bad_revision` is the revision our change created;
+        None (a resumed rollback) means every revision but the current update revision."""
+        current = (case.workload.get("status") or {}).get("updateRevision")
         for pod in self.kube.pods_of(case.workload):
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            if labels.get("controller-revision-hash") == update_revision:
-                continue
-            if actuation.pod_health([pod]).failing or (pod.get("status") or {}).get("phase") == "Pending":
+            metadata = pod.get("metadata") or {}
+            revision = (metadata.get("labels") or {}).get("controller-revision-hash")
+            stale = revision == bad_revision if bad_revision is not None else revision != current
+            stuck = actuation.pod_health([pod]).failing or (pod.get("status") or {}).get("phase") == "Pending"
+            if stale and stuck:
                 self._guard()
-                metadata = pod.get("metadata") or {}
                 self.kube.delete_pod(case.ref.namespace, str(metadata.get("name")), str(metadata.get("uid")))
                 LOG.info("deleted stuck pod %s of %s after the rollback", metadata.get("name"), case.ref.key)
 

@@ -588,7 +588,8 @@ def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _
     case = changes.WorkloadCase(
         ref=item.ref, uid=done.uid, workload=workload, recommendation=fresh, settings=item.settings,
         window=done.window, hpa=done.hpa, now=state.now,
-        pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)), pods_in_disruption=sum(others.values()),
+        pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)) if item.settings.may_change else (),
+        pods_in_disruption=sum(others.values()),
     )  # fmt: skip
     cfg, elector = ctx.config, ctx.elector
     if elector is None:

@@ -216,6 +216,11 @@ class EffectiveSettings:
         """True unless the workload is switched off (mode Off or the ignore annotation)."""
         return self.mode != PolicyMode.OFF and not self.ignored
 
+    @property
+    def may_change(self) -> bool:
+        """True when an Apply policy governs the workload (dry-run included)."""
+        return self.recommends and self.mode == PolicyMode.APPLY
+
     def may_apply(self, action: ActionType) -> bool:
         """True when an Apply policy allows this action (dry-run included: the patch is still computed)."""
         return self.recommends and self.mode == PolicyMode.APPLY and action in self.actions

@@ -635,3 +635,32 @@ def test_in_flight_pods_and_recent_changes_come_from_statuses() -> None:
     ]  # fmt: skip
     assert changes.in_flight_pods(recs) == {"p": {"a/Deployment/x": 3}}
     assert len(changes.recent_changes(recs, T0)) == 2  # a Blocked change that was sent still counts
+
+
+def test_a_statefulset_rollback_deletes_only_the_stuck_pods_of_the_failed_revision() -> None:
+    class Pods:
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+
+        def pods_of(self, workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+            def sts_pod(name: str, revision: str, phase: str) -> dict[str, Any]:
+                labels = {"controller-revision-hash": revision}
+                return {"metadata": {"name": name, "uid": name, "labels": labels}, "status": {"phase": phase}}
+
+            return [
+                sts_pod("db-0", "bad", "Pending"),
+                sts_pod("db-1", "good", "Running"),
+                sts_pod("db-2", "bad", "Running"),
+            ]
+
+        def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+            self.deleted.append(name)
+
+    pods = Pods()
+    sts = {"kind": "StatefulSet", "metadata": {"name": "db"}, "status": {"updateRevision": "good"}}
+    case = WorkloadCase(
+        ref=WorkloadRef(namespace="team-a", kind="StatefulSet", name="db"), uid="s", workload=sts,
+        recommendation={}, settings=policy(), window=None, hpa=None, now=T0,
+    )  # fmt: skip
+    Actuator(pods, lambda: True, lambda start, end: [])._unstick_statefulset(case, "bad")  # type: ignore[arg-type]
+    assert pods.deleted == ["db-0"]
