@@ -356,8 +356,12 @@ class Actuator:
     def _maybe_change(self, case: WorkloadCase, status: _Status, recent: list[tuple[str, datetime]]) -> None:
         settings = case.settings
         apply = status.apply
+        # the annotation is editable by the workload's owners: it may only make the cooldown longer
         record = actuation.record_on(case.workload)
-        last_change = record.at if record is not None else _parse_time(apply.get("appliedAt"))
+        times = [
+            t for t in (record.at if record is not None else None, _parse_time(apply.get("appliedAt"))) if t
+        ]
+        last_change = max(times) if times else None
         verdict = self._gates(case, recent, last_change=last_change)
         if not verdict.go:
             if apply.get("state") in (

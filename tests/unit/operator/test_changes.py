@@ -664,3 +664,14 @@ def test_a_statefulset_rollback_deletes_only_the_stuck_pods_of_the_failed_revisi
     )  # fmt: skip
     Actuator(pods, lambda: True, lambda start, end: [])._unstick_statefulset(case, "bad")  # type: ignore[arg-type]
     assert pods.deleted == ["db-0"]
+
+
+def test_a_forged_change_record_cannot_shorten_the_cooldown() -> None:
+    cluster = Cluster()
+    driver = Driver(cluster)
+    cluster.publish()
+    cluster.recommendation["status"]["apply"] = {"state": "Verified", "appliedAt": "2026-03-04T11:50:00Z"}
+    forged = actuation.ChangeRecord(change_id="c-x", at=T0 - timedelta(days=30), target={}, previous={})
+    cluster.workload["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] = forged.to_annotation()
+    driver.step(T0)
+    assert cluster.cpu() == "1"
