@@ -356,6 +356,9 @@ class Actuator:
     def _maybe_change(self, case: WorkloadCase, status: _Status, recent: list[tuple[str, datetime]]) -> None:
         settings = case.settings
         apply = status.apply
+        if case.window is None and settings.may_change:
+            self._set_state(case, status, ApplyState.SKIPPED, "no metrics for this workload this cycle")
+            return
         # the annotation is editable by the workload's owners: it may only make the cooldown longer
         record = actuation.record_on(case.workload)
         times = [
@@ -698,8 +701,15 @@ class Actuator:
                 extra={"rollback": None},
             )  # fmt: skip
             return
-        chosen = ChangePlan(undo.change_id, undo.actions, undo.target, undo.previous) if landed else plan
-        assert chosen is not None
+        if landed:
+            chosen = ChangePlan(undo.change_id, undo.actions, undo.target, undo.previous)
+        else:  # recomputed on the live workload: only fields that still hold our values
+            assert plan is not None
+            chosen = plan
+            undo = ChangeRecord(
+                change_id=plan.change_id, at=case.now, target=plan.target, previous=plan.previous,
+                actions=record.actions, baseline=record.baseline, rollback_of=record.change_id,
+            )  # fmt: skip
         self._finish_rollback(case, status, record, chosen, undo, "resumed after a restart", {})
 
 

@@ -446,24 +446,29 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             results = list(pool.map(attempt, work))
     else:
         results = [attempt(job) for job in work]
-    for done in results:
-        if done is None:
-            continue
+    analysed = {done.item.ref.key: done for done in results if done is not None}
+    for done in analysed.values():
         ref = done.item.ref
         if done.analysis is not None:
             by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
             wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
-        if acting:  # one workload at a time: the actuator's rate budget is shared
-            try:
-                _actuate(ctx, kube, state, done)
-            except changes.LeadershipLostError:
-                LOG.error("the lease was lost during the cycle: the actuator stops acting")
-                acting = False
-            except Exception:
-                metrics.ERRORS.labels("kubernetes").inc()
-                LOG.exception("cycle step for %s failed", ref.key)
-                continue
         updated += 1
+    # The actuator steps every workload, those without metrics this cycle included: a change in flight
+    # is still watched (pods that cannot start, rollouts), only new changes wait for data.
+    for item in pending if acting else []:  # one workload at a time: the rate budget is shared
+        done = analysed.get(item.ref.key) or _Analysed(
+            item=item, window=None, analysis=None,
+            hpa=state.hpa_of(kube, item.ref) if item.ref.kind in SCALABLE_KINDS else None,
+            uid=str((item.workload.get("metadata") or {}).get("uid", "")),
+        )  # fmt: skip
+        try:
+            _actuate(ctx, kube, state, done)
+        except changes.LeadershipLostError:
+            LOG.error("the lease was lost during the cycle: the actuator stops acting")
+            break
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("cycle step for %s failed", item.ref.key)
     if _has_role(cfg, "recommender"):
         update_policy_statuses(kube, state)
         if batches or not pending:
@@ -537,7 +542,7 @@ class _Analysed:
     """One workload's analysis this cycle, with what the actuator needs to act on it."""
 
     item: _Pending
-    window: WorkloadWindow
+    window: WorkloadWindow | None  # None: no metrics for this workload this cycle
     hpa: dict[str, Any] | None
     analysis: Analysis | None  # None when this process does not recommend (the actuator never analyses)
     uid: str

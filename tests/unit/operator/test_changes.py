@@ -675,3 +675,26 @@ def test_a_forged_change_record_cannot_shorten_the_cooldown() -> None:
     cluster.workload["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] = forged.to_annotation()
     driver.step(T0)
     assert cluster.cpu() == "1"
+
+
+def test_without_metrics_no_new_change_starts_but_a_change_in_flight_is_still_watched() -> None:
+    cluster = Cluster()
+    driver = Driver(cluster)
+    cluster.publish()
+
+    def step_without_window(now: datetime) -> None:
+        case = WorkloadCase(
+            ref=REF, uid="d-1", workload=copy.deepcopy(cluster.workload),
+            recommendation=copy.deepcopy(cluster.recommendation), settings=policy(), window=None, hpa=None, now=now,
+        )  # fmt: skip
+        driver.actuator.step(case, [])
+
+    step_without_window(T0)
+    assert cluster.cpu() == "1" and "no metrics" in cluster.apply()["reason"]
+    applied(cluster, driver)
+    cluster.pod_state = {
+        "phase": "Pending",
+        "containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}],
+    }
+    step_without_window(T0 + timedelta(minutes=1))
+    assert cluster.cpu() == "1" and cluster.apply()["state"] == "RolledBack"
