@@ -183,3 +183,41 @@ def test_status_unchanged_ignores_only_the_window_times() -> None:
     assert not cycle.status_unchanged(old, more, later, fresh)
     assert not cycle.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
     assert not cycle.status_unchanged({}, moved, later, fresh), "nothing stored yet"
+
+
+class _Elector:
+    def __init__(self, leader: bool) -> None:
+        self.leader = leader
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+
+def test_a_standby_actuator_does_nothing_at_all() -> None:
+    class Untouchable(FakeKube):
+        def list_recommendations(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+            raise AssertionError("a standby actuator must not even list recommendations")
+
+    kube = Untouchable({}, {}, [])
+    ctx = memo_for(kube, role="actuator")
+    ctx.elector = _Elector(leader=False)  # type: ignore[assignment]
+    assert cycle.run_cycle(ctx, now=NOW) == 0
+
+
+def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = listing_cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+
+    def no_analysis(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the actuator re-ran the analysis")
+
+    monkeypatch.setattr(cycle, "analyse", no_analysis)
+    stepped: list[str] = []
+    monkeypatch.setattr(
+        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
+    )
+    ctx = memo_for(kube, role="actuator")
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    cycle.run_cycle(ctx, now=NOW)
+    assert sorted(stepped) == sorted(f"{ns}/Deployment/{name}" for ns, name in kube.workloads)
+    assert kube.status_patches == []  # the recommender's status is not written by an actuator
