@@ -287,7 +287,10 @@ def rollout_incomplete(workload: Mapping[str, Any]) -> str | None:
 
 
 def disrupts_pods(plan: ChangePlan, workload: Mapping[str, Any]) -> bool:
-    """True when the change restarts or removes pods (a template change or a scale-in)."""
+    """True when the change restarts or removes running pods (a template change or a scale-in of a
+    Deployment, StatefulSet or ReplicaSet; a CronJob's next run simply starts with the new template)."""
+    if workload.get("kind") not in _SCALABLE_KINDS:
+        return False
     for path, value in plan.target.items():
         if path.startswith("hpa."):
             continue

@@ -858,3 +858,10 @@ def test_policy_durations_are_bounded() -> None:
     ):
         with pytest.raises(ValueError, match="must be between"):
             policy(**safety)
+
+
+def test_a_cronjob_change_disrupts_no_running_pod() -> None:
+    job = deployment(kind="CronJob")
+    plan = actuation.plan_change(job, [cpu_action("4")], settings())
+    assert plan is not None and not actuation.disrupts_pods(plan, job)
+    assert actuation.check_availability(plan, actuation.Availability(job), settings()) is None
