@@ -60,6 +60,17 @@ IN_FLIGHT = frozenset(
     }
 )
 
+#: Phases that end a change: its outcome stays shown until the cooldown ends.
+SETTLED = frozenset(
+    {
+        ChangePhase.VERIFIED,
+        ChangePhase.INCONCLUSIVE,
+        ChangePhase.ROLLED_BACK,
+        ChangePhase.ABANDONED,
+        ChangePhase.DONE,
+    }
+)
+
 #: Reads the metrics of every workload over [start, end] (the cycle's Prometheus batch).
 Measure = Callable[[datetime, datetime], list[WorkloadWindow]]
 
@@ -365,14 +376,11 @@ class Actuator:
             t for t in (record.at if record is not None else None, _parse_time(apply.get("appliedAt"))) if t
         ]
         last_change = max(times) if times else None
+        in_cooldown = last_change is not None and case.now - last_change < settings.cooldown
+        if phase_of(apply) in SETTLED and in_cooldown:
+            return  # keep the outcome visible: nothing new may happen before the cooldown ends anyway
         verdict = self._gates(case, recent, last_change=last_change)
         if not verdict.go:
-            if apply.get("state") in (
-                ApplyState.VERIFIED,
-                ApplyState.ROLLED_BACK,
-                ApplyState.INCONCLUSIVE,
-            ) and (verdict.reason.startswith("cooldown")):
-                return  # keep the outcome visible; nothing new may happen before the cooldown ends
             self._set_state(case, status, verdict.state, verdict.reason)
             return
         blocked = self._regression_block(case, status)
