@@ -104,9 +104,8 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
             now=datetime.now(UTC),
             generation=(recommendation.get("metadata") or {}).get("generation"),
         )
-        kube.patch_recommendation_status(
-            workload.ref, status.model_dump(mode="json", by_alias=True, exclude_none=True)
-        )
+        first = status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"apply"})
+        kube.patch_recommendation_status(workload.ref, first)  # status.apply is the actuator's alone
     with ctx.lock:
         ctx.known.add(key)
 
