@@ -270,8 +270,9 @@ class Actuator:
 
     # the step -----------------------------------------------------------------------------------
 
-    def step(self, case: WorkloadCase, recent_changes: list[tuple[str, datetime]]) -> None:
-        """Advance one workload's change by at most one phase, or propose a new change."""
+    def step(self, case: WorkloadCase, recent_changes: list[tuple[str, datetime]]) -> ChangePhase | None:
+        """Advance one workload's change by at most one phase, or propose a new change; returns the
+        phase the change is in afterwards (as this step wrote it)."""
         metadata = case.recommendation.get("metadata") or {}
         status = _Status(
             apply=dict((case.recommendation.get("status") or {}).get("apply") or {}),
@@ -290,13 +291,13 @@ class Actuator:
         except ApiException as error:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.warning("actuation of %s failed: %s %s", case.ref.key, error.status, error.reason)
-            if error.status == 409:
-                return  # someone wrote first: the next cycle starts from what they wrote
-            # keep the state (an intent stays an intent and is resumed through every gate next cycle)
-            with contextlib.suppress(ApiException):
-                self._write(
-                    case, status, {"lastError": f"Kubernetes API error {error.status}: {error.reason}"}
-                )
+            if error.status != 409:  # on 409 someone wrote first: the next cycle starts from that
+                # keep the state (an intent stays an intent and is resumed through every gate next cycle)
+                with contextlib.suppress(ApiException):
+                    self._write(
+                        case, status, {"lastError": f"Kubernetes API error {error.status}: {error.reason}"}
+                    )
+        return phase_of(status.apply)
 
     # new change ----------------------------------------------------------------------------------
 

@@ -600,7 +600,10 @@ def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _
     if elector is None:
         return
     acting = changes.Actuator(kube, elector.is_leader, lambda start, end: fetch_windows(cfg, start, end))
-    acting.step(case, state.recent_changes)
+    if acting.step(case, state.recent_changes) in changes.IN_FLIGHT and item.settings.policy:
+        # a change started this cycle counts against the policy's disruption budget at once
+        replicas = int(((workload.get("spec") or {}).get("replicas")) or 1)
+        state.in_flight.setdefault(item.settings.policy, {})[item.ref.key] = replicas
 
 
 async def analysis_loop(ctx: OperatorContext) -> None:

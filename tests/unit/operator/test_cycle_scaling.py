@@ -221,3 +221,24 @@ def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch:
     cycle.run_cycle(ctx, now=NOW)
     assert sorted(stepped) == sorted(f"{ns}/Deployment/{name}" for ns, name in kube.workloads)
     assert kube.status_patches == []  # the recommender's status is not written by an actuator
+
+
+def test_a_change_started_in_a_cycle_counts_against_the_disruption_budget_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_rightsizer.model.crd import ChangePhase
+
+    base = cluster(policy("a", "team-a"))
+    kube = ListingKube(base)
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    seen: list[tuple[str, int]] = []
+
+    def step(self: Any, case: Any, recent: Any) -> ChangePhase:
+        seen.append((case.ref.key, case.pods_in_disruption))
+        return ChangePhase.APPLIED  # every step starts a change
+
+    monkeypatch.setattr(cycle.changes.Actuator, "step", step)
+    ctx = memo_for(kube, role="actuator", namespaces=("team-a",), all_namespaces=False)
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    cycle.run_cycle(ctx, now=NOW)
+    assert [pods for _, pods in seen] == [0, 1]  # team-a/one's new change counts for team-a/two
