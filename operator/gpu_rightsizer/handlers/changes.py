@@ -43,7 +43,7 @@ from gpu_rightsizer.logic.actuation import (
     VerificationInput,
 )
 from gpu_rightsizer.logic.policy import EffectiveSettings
-from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode
+from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Action
@@ -510,13 +510,14 @@ class Actuator:
     # verification ----------------------------------------------------------------------------------
 
     def _owned_by_policy(self, case: WorkloadCase, status: _Status) -> str | None:
+        """Why the change's own policy no longer lets the actuator write this workload; None if it does."""
         settings = case.settings
-        if settings.mode.value != "Apply" or settings.ignored:
-            return (
-                f"policy {settings.policy!r} is in {settings.mode.value} mode"
-                if settings.policy
-                else ("no Apply policy selects the workload any more")
-            )
+        if settings.ignored:
+            return "the workload opts out (gpurightsizer.io/ignore)"
+        if settings.mode != PolicyMode.APPLY:
+            if settings.policy:
+                return f"policy {settings.policy!r} is in {settings.mode.value} mode"
+            return "no Apply policy selects the workload any more"
         if status.apply.get("policy") != settings.policy:
             return f"the change was started by policy {status.apply.get('policy')!r}, {settings.policy!r} governs now"
         return None

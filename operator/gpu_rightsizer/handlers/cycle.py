@@ -169,6 +169,8 @@ class CycleState:
     #: policy -> workload key -> pods of its changes in flight.
     in_flight: dict[str, dict[str, int]] = field(default_factory=dict)
     pdbs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Workloads no longer recommended on whose change is still in flight (the actuator settles them).
+    settling: list[_Pending] = field(default_factory=list)
     #: kind -> (namespace, name) -> object, for the kinds listed this cycle.
     workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
@@ -455,7 +457,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         updated += 1
     # The actuator steps every workload, those without metrics this cycle included: a change in flight
     # is still watched (pods that cannot start, rollouts), only new changes wait for data.
-    for item in pending if acting else []:  # one workload at a time: the rate budget is shared
+    for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
         done = analysed.get(item.ref.key) or _Analysed(
             item=item, window=None, analysis=None,
             hpa=state.hpa_of(kube, item.ref) if item.ref.kind in SCALABLE_KINDS else None,
@@ -529,6 +531,12 @@ def _prepare(
     if not settings.ignored:
         state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
     if not settings.recommends:
+        apply = (recommendation.get("status") or {}).get("apply") or {}
+        if changes.phase_of(apply) in changes.IN_FLIGHT:
+            # a change in flight is settled by the actuator first (abandoned: an opted-out or Off
+            # workload is never written again); deleting it now would lose the record of that change
+            state.settling.append(_Pending(ref, recommendation, workload, settings, 0.0))
+            return None
         if _has_role(cfg, "recommender"):
             why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
             remove_recommendation(kube, ctx, ref, why)

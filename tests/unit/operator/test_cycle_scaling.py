@@ -242,3 +242,22 @@ def test_a_change_started_in_a_cycle_counts_against_the_disruption_budget_at_onc
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
     cycle.run_cycle(ctx, now=NOW)
     assert [pods for _, pods in seen] == [0, 1]  # team-a/one's new change counts for team-a/two
+
+
+def test_an_opted_out_workload_with_a_change_in_flight_is_settled_before_its_recommendation_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = ListingKube(cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"}))
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Applied", "policy": "a"}
+    stepped: list[str] = []
+    monkeypatch.setattr(
+        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
+    )
+    ctx = memo_for(kube, role="all")
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    cycle.run_cycle(ctx, now=NOW)
+    assert "team-c/Deployment/solo" in stepped and "team-c/Deployment/solo" not in kube.deleted
+    kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Abandoned", "policy": "a"}
+    cycle.run_cycle(ctx, now=NOW)
+    assert "team-c/Deployment/solo" in kube.deleted
