@@ -18,7 +18,7 @@ import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.handlers import changes, cycle
 from gpu_rightsizer.handlers.context import OperatorContext, context_of
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.status import waiting_status
@@ -80,10 +80,13 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
     key = workload.ref.key
     if is_ignored(workload.obj) or _switched_off(ctx, kube, workload.ref.namespace, workload.obj):
         with ctx.lock:
-            forget = key in ctx.known or True
             ctx.known.discard(key)
-        if forget:
-            kube.delete_recommendation(workload.ref)
+        existing = kube.get_recommendation(workload.ref)
+        apply = ((existing or {}).get("status") or {}).get("apply") or {}
+        if existing is not None and changes.phase_of(apply) not in changes.IN_FLIGHT:
+            kube.delete_recommendation(
+                workload.ref
+            )  # one with a change in flight: the cycle settles it first
         return
     with ctx.lock:
         if key in ctx.known:

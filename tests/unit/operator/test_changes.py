@@ -698,3 +698,38 @@ def test_without_metrics_no_new_change_starts_but_a_change_in_flight_is_still_wa
     }
     step_without_window(T0 + timedelta(minutes=1))
     assert cluster.cpu() == "1" and cluster.apply()["state"] == "RolledBack"
+
+
+@pytest.mark.parametrize(("phase", "deleted"), [("Applied", False), ("RolledBack", True)])
+def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight(
+    phase: str, deleted: bool
+) -> None:
+    import kopf
+
+    from gpu_rightsizer.adapters.kube import ResolvedWorkload
+    from gpu_rightsizer.config import OperatorConfig
+    from gpu_rightsizer.handlers import recommender
+    from gpu_rightsizer.handlers.context import OperatorContext
+
+    workload = {"metadata": {"name": "trainer", "annotations": {"gpurightsizer.io/ignore": "true"}}}
+
+    class Kube:
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+
+        def resolve_owner(self, pod: Any) -> ResolvedWorkload:
+            return ResolvedWorkload(ref=REF, uid="d-1", obj=workload)
+
+        def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any]:
+            return {"status": {"apply": {"phase": phase}}}
+
+        def delete_recommendation(self, ref: WorkloadRef) -> bool:
+            self.deleted.append(ref.key)
+            return True
+
+    kube = Kube()
+    memo = kopf.Memo()
+    memo.context = OperatorContext(config=OperatorConfig(role="all"), kube=kube)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "trainer-0", "namespace": "team-a"}, "spec": {}}
+    recommender.gpu_pod_event(type="MODIFIED", body=pod, memo=memo)  # type: ignore[arg-type]
+    assert bool(kube.deleted) == deleted
