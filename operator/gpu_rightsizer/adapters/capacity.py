@@ -13,8 +13,10 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from gpu_rightsizer.adapters.exposition import ReadLimits
 from gpu_rightsizer.logic.capacity import (
     LABEL_MIG_CONFIG,
     LABEL_MIG_STRATEGY,
@@ -104,38 +106,21 @@ def load_capacity(kube: Any, fallback: Any = None) -> ClusterCapacity:
     return ClusterCapacity()
 
 
-def capacity_from_file(path: Path) -> ClusterCapacity:
-    """Node pools from the kube-state-metrics node series of an OpenMetrics/Prometheus text file.
+def capacity_from_file(path: Path, limits: ReadLimits | None = None) -> ClusterCapacity:
+    """Node pools from the kube-state-metrics node series of an OpenMetrics/Prometheus text file
+    (plain or gzipped), streamed: only the node samples are kept, the latest per series."""
+    from gpu_rightsizer.adapters.exposition import OpenMetricsError, samples_of
 
-    Only the node lines are kept (a streamed pass), so memory stays small whatever the file's size.
-    """
-    from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, parse_text
-
-    wanted = (mn.KSM_NODE_ALLOCATABLE, mn.KSM_NODE_LABELS)
-    kept: list[str] = []
-    openmetrics = False
-    try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                stripped = line.strip()
-                if stripped.startswith(wanted):
-                    kept.append(stripped)
-                elif stripped:
-                    openmetrics = stripped == "# EOF"
-    except OSError as error:
-        LOG.warning("cannot read %s for node capacity: %s", path, error)
-        return ClusterCapacity()
-    if not kept:
-        return ClusterCapacity()
-    text = "\n".join(kept) + ("\n# EOF\n" if openmetrics else "\n")
     latest: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, float]] = {}
     try:
-        for name, labels, value, timestamp in parse_text(text, str(path)):
+        for name, labels, value, timestamp in samples_of(
+            path, frozenset({mn.KSM_NODE_ALLOCATABLE, mn.KSM_NODE_LABELS}), limits
+        ):
             key = (name, tuple(sorted(labels.items())))
             moment = timestamp if timestamp is not None else 0.0
             if key not in latest or moment >= latest[key][0]:
                 latest[key] = (moment, value)
-    except OpenMetricsError as error:
+    except (OpenMetricsError, OSError) as error:
         LOG.warning("node series of %s unreadable, no node capacity: %s", path, error)
         return ClusterCapacity()
     allocatable = [(dict(k[1]), v) for k, (_, v) in latest.items() if k[0] == mn.KSM_NODE_ALLOCATABLE]

@@ -51,8 +51,8 @@ def test_an_unassigned_gpu_scraped_through_the_exporter_pod_is_no_workload(tmp_p
             *_ksm(TRAINER, "StatefulSet", "trainer", gpu=True),
         ]
     )
-    path = tmp_path / "scrape.prom"
-    path.write_text(text + "\n")
+    path = tmp_path / "scrape.om"  # OpenMetrics: timestamps in seconds
+    path.write_text(text + "\n# EOF\n")
     windows = read_openmetrics(path, window_seconds=3600, at=datetime.fromtimestamp(T0 + 2400, tz=UTC))
     assert [w.workload.key for w in windows] == ["ml/StatefulSet/trainer"]
     assert [g.uuid for p in windows[0].pods for g in p.gpus] == ["GPU-busy"]
