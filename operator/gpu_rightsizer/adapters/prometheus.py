@@ -218,6 +218,10 @@ def add_matchers(query: str, matchers: Sequence[str], names: Sequence[str] = _SE
     return query
 
 
+#: Longest namespace alternation put into every cAdvisor selector (characters).
+MAX_NAMESPACE_REGEX = 256
+
+
 def _promql_regex_literal(text: str) -> str:
     """`text` matched literally by a regex inside a PromQL double-quoted string: backslashes doubled,
     since PromQL strings take Go escapes and a single backslash before a dash is a parse error."""
@@ -228,7 +232,11 @@ def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Cal
     """Pod statistics for the containers of GPU pods only, and cAdvisor selectors limited to the
     namespaces that have GPU pods: without this each statistic ran over every container of the cluster."""
     alternatives = "|".join(_promql_regex_literal(n) for n in sorted(namespaces))
-    scope = (f'namespace=~"{alternatives}"',) if namespaces else ()
+    # the matcher is repeated in every selector: past a few namespaces the join alone filters, so the
+    # query stays far below URL length limits (the client sends the query in the URL)
+    scope = (
+        (f'namespace=~"{alternatives}"',) if namespaces and len(alternatives) <= MAX_NAMESPACE_REGEX else ()
+    )
     return lambda offset: (
         f"({add_matchers(inner(offset), scope, _CADVISOR_NAMES)}) and on (namespace, pod) {GPU_PODS}"
     )
@@ -342,6 +350,8 @@ class PrometheusSource:
         say = progress or (lambda _message: None)
         self.check(end)
         gpu_namespaces = self.gpu_namespaces(end, window_seconds)
+        if namespace is not None:
+            gpu_namespaces = [n for n in gpu_namespaces if n == namespace] or gpu_namespaces
         if not gpu_namespaces:
             say(
                 "kube-state-metrics shows no pod requesting an NVIDIA GPU resource: pod statistics are "

@@ -70,8 +70,28 @@ KNOWN_CONTROLLERS: dict[str, KnownController] = {
     )
 }
 
-#: Owner kinds that never make a workload: a mirror pod is "owned" by its Node.
-_NOT_WORKLOADS = frozenset({"Node"})
+#: Owner kinds that never make a workload (a mirror pod is "owned" by its Node; a ConfigMap or Service
+#: set as controller is bookkeeping, not a pod controller): the walk stops below them, and the object
+#: there is the workload, controller-owned (`managed_by_parent` then refuses to patch it). Any other
+#: core-group (`v1`) kind but Pod is treated the same.
+_NOT_WORKLOADS = frozenset(
+    {
+        "Node",
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "Namespace",
+        "PersistentVolumeClaim",
+        "ServiceAccount",
+        "Endpoints",
+    }
+)
+
+
+def _not_a_workload(link: ObjectLink) -> bool:
+    return link.kind in _NOT_WORKLOADS or (link.api_version == "v1" and link.kind != "Pod")
+
+
 #: Ownership chains are short; the bound protects against cycles in bad data.
 MAX_DEPTH = 8
 
@@ -127,7 +147,7 @@ def resolve_workload(pod: ObjectLink, parent_of: ParentLookup, max_depth: int = 
     current = pod
     for _ in range(max_depth):
         parent = parent_of(current)
-        if parent is None or parent.kind in _NOT_WORKLOADS or (parent.kind, parent.name) in seen:
+        if parent is None or _not_a_workload(parent) or (parent.kind, parent.name) in seen:
             break
         parent = ObjectLink(
             parent.kind, parent.name, api_version_for(parent.kind, parent.api_version), parent.uid

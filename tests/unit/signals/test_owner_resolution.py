@@ -195,3 +195,16 @@ def test_the_operator_walk_lists_built_in_kinds_once_per_cycle() -> None:
     assert refs == {f"{NS}/LeaderWorkerSet/g"}
     assert kube.lists == ["StatefulSet"]
     assert kube.gets == ["leaderworkersets/g"]  # the custom top, once
+
+
+def test_a_core_object_as_controller_is_not_a_workload() -> None:
+    """A Deployment whose controller is a ConfigMap stays the workload (and actuation refuses it)."""
+    chain = {
+        ("Pod", "d-1"): ObjectLink("ReplicaSet", "d-5f", "apps/v1"),
+        ("ReplicaSet", "d-5f"): ObjectLink("Deployment", "d", "apps/v1"),
+        ("Deployment", "d"): ObjectLink("ConfigMap", "llm", "v1"),
+    }
+    resolved = resolve_workload(
+        ObjectLink("Pod", "d-1", "v1"), lambda link: chain.get((link.kind, link.name))
+    )
+    assert (resolved.workload.kind, resolved.workload.name) == ("Deployment", "d")

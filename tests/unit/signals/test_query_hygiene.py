@@ -146,3 +146,14 @@ def test_pod_labels_without_an_allowlist_are_said() -> None:
         mn.KSM_POD_LABELS, {"namespace": "ml", "pod": "p", mn.POD_LABEL_WORKLOAD_TYPE: "training"}, 1.0
     )
     assert labelled.notes() == []
+
+
+def test_many_gpu_namespaces_do_not_blow_up_the_query() -> None:
+    from gpu_rightsizer.adapters.prometheus import only_gpu_pods
+
+    few = only_gpu_pods(lambda o: "container_cpu_usage_seconds_total", ["a", "b"])("")
+    many = only_gpu_pods(
+        lambda o: "container_cpu_usage_seconds_total", [f"team-{i:03d}" for i in range(200)]
+    )("")
+    assert 'namespace=~"a|b"' in few
+    assert "namespace=~" not in many and "and on (namespace, pod)" in many  # the join still filters
