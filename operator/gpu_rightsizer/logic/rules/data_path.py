@@ -25,8 +25,9 @@ def cpu_plateau_cores(figures: WorkloadFigures, settings: EngineSettings) -> int
 
     One data-loader process cannot use more than one core, so a 2-core quota is never exhausted: no
     throttling, no saturation. What shows is a flat container CPU at ≈ k cores with headroom left. When
-    the node agent reports per-process CPU, it decides: a process at one core confirms the plateau, no
-    such process rules it out.
+    the node agent reports per-process CPU, a process at one core confirms the plateau; a reading
+    without one does not rule it out (a reader that misses the process, or an agent without hostPID,
+    would otherwise turn a starved job into a shrink), so the container's own plateau still counts.
     """
     usage_p50, usage_p95 = figures.cpu_usage_p50, figures.cpu_usage_p95
     if usage_p50 is None or usage_p95 is None:
@@ -38,9 +39,8 @@ def cpu_plateau_cores(figures: WorkloadFigures, settings: EngineSettings) -> int
     if throttled is not None and throttled >= settings.cpu_plateau_max_throttled:
         return None
     process = figures.process_cpu_max_p50
-    if process is not None:
-        pinned = process >= settings.cpu_process_pinned_cores
-        return max(1, math.floor(usage_p50 + 0.05)) if pinned else None
+    if process is not None and process >= settings.cpu_process_pinned_cores:
+        return max(1, math.floor(usage_p50 + 0.05))
     cores = math.floor(usage_p50 + 0.05)
     if cores < 1 or usage_p50 - cores > settings.cpu_plateau_max_excess:
         return None
@@ -113,6 +113,10 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         )
     elif plateau is not None:
         limit = figures.window.allocation.cpu_limit_cores
+        process_pinned = (
+            figures.process_cpu_max_p50 is not None
+            and figures.process_cpu_max_p50 >= settings.cpu_process_pinned_cores
+        )
         process_text = (
             f"; its busiest process uses {figures.process_cpu_max_p50:.2f} cores (node agent)"
             if figures.process_cpu_max_p50 is not None
@@ -122,7 +126,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         out.add(
             DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
             Severity.WARNING,
-            base * (0.8 if figures.process_cpu_max_p50 is not None else (0.75 if sawtooth else 0.6)),
+            base * (0.8 if process_pinned else (0.75 if sawtooth else 0.6)),
             f"Seen: container CPU flat at {figures.cpu_usage_p50 or 0.0:.2f} cores (p50; p95 "
             f"{figures.cpu_usage_p95 or 0.0:.2f}){limit_text}, not throttled, while GPU busy p50 is "
             f"{pct(busy)}{'; busy alternates high/low (sawtooth)' if sawtooth else ''}"
