@@ -27,7 +27,7 @@ from gpu_rightsizer.logic.rules.efficiency import check_efficiency
 from gpu_rightsizer.logic.rules.health import check_health
 from gpu_rightsizer.logic.rules.healthy import check_healthy
 from gpu_rightsizer.logic.rules.idle import check_idle, no_kernels
-from gpu_rightsizer.logic.rules.insufficient_data import RATIO_SIGNALS, data_problems
+from gpu_rightsizer.logic.rules.insufficient_data import data_problems
 from gpu_rightsizer.logic.rules.registry import PRIMARY_ORDER
 from gpu_rightsizer.logic.rules.serving import check_serving
 from gpu_rightsizer.logic.rules.sizing import check_sizing
@@ -38,7 +38,6 @@ from gpu_rightsizer.model.result import Finding
 
 __all__ = [
     "PRIMARY_ORDER",
-    "RATIO_SIGNALS",
     "Diagnosis",
     "GPUFigures",
     "SizingNeed",

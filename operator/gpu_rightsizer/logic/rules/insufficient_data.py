@@ -10,23 +10,8 @@ from gpu_rightsizer.logic.figures import WorkloadFigures
 from gpu_rightsizer.logic.mig import GIB_PER_MIB
 from gpu_rightsizer.logic.rules.common import pct
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.metric_names import RATIO_SIGNALS
 from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
-
-#: Signals that are ratios in 0..1 (a value far outside is contradictory data).
-RATIO_SIGNALS: frozenset[Signal] = frozenset(
-    {
-        Signal.GR_ENGINE_ACTIVE,
-        Signal.SM_ACTIVE,
-        Signal.SM_OCCUPANCY,
-        Signal.TENSOR_ACTIVE,
-        Signal.FP32_ACTIVE,
-        Signal.FP16_ACTIVE,
-        Signal.DRAM_ACTIVE,
-        Signal.GPU_UTIL,
-        Signal.THROTTLE_FRACTION,
-        Signal.CPU_THROTTLED_RATIO,
-    }
-)
 
 
 def _all_stats(window: WorkloadWindow) -> Iterable[tuple[str, Signal, SignalStats]]:
