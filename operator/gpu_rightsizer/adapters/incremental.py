@@ -1,0 +1,412 @@
+"""Incremental Prometheus reads: each cycle asks only for the samples since the previous one.
+
+Why: the full-window read (`prometheus.PrometheusSource.read`) makes Prometheus re-evaluate every
+`*_over_time` subquery over the whole window for every container each cycle, so its work grows with
+pods × window length × cycles. Here every signal family is one range query over `[last_end, now]` at
+the sample step, limited to the pods that request a GPU (a join on kube-state-metrics' resource
+requests), and the samples go into `logic.streaming` windows in memory.
+
+After a start there is no `last_end`: the window is backfilled in bounded chunks, time slice by time
+slice (at most `slice_seconds` each, and never more than Prometheus' 11,000 points per series). A
+chunk that Prometheus refuses as too big (timeout, too many samples) is split by namespace first (for
+pod families), then in halves of time, so each query stays under the timeout. Progress goes to a
+callback after every chunk.
+
+Everything here is driven through one `RangeQuery` callable, the signature of
+`PrometheusSource.range`, so tests run on recorded answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpu_rightsizer.adapters.prometheus import (
+    GPU_KEYS,
+    POD_KEYS,
+    PrometheusSource,
+    PrometheusSourceError,
+    _gauge_by_pod,
+    _gpu_expr,
+    _rate_by_pod,
+    _throttle_expr,
+)
+from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
+from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StreamingStore
+from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import Signal
+
+LOG = logging.getLogger(__name__)
+
+#: Prometheus refuses range queries of more points per series than this (`query_range`).
+MAX_POINTS_PER_SERIES = 11_000
+#: Pods that request an NVIDIA GPU, MIG slice or share (`nvidia_com_gpu` from kube-state-metrics v2,
+#: the unsanitised names from newer releases).
+GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).*"{{scope}}}}'
+#: Messages with which Prometheus (or the client's timeout) says a query was too big to answer.
+TOO_BIG = re.compile(r"did not answer within|timed? ?out|too many samples|exceeded maximum resolution", re.I)
+
+Labels = tuple[tuple[str, str], ...]
+SeriesId = tuple[str, Labels]
+
+
+class RangeQuery(Protocol):
+    """`PrometheusSource.range`: (what, query, start, end, step) → PromQL matrix rows."""
+
+    def __call__(
+        self, what: str, query: str, start: float, end: float, step: float
+    ) -> list[dict[str, Any]]: ...
+
+
+def gpu_pods(namespace: str | None) -> str:
+    """Instant vector of (namespace, pod) for the pods that request a GPU, optionally in one namespace."""
+    scope = f',namespace="{_escape(namespace)}"' if namespace else ""
+    return f"(max by (namespace, pod) ({GPU_REQUEST_SELECTOR.replace('{scope}', scope)}) > 0)"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass(frozen=True)
+class Family:
+    """One signal family: one range query per chunk, one streaming window per series it returns."""
+
+    name: str
+    expression: str
+    signal: Signal
+    keys: tuple[str, ...]
+    scale: float = 1.0
+    activity_floor: float | None = None
+    #: Pod families are joined on GPU pods and can be split by namespace; device families are not
+    #: (their number follows the GPUs, and board-level series have no pod or namespace).
+    per_pod: bool = False
+
+    def query(self, namespace: str | None) -> str:
+        """The range query for one chunk: GPU pods only for pod families, one namespace when split."""
+        if not self.per_pod:
+            return self.expression
+        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace)}"
+
+
+def default_families(step_seconds: float) -> list[Family]:
+    """The GPU, throttle, cAdvisor and serving families the engine reads, as instant-vector expressions."""
+    rate_window = max(3 * step_seconds, 180.0)
+    families = [
+        Family(
+            name=f"gpu:{source.metric}",
+            expression=_gpu_expr(source.metric)(""),
+            signal=source.signal,
+            keys=GPU_KEYS,
+            scale=source.scale,
+            activity_floor=mn.ACTIVITY_FLOORS.get(source.signal),
+        )
+        for source in mn.GPU_SIGNAL_SOURCES
+    ]
+    families.append(
+        Family(
+            name="gpu:throttle",
+            expression=_throttle_expr(""),
+            signal=Signal.THROTTLE_FRACTION,
+            keys=GPU_KEYS,
+            activity_floor=0.0,
+        )
+    )
+    for source in mn.POD_SIGNAL_SOURCES:
+        if source.counter:
+            expression = _rate_by_pod(source.metric, rate_window, True)("")
+        else:
+            expression = _gauge_by_pod(f'{source.metric}{{container!="",container!="POD"}}')("")
+        families.append(
+            Family(
+                name=f"pod:{source.signal.value}",
+                expression=expression,
+                signal=source.signal,
+                keys=POD_KEYS,
+                activity_floor=mn.ACTIVITY_FLOORS.get(source.signal),
+                per_pod=True,
+            )
+        )
+    throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)("")
+    periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)("")
+    families.append(
+        Family(
+            name=f"pod:{Signal.CPU_THROTTLED_RATIO.value}",
+            expression=f"({throttled}) / ({periods} > 0)",
+            signal=Signal.CPU_THROTTLED_RATIO,
+            keys=POD_KEYS,
+            activity_floor=0.0,
+            per_pod=True,
+        )
+    )
+    for signal, build in PrometheusSource._serving_exprs(rate_window).items():
+        families.append(
+            Family(
+                name=f"pod:{signal.value}",
+                expression=build(""),
+                signal=signal,
+                keys=POD_KEYS,
+                activity_floor=mn.ACTIVITY_FLOORS.get(signal),
+                per_pod=True,
+            )
+        )
+    return families
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One range query: a family over `[start, end]`, cluster-wide or in one namespace."""
+
+    family: Family
+    start: float
+    end: float
+    namespace: str | None = None
+
+    def describe(self) -> str:
+        scope = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.family.name}{scope} {self.start:.0f}..{self.end:.0f}"
+
+
+def align(start: float, end: float, step: float) -> tuple[float, float] | None:
+    """`[start, end]` on the step grid (so successive reads never return one instant twice); None if empty."""
+    first = math.ceil(start / step) * step
+    last = math.floor(end / step) * step
+    return (first, last) if last >= first else None
+
+
+def plan(
+    families: Sequence[Family],
+    *,
+    now: float,
+    last_end: float | None,
+    window_seconds: float,
+    step_seconds: float,
+    slice_seconds: float,
+) -> list[Chunk]:
+    """The chunks of one cycle: `(last_end, now]` in one piece, or the whole window in time slices.
+
+    A read whose `last_end` is unknown or older than the window is a cold start and reads the window
+    slice by slice (each at most `slice_seconds` and `MAX_POINTS_PER_SERIES` steps long).
+    """
+    if last_end is None or last_end < now - window_seconds:
+        start = now - window_seconds
+    else:
+        start = last_end + step_seconds
+    span = align(start, now, step_seconds)
+    if span is None:
+        return []
+    first, last = span
+    longest = max(step_seconds, min(slice_seconds, (MAX_POINTS_PER_SERIES - 1) * step_seconds))
+    longest = math.floor(longest / step_seconds) * step_seconds
+    chunks: list[Chunk] = []
+    slice_start = first
+    while slice_start <= last:
+        slice_end = min(last, slice_start + longest - step_seconds)
+        chunks.extend(Chunk(family, slice_start, slice_end) for family in families)
+        slice_start = slice_end + step_seconds
+    return chunks
+
+
+def split(chunk: Chunk, namespaces: Sequence[str], step_seconds: float) -> list[Chunk] | None:
+    """Smaller chunks for one that was too big: by namespace first (pod families), then halves of time."""
+    if chunk.family.per_pod and chunk.namespace is None and len(namespaces) > 1:
+        return [Chunk(chunk.family, chunk.start, chunk.end, namespace) for namespace in namespaces]
+    steps = round((chunk.end - chunk.start) / step_seconds)
+    if steps < 1:
+        return None
+    middle = chunk.start + (steps // 2) * step_seconds
+    return [
+        Chunk(chunk.family, chunk.start, middle, chunk.namespace),
+        Chunk(chunk.family, middle + step_seconds, chunk.end, chunk.namespace),
+    ]
+
+
+@dataclass
+class CycleReport:
+    """What one incremental read did (for the log and the operator's own metrics)."""
+
+    backfilling: bool
+    chunks_done: int = 0
+    chunks_failed: int = 0
+    queries: int = 0
+    samples: int = 0
+    #: Backfill chunks done and planned so far (0/0 outside a backfill).
+    backfill_done: int = 0
+    backfill_total: int = 0
+    seconds_by_family: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def backfill_progress(self) -> float:
+        """Share of the backfill's chunks done (1.0 when there is none)."""
+        return self.backfill_done / self.backfill_total if self.backfill_total else 1.0
+
+
+Progress = Callable[[CycleReport, Chunk], None]
+
+
+class IncrementalReader:
+    """Keeps the streaming windows of every GPU series up to date, one interval per cycle.
+
+    After a start the window is backfilled over as many cycles as it takes, `budget_seconds` of
+    queries per cycle at most, so the cycle keeps publishing its progress; once the backfill is done,
+    each cycle reads `(last_end, now]`.
+    """
+
+    def __init__(
+        self,
+        query: RangeQuery,
+        *,
+        window_seconds: float,
+        step_seconds: float,
+        families: Sequence[Family] | None = None,
+        slice_seconds: float = 3600.0,
+        slots: int = DEFAULT_SLOTS,
+        namespaces: Callable[[], Sequence[str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.query = query
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        self.families = list(families) if families is not None else default_families(step_seconds)
+        self.slice_seconds = slice_seconds
+        self.namespaces = namespaces or (lambda: ())
+        self.clock = clock
+        self.store: StreamingStore[SeriesId] = StreamingStore(window_seconds, slots=slots)
+        #: End of the last interval read completely; None until the backfill finished.
+        self.last_end: float | None = None
+        self._backlog: list[Chunk] = []  # backfill chunks still to read, next one last
+        self._backfill_end = 0.0
+        self._backfill_done = 0
+        self._backfill_total = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether the window has been read completely since the start (the backfill is done)."""
+        return self.last_end is not None
+
+    def read(
+        self, now: float, progress: Progress | None = None, budget_seconds: float | None = None
+    ) -> CycleReport:
+        """Fetch `(last_end, now]`, or the next backfill chunks, into the streaming windows.
+
+        A steady chunk that fails even after splitting leaves `last_end` where it was, so the next cycle
+        asks for the same interval again (the windows skip the samples they already hold). A backfill
+        chunk that fails is reported and left out: the window has a gap, the backfill goes on.
+        """
+        started = self.clock()
+        if self.last_end is None and not self._backlog:
+            chunks = plan(
+                self.families,
+                now=now,
+                last_end=None,
+                window_seconds=self.window_seconds,
+                step_seconds=self.step_seconds,
+                slice_seconds=self.slice_seconds,
+            )
+            self._backlog = list(reversed(chunks))
+            self._backfill_end = max((chunk.end for chunk in chunks), default=now)
+            self._backfill_done, self._backfill_total = 0, len(chunks)
+        backfilling = self.last_end is None
+        report = CycleReport(backfilling=backfilling)
+        if backfilling:
+            pending = self._backlog
+        else:
+            assert self.last_end is not None
+            steady = plan(
+                self.families,
+                now=now,
+                last_end=self.last_end,
+                window_seconds=self.window_seconds,
+                step_seconds=self.step_seconds,
+                slice_seconds=self.slice_seconds,
+            )
+            pending = list(reversed(steady))
+        namespaces: Sequence[str] | None = None
+        while pending:
+            if (
+                backfilling
+                and budget_seconds is not None
+                and report.queries
+                and self.clock() - started > budget_seconds
+            ):
+                break
+            chunk = pending.pop()
+            try:
+                rows = self._fetch(chunk, report)
+            except PrometheusSourceError as error:
+                if TOO_BIG.search(str(error)):
+                    if namespaces is None:
+                        namespaces = list(self.namespaces())
+                    smaller = split(chunk, namespaces, self.step_seconds)
+                    if smaller:
+                        LOG.info(
+                            "%s was too big for Prometheus; reading it in %d parts",
+                            chunk.describe(),
+                            len(smaller),
+                        )
+                        if backfilling:
+                            self._backfill_total += len(smaller) - 1
+                        pending.extend(reversed(smaller))
+                        continue
+                report.chunks_failed += 1
+                report.errors.append(f"{chunk.describe()}: {error}")
+                LOG.warning("incremental read of %s failed: %s", chunk.describe(), error)
+                if backfilling:
+                    self._backfill_done += 1
+                continue
+            report.samples += self._ingest(chunk.family, rows)
+            report.chunks_done += 1
+            if backfilling:
+                self._backfill_done += 1
+            report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
+            if progress is not None:
+                progress(report, chunk)
+        if backfilling:
+            report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
+            if not self._backlog:
+                self.last_end = self._backfill_end
+                LOG.info("backfill done: %d chunks, %d failed", self._backfill_total, report.chunks_failed)
+        elif report.chunks_failed == 0 and self.last_end is not None:
+            span = align(self.last_end + self.step_seconds, now, self.step_seconds)
+            if span is not None:
+                self.last_end = span[1]
+        self.store.expire(now)
+        return report
+
+    def _fetch(self, chunk: Chunk, report: CycleReport) -> list[dict[str, Any]]:
+        started = self.clock()
+        report.queries += 1
+        try:
+            return self.query(
+                chunk.family.name,
+                chunk.family.query(chunk.namespace),
+                chunk.start,
+                chunk.end,
+                self.step_seconds,
+            )
+        finally:
+            report.seconds_by_family[chunk.family.name] += self.clock() - started
+
+    def _ingest(self, family: Family, rows: list[dict[str, Any]]) -> int:
+        kept = 0
+        for row in rows:
+            labels = row.get("metric") or {}
+            identity = tuple((key, str(labels[key])) for key in family.keys if labels.get(key))
+            try:
+                samples = [(float(t), float(v) * family.scale) for t, v in row.get("values") or []]
+            except (TypeError, ValueError) as error:
+                raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
+            window = self.store.window(
+                (family.name, identity),
+                activity_floor=family.activity_floor,
+                sawtooth_floor=DEFAULT_SAWTOOTH_FLOOR if family.signal in mn.RATIO_SIGNALS else None,
+            )
+            kept += window.add(samples)
+        return kept
