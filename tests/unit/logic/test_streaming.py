@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from gpu_rightsizer.logic import stats as st
-from gpu_rightsizer.logic.streaming import RELATIVE_ACCURACY, ZERO_BELOW, SeriesWindow, StreamingStore
+from gpu_rightsizer.logic.streaming import (
+    RELATIVE_ACCURACY,
+    ZERO_BELOW,
+    SeriesWindow,
+    StreamingStore,
+    summarize_streamed,
+)
 
 STEP = 15.0
 values_strategy = hs.lists(
@@ -26,9 +32,13 @@ def _series(values: list[float], start: float = 1_000_000.0, step: float = STEP)
 
 
 def _within_sketch_error(estimate: float, ordered: list[float], quantile: float) -> bool:
-    """The sketch returns the sample at rank floor(q (n-1)) within its relative error (zeros exact)."""
-    exact = ordered[math.floor(quantile * (len(ordered) - 1))]
-    return abs(estimate - exact) <= RELATIVE_ACCURACY * abs(exact) + ZERO_BELOW + 1e-12 * abs(exact)
+    """Within alpha of the interpolated percentile: each of the two closest ranks is (zeros exact)."""
+    rank = quantile * (len(ordered) - 1)
+    low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+    weight = rank - math.floor(rank)
+    exact = st.percentile(ordered, quantile)
+    bound = RELATIVE_ACCURACY * (abs(low) * (1 - weight) + abs(high) * weight) + ZERO_BELOW
+    return abs(estimate - exact) <= bound * (1 + 1e-9) + 1e-12
 
 
 @settings(max_examples=150, deadline=None)
@@ -74,15 +84,8 @@ def test_exact_statistics_match_the_full_window_summary(values: list[float]) -> 
     assert (streamed.trend_per_hour is None) == (exact.trend_per_hour is None)
     if exact.trend_per_hour is not None:
         assert streamed.trend_per_hour == pytest.approx(exact.trend_per_hour, rel=1e-6, abs=1e-6)
-    # p95 is between the two ranks the interpolated percentile sits between, within alpha.
-    ordered = sorted(values)
-    rank = 0.95 * (len(ordered) - 1)
-    low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
-    assert (
-        low * (1 - RELATIVE_ACCURACY) - ZERO_BELOW
-        <= streamed.p95
-        <= high * (1 + RELATIVE_ACCURACY) + ZERO_BELOW
-    )
+    assert _within_sketch_error(streamed.p95, sorted(values), 0.95)
+    assert abs(streamed.p50 - exact.p50) <= RELATIVE_ACCURACY * exact.max + ZERO_BELOW
 
 
 def test_sawtooth_matches_the_full_window_score_within_quantile_error() -> None:
@@ -180,3 +183,14 @@ def test_bad_window_parameters_are_refused() -> None:
         SeriesWindow(0.0)
     with pytest.raises(ValueError, match="at least one interval"):
         SeriesWindow(60.0, slots=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=hs.lists(hs.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=200))
+def test_summarize_streamed_keeps_every_sample_of_the_span(values: list[float]) -> None:
+    samples = _series(values)
+    streamed = summarize_streamed(samples, activity_floor=0.05, cycle_seconds=45.0)
+    exact = st.summarize(samples, activity_floor=0.05)
+    assert streamed is not None and exact is not None
+    assert (streamed.samples, streamed.min, streamed.max) == (exact.samples, exact.min, exact.max)
+    assert summarize_streamed([]) is None
