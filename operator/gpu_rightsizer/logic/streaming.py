@@ -27,11 +27,10 @@ The sawtooth score uses the sketch's p05/p95 spread, so it carries the quantile 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from ddsketch.ddsketch import BaseDDSketch
 from ddsketch.mapping import LogarithmicMapping
 from ddsketch.store import DenseStore
 
@@ -47,107 +46,165 @@ DEFAULT_SLOTS = 12
 #: One mapping for every sketch: bins of sketches that share it can be added together.
 MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 
-Bins = dict[int, int]
 SeriesKey = TypeVar("SeriesKey", bound=Hashable)
 
+# Positions in an interval's `numbers`. Least-squares sums use times relative to the series' origin.
+COUNT, TOTAL, MINIMUM, MAXIMUM, ACTIVE, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, STEPS, ENTRY_STEP, ZEROS = range(12)
+_EMPTY = (0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, math.nan, 0.0)
+#: Keys of the negative values' bins are kept as `key + NEGATIVE` in the same table as the positive ones.
+NEGATIVE = 1 << 40
+#: Bins a store grows by (ddsketch's default of 128 would cost a kilobyte per series for nothing).
+STORE_CHUNK = 8
 
-def _bin_of(value: float) -> tuple[int, int]:
-    """(sign, key): sign 0 for zero, 1 positive, -1 negative; key is the mapping's bin."""
+
+def _bin_of(value: float) -> int | None:
+    """The bin key of a value (negative values offset by NEGATIVE); None for zero."""
     if abs(value) < ZERO_BELOW:
-        return 0, 0
+        return None
     if value > 0:
-        return 1, int(MAPPING.key(value))
-    return -1, int(MAPPING.key(-value))
+        return int(MAPPING.key(value))
+    return int(MAPPING.key(-value)) + NEGATIVE
 
 
-@dataclass(slots=True)
 class Interval:
-    """Mergeable summary of the samples of one series in one interval `[start, start + width)`."""
+    """Mergeable summary of the samples of one series in one interval `[start, start + width)`.
 
-    start: float
-    count: int = 0
-    total: float = 0.0
-    minimum: float = math.inf
-    maximum: float = -math.inf
-    active: int = 0
-    #: Least-squares sums, with times relative to the series' origin (exact to float precision).
-    sum_t: float = 0.0
-    sum_tt: float = 0.0
-    sum_tv: float = 0.0
-    #: Σ|Δ| and number of steps between consecutive samples inside this interval.
-    abs_steps: float = 0.0
-    steps: int = 0
-    #: |Δ| from the previous interval's last sample into this one's first (None when it had none).
-    entry_step: float | None = None
-    zeros: int = 0
-    positive: Bins = field(default_factory=dict)
-    negative: Bins = field(default_factory=dict)
+    Kept compact because a window holds `slots` of them per series: the exact sums in one array of
+    doubles, the sketch's bins in a dict while the interval is open and in one flat array of
+    (key, count) pairs once it is closed.
+    """
 
-    def add(self, time: float, value: float, relative_time: float, floor: float | None) -> None:
+    __slots__ = ("bins", "numbers", "start")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.numbers = array("d", _EMPTY)
+        self.bins: dict[int, int] | array[int] = {}
+
+    @property
+    def count(self) -> int:
+        return int(self.numbers[COUNT])
+
+    def add(self, value: float, relative_time: float, floor: float | None) -> None:
         """One cleaned sample, newer than every sample added before."""
-        self.count += 1
-        self.total += value
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
+        numbers = self.numbers
+        numbers[COUNT] += 1
+        numbers[TOTAL] += value
+        numbers[MINIMUM] = min(numbers[MINIMUM], value)
+        numbers[MAXIMUM] = max(numbers[MAXIMUM], value)
         if floor is not None and value > floor:
-            self.active += 1
-        self.sum_t += relative_time
-        self.sum_tt += relative_time * relative_time
-        self.sum_tv += relative_time * value
-        sign, key = _bin_of(value)
-        if sign == 0:
-            self.zeros += 1
+            numbers[ACTIVE] += 1
+        numbers[SUM_T] += relative_time
+        numbers[SUM_TT] += relative_time * relative_time
+        numbers[SUM_TV] += relative_time * value
+        key = _bin_of(value)
+        if key is None:
+            numbers[ZEROS] += 1
+        elif isinstance(self.bins, dict):
+            self.bins[key] = self.bins.get(key, 0) + 1
         else:
-            bins = self.positive if sign > 0 else self.negative
-            bins[key] = bins.get(key, 0) + 1
+            raise RuntimeError("a closed interval takes no more samples")
+
+    def step(self, change: float, *, entry: bool) -> None:
+        """|Δ| from the previous sample: inside this interval, or into its first sample (`entry`)."""
+        if entry:
+            self.numbers[ENTRY_STEP] = change
+        else:
+            self.numbers[ABS_STEPS] += change
+            self.numbers[STEPS] += 1
+
+    def close(self) -> None:
+        """Freeze the bins into one flat array (a third of a dict's memory)."""
+        if isinstance(self.bins, dict):
+            flat = array("q")
+            for key, count in self.bins.items():
+                flat.append(key)
+                flat.append(count)
+            self.bins = flat
+
+    def bin_items(self) -> Iterator[tuple[int, int]]:
+        """(key, count) of every bin."""
+        if isinstance(self.bins, dict):
+            return iter(self.bins.items())
+        return zip(self.bins[::2], self.bins[1::2], strict=True)
 
 
-@dataclass(slots=True)
 class _Merged:
-    """Sums of several intervals (the closed part of a window, cached between reads)."""
+    """Sums of several intervals, with their bins in DDSketch stores (the closed part is cached)."""
 
-    count: int = 0
-    total: float = 0.0
-    minimum: float = math.inf
-    maximum: float = -math.inf
-    active: int = 0
-    sum_t: float = 0.0
-    sum_tt: float = 0.0
-    sum_tv: float = 0.0
-    abs_steps: float = 0.0
-    steps: int = 0
-    zeros: int = 0
-    positive: Bins = field(default_factory=dict)
-    negative: Bins = field(default_factory=dict)
+    __slots__ = ("negative", "numbers", "positive")
+
+    def __init__(self) -> None:
+        self.numbers = array("d", _EMPTY)
+        self.positive = DenseStore(STORE_CHUNK)
+        self.negative: DenseStore | None = None
 
     def add(self, interval: Interval, *, with_entry_step: bool) -> None:
-        self.count += interval.count
-        self.total += interval.total
-        self.minimum = min(self.minimum, interval.minimum)
-        self.maximum = max(self.maximum, interval.maximum)
-        self.active += interval.active
-        self.sum_t += interval.sum_t
-        self.sum_tt += interval.sum_tt
-        self.sum_tv += interval.sum_tv
-        self.abs_steps += interval.abs_steps
-        self.steps += interval.steps
-        if with_entry_step and interval.entry_step is not None:
-            self.abs_steps += interval.entry_step
-            self.steps += 1
-        self.zeros += interval.zeros
-        for key, count in interval.positive.items():
-            self.positive[key] = self.positive.get(key, 0) + count
-        for key, count in interval.negative.items():
-            self.negative[key] = self.negative.get(key, 0) + count
+        """Add an interval's sums and bins."""
+        self.add_numbers(interval, with_entry_step=with_entry_step)
+        self.add_bins(interval, 1)
 
-    def sketch(self) -> BaseDDSketch:
-        """A DDSketch holding these bins (built per read: only the bins present, no raw samples)."""
-        positive, negative = DenseStore(), DenseStore()
-        for key, count in self.positive.items():
-            positive.add(key, count)
-        for key, count in self.negative.items():
-            negative.add(key, count)
-        return BaseDDSketch(MAPPING, positive, negative, float(self.zeros))
+    def add_numbers(self, interval: Interval, *, with_entry_step: bool) -> None:
+        mine, theirs = self.numbers, interval.numbers
+        for position in (COUNT, TOTAL, ACTIVE, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, STEPS, ZEROS):
+            mine[position] += theirs[position]
+        mine[MINIMUM] = min(mine[MINIMUM], theirs[MINIMUM])
+        mine[MAXIMUM] = max(mine[MAXIMUM], theirs[MAXIMUM])
+        if with_entry_step and not math.isnan(theirs[ENTRY_STEP]):
+            mine[ABS_STEPS] += theirs[ENTRY_STEP]
+            mine[STEPS] += 1
+
+    def add_bins(self, interval: Interval, sign: int) -> None:
+        """Add (sign 1) or take away (sign -1, an expired interval) an interval's bin counts: exact."""
+        for key, count in interval.bin_items():
+            if key >= NEGATIVE // 2:
+                if self.negative is None:
+                    self.negative = DenseStore(STORE_CHUNK)
+                self.negative.add(key - NEGATIVE, sign * count)
+            else:
+                self.positive.add(key, sign * count)
+
+    def copy(self) -> _Merged:
+        twin = _Merged()
+        twin.numbers = array("d", self.numbers)
+        twin.positive.copy(self.positive)
+        if self.negative is not None:
+            twin.negative = DenseStore(STORE_CHUNK)
+            twin.negative.copy(self.negative)
+        return twin
+
+    def values_at(self, ranks: Sequence[int]) -> list[float]:
+        """The bin values of the samples at these ranks (ascending ranks, 0-based), in one pass.
+
+        What DDSketch's `get_quantile_value` does for one rank, for all of them at once: negative
+        bins from the largest magnitude, then the zeros, then positive bins. Each value is the
+        mapping's representative of the rank's bin, within `RELATIVE_ACCURACY` of the sample.
+        """
+        out: list[float] = []
+        pending = iter(ranks)
+        target = next(pending, None)
+        seen = 0.0
+        for count, value in self._ascending():
+            seen += count
+            while target is not None and target < seen:
+                out.append(value)
+                target = next(pending, None)
+            if target is None:
+                break
+        return out
+
+    def _ascending(self) -> Iterator[tuple[float, float]]:
+        negative = self.negative
+        if negative is not None:
+            for index in range(len(negative.bins) - 1, -1, -1):
+                if negative.bins[index] > 0:
+                    yield negative.bins[index], -float(MAPPING.value(index + negative.offset))
+        if self.numbers[ZEROS]:
+            yield self.numbers[ZEROS], 0.0
+        positive = self.positive
+        for index, count in enumerate(positive.bins):
+            if count > 0:
+                yield count, float(MAPPING.value(index + positive.offset))
 
 
 class SeriesWindow:
@@ -235,25 +292,39 @@ class SeriesWindow:
         start = math.floor(time / self.width) * self.width
         open_interval = self._intervals[-1] if self._intervals else None
         if open_interval is None or open_interval.start != start:
-            open_interval = Interval(start=start)
-            if self._last is not None:
-                open_interval.entry_step = abs(value - self._last[1])
-            if self._intervals:
+            if open_interval is not None:
+                open_interval.close()
+                self._closed.add_bins(open_interval, 1)
                 self._closed_dirty = True
+            open_interval = Interval(start)
+            if self._last is not None:
+                open_interval.step(abs(value - self._last[1]), entry=True)
             self._intervals.append(open_interval)
         elif self._last is not None:
-            open_interval.abs_steps += abs(value - self._last[1])
-            open_interval.steps += 1
-        open_interval.add(time, value, time - self.origin, self.activity_floor)
+            open_interval.step(abs(value - self._last[1]), entry=False)
+        open_interval.add(value, time - self.origin, self.activity_floor)
         self._last = (time, value)
 
     def expire(self, now: float) -> None:
-        """Drop intervals that end before `now - window` (they no longer overlap the window)."""
+        """Drop intervals that end before `now - window` (they no longer overlap the window).
+
+        Their bin counts are taken away from the cached closed part (counts subtract exactly), so
+        expiry costs the expired interval's bins, not a rebuild of the window.
+        """
         horizon = now - self.window_seconds
-        keep = [i for i in self._intervals if i.start + self.width > horizon]
-        if len(keep) != len(self._intervals):
-            self._intervals = keep
-            self._closed_dirty = True
+        expired = 0
+        while expired < len(self._intervals) and self._intervals[expired].start + self.width <= horizon:
+            expired += 1
+        if not expired:
+            return
+        if expired == len(self._intervals):
+            self._intervals = []
+            self._closed = _Merged()
+        else:
+            for interval in self._intervals[:expired]:
+                self._closed.add_bins(interval, -1)
+            del self._intervals[:expired]
+        self._closed_dirty = True
 
     # -- reading --------------------------------------------------------------------------------------
     @property
@@ -290,97 +361,83 @@ class SeriesWindow:
         return first <= horizon + self.width
 
     def _closed_part(self) -> _Merged:
-        """Sums of every interval but the open one, rebuilt only when an interval closed or expired."""
+        """Every interval but the open one: bins kept up to date on close and expiry, the exact sums
+        re-added from the intervals' records (a few dozen additions) when one closed or expired."""
         if self._closed_dirty:
-            merged = _Merged()
+            numbers = array("d", _EMPTY)
+            self._closed.numbers = numbers
             for position, interval in enumerate(self._intervals[:-1]):
-                merged.add(interval, with_entry_step=position > 0)
-            self._closed = merged
+                self._closed.add_numbers(interval, with_entry_step=position > 0)
             self._closed_dirty = False
         return self._closed
 
     def merged(self, now: float | None = None) -> _Merged:
-        """The window's sums: the cached closed part plus the open interval."""
+        """The window's sums: a copy of the cached closed part plus the open interval."""
         if now is not None:
             self.expire(now)
-        if not self._intervals:
-            return _Merged()
-        closed = self._closed_part()
-        if len(self._intervals) == 1:
+        if len(self._intervals) <= 1:
             merged = _Merged()
-            merged.add(self._intervals[0], with_entry_step=False)
+            if self._intervals:
+                merged.add(self._intervals[0], with_entry_step=False)
             return merged
-        merged = _Merged(
-            count=closed.count,
-            total=closed.total,
-            minimum=closed.minimum,
-            maximum=closed.maximum,
-            active=closed.active,
-            sum_t=closed.sum_t,
-            sum_tt=closed.sum_tt,
-            sum_tv=closed.sum_tv,
-            abs_steps=closed.abs_steps,
-            steps=closed.steps,
-            zeros=closed.zeros,
-            positive=dict(closed.positive),
-            negative=dict(closed.negative),
-        )
+        merged = self._closed_part().copy()
         merged.add(self._intervals[-1], with_entry_step=True)
         return merged
 
     def summary(self, now: float | None = None) -> SignalStats | None:
         """The window's statistics (expiring first when `now` is given); None without samples."""
         merged = self.merged(now)
-        if merged.count == 0:
+        numbers = merged.numbers
+        count = int(numbers[COUNT])
+        if count == 0:
             return None
-        sketch = merged.sketch()
-
-        count = merged.count
-
-        def at_rank(rank: int) -> float:
-            # the middle of a rank picks that sample whatever the float rounding of q * (n - 1)
-            value = sketch.get_quantile_value(min(1.0, (rank + 0.5) / (count - 1)))
-            return 0.0 if value is None else float(value)
+        low_value, high_value = numbers[MINIMUM], numbers[MAXIMUM]
+        wanted = (0.05, 0.50, 0.95, 0.99) if self.sawtooth_floor is not None else (0.50, 0.95, 0.99)
+        ranks = sorted({r for q in wanted for r in _ranks(q, count)})
+        at_rank = dict(zip(ranks, merged.values_at(ranks), strict=True))
 
         def quantile(q: float) -> float:
             """Linear interpolation between the sketch's samples at the two closest ranks (as
             `stats.percentile` does between the exact ones), clipped to the exact extremes."""
-            if count == 1:
-                return merged.minimum
             rank = q * (count - 1)
             low = math.floor(rank)
-            estimate = at_rank(low)
+            estimate = at_rank[low]
             if rank > low:
-                estimate += (rank - low) * (at_rank(min(low + 1, count - 1)) - estimate)
-            return min(merged.maximum, max(merged.minimum, estimate))
+                estimate += (rank - low) * (at_rank[min(low + 1, count - 1)] - estimate)
+            return min(high_value, max(low_value, estimate))
 
         sawtooth = None
         if self.sawtooth_floor is not None and count >= 3:
             spread = quantile(0.95) - quantile(0.05)
-            sawtooth = (
-                0.0 if spread < self.sawtooth_floor else min(1.0, merged.abs_steps / merged.steps / spread)
-            )
+            mean_step = numbers[ABS_STEPS] / numbers[STEPS] if numbers[STEPS] else 0.0
+            sawtooth = 0.0 if spread < self.sawtooth_floor else min(1.0, mean_step / spread)
         return SignalStats(
             samples=count,
-            mean=merged.total / count,
+            mean=numbers[TOTAL] / count,
             p50=quantile(0.50),
             p95=quantile(0.95),
             p99=quantile(0.99),
-            max=merged.maximum,
-            min=merged.minimum,
-            active_fraction=merged.active / count if self.activity_floor is not None else None,
-            trend_per_hour=_slope(merged) if count >= 3 else None,
+            max=high_value,
+            min=low_value,
+            active_fraction=numbers[ACTIVE] / count if self.activity_floor is not None else None,
+            trend_per_hour=_slope(numbers) if count >= 3 else None,
             sawtooth=sawtooth,
         )
 
 
-def _slope(merged: _Merged) -> float | None:
+def _ranks(quantile: float, count: int) -> tuple[int, int]:
+    """The two ranks a linear-interpolated percentile sits between."""
+    low = math.floor(quantile * (count - 1))
+    return low, min(low + 1, count - 1)
+
+
+def _slope(numbers: array[float]) -> float | None:
     """Least-squares slope per hour from the exact sums (None when every sample has one time)."""
-    count = merged.count
-    var_t = merged.sum_tt - merged.sum_t * merged.sum_t / count
-    if var_t <= 1e-9 * max(1.0, merged.sum_tt):
+    count = numbers[COUNT]
+    var_t = numbers[SUM_TT] - numbers[SUM_T] * numbers[SUM_T] / count
+    if var_t <= 1e-9 * max(1.0, numbers[SUM_TT]):
         return None
-    cov = merged.sum_tv - merged.sum_t * merged.total / count
+    cov = numbers[SUM_TV] - numbers[SUM_T] * numbers[TOTAL] / count
     return cov / var_t * 3600.0
 
 
