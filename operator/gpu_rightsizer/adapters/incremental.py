@@ -22,12 +22,16 @@ import logging
 import math
 import re
 import time
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpu_rightsizer.adapters.prometheus import (
+    _KSM_METRICS,
+    _SENTINEL_FILTER,
     GPU_KEYS,
     POD_KEYS,
     PrometheusSource,
@@ -36,11 +40,12 @@ from gpu_rightsizer.adapters.prometheus import (
     _gpu_expr,
     _rate_by_pod,
     _throttle_expr,
+    fold_labels,
 )
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
 from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StreamingStore
 from gpu_rightsizer.model import metric_names as mn
-from gpu_rightsizer.model.observation import Signal
+from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +87,9 @@ class Family:
     expression: str
     signal: Signal
     keys: tuple[str, ...]
+    #: Exported value × scale = the signal's unit; samples are kept as exported (the assembly scales).
     scale: float = 1.0
+    #: In the exported unit (the signal's floor / scale).
     activity_floor: float | None = None
     #: Pod families are joined on GPU pods and can be split by namespace; device families are not
     #: (their number follows the GPUs, and board-level series have no pod or namespace).
@@ -95,6 +102,11 @@ class Family:
         return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace)}"
 
 
+def _raw_floor(signal: Signal, scale: float) -> float | None:
+    floor = mn.ACTIVITY_FLOORS.get(signal)
+    return floor / scale if floor is not None else None
+
+
 def default_families(step_seconds: float) -> list[Family]:
     """The GPU, throttle, cAdvisor and serving families the engine reads, as instant-vector expressions."""
     rate_window = max(3 * step_seconds, 180.0)
@@ -105,7 +117,7 @@ def default_families(step_seconds: float) -> list[Family]:
             signal=source.signal,
             keys=GPU_KEYS,
             scale=source.scale,
-            activity_floor=mn.ACTIVITY_FLOORS.get(source.signal),
+            activity_floor=_raw_floor(source.signal, source.scale),
         )
         for source in mn.GPU_SIGNAL_SOURCES
     ]
@@ -400,7 +412,7 @@ class IncrementalReader:
             labels = row.get("metric") or {}
             identity = tuple((key, str(labels[key])) for key in family.keys if labels.get(key))
             try:
-                samples = [(float(t), float(v) * family.scale) for t, v in row.get("values") or []]
+                samples = [(float(t), float(v)) for t, v in row.get("values") or []]
             except (TypeError, ValueError) as error:
                 raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
             window = self.store.window(
@@ -410,3 +422,266 @@ class IncrementalReader:
             )
             kept += window.add(samples)
         return kept
+
+
+#: Series names of the coarse range reads (GPU/CPU correlation, workload-level serving sums).
+COARSE_POINTS = 240
+
+
+class CoarseSeries:
+    """Per-pod series at a coarse step (about `COARSE_POINTS` per window), read incrementally.
+
+    The GPU/CPU correlation and the workload-level serving sums need aligned points, not summaries;
+    at `window / 240` seconds a step they stay small: one flat array of (time, value) per pod.
+    """
+
+    def __init__(self, window_seconds: float, step_seconds: float) -> None:
+        self.window_seconds = window_seconds
+        self.step_seconds = max(step_seconds, window_seconds / COARSE_POINTS)
+        self.points: dict[tuple[str, Labels], array[float]] = {}
+        self.last_end: float | None = None
+
+    def read(self, query: RangeQuery, queries: dict[str, str], now: float, report: CycleReport) -> None:
+        """Add the points since the last read (the whole window the first time)."""
+        start = now - self.window_seconds if self.last_end is None else self.last_end + self.step_seconds
+        span = align(start, now, self.step_seconds)
+        if span is None:
+            return
+        failed = False
+        for name, expression in queries.items():
+            started = time.monotonic()
+            report.queries += 1
+            try:
+                rows = query(name, expression, span[0], span[1], self.step_seconds)
+            except PrometheusSourceError as error:
+                failed = True
+                report.chunks_failed += 1
+                report.errors.append(f"{name}: {error}")
+                continue
+            finally:
+                report.seconds_by_family[name] += time.monotonic() - started
+            for row in rows:
+                labels = row.get("metric") or {}
+                identity = tuple((key, str(labels[key])) for key in POD_KEYS if labels.get(key))
+                flat = self.points.setdefault((name, identity), array("d"))
+                newest = flat[-2] if flat else -math.inf
+                for t, v in row.get("values") or []:
+                    if float(t) > newest:
+                        flat.append(float(t))
+                        flat.append(float(v))
+                        report.samples += 1
+        if not failed:
+            self.last_end = span[1]
+        self.expire(now)
+
+    def expire(self, now: float) -> None:
+        horizon = now - self.window_seconds
+        for key in list(self.points):
+            flat = self.points[key]
+            old = 0
+            while old < len(flat) and flat[old] < horizon:
+                old += 2
+            if old:
+                del flat[:old]
+            if not flat:
+                del self.points[key]
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The points of one series name as PromQL matrix rows."""
+        return [
+            {"metric": dict(identity), "values": list(zip(flat[::2], flat[1::2], strict=True))}
+            for (series, identity), flat in self.points.items()
+            if series == name
+        ]
+
+
+class KsmCache:
+    """kube-state-metrics facts for the window, refreshed with short lookbacks after the first read.
+
+    The full read asks `last_over_time(metric[window])` each cycle, which touches every sample of the
+    window; here the first read does, later ones look back only to the previous read, and a fact not
+    seen for a window is forgotten. Restarts are kept as the increases seen each read, summed over
+    the window (what `increase(restarts[window])` gives).
+    """
+
+    def __init__(self, window_seconds: float, metrics: Sequence[str]) -> None:
+        self.window_seconds = window_seconds
+        self.metrics = tuple(metrics)
+        self.facts: dict[tuple[str, Labels], tuple[float, float]] = {}  # → (value, seen at)
+        self.restarts: StreamingStore[Labels] = StreamingStore(window_seconds, slots=DEFAULT_SLOTS)
+        self.last_read: float | None = None
+
+    def read(self, source: PrometheusSource, now: float, report: CycleReport) -> None:
+        lookback = (
+            self.window_seconds if self.last_read is None else min(self.window_seconds, now - self.last_read)
+        )
+        lookback = max(lookback, 1.0)
+        for metric in self.metrics:
+            rows = self._instant(
+                source, f"ksm:{metric}", f"last_over_time({metric}[{lookback:.0f}s])", now, report
+            )
+            for row in rows:
+                labels = tuple(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+                self.facts[(metric, labels)] = (_row_value(row), now)
+        rows = self._instant(
+            source,
+            f"ksm:{mn.KSM_POD_RESTARTS}",
+            f"increase({mn.KSM_POD_RESTARTS}[{lookback:.0f}s])",
+            now,
+            report,
+        )
+        for row in rows:
+            labels = tuple(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+            self.restarts.window(labels, sawtooth_floor=None).add([(now, _row_value(row))])
+        self.last_read = now
+        horizon = now - self.window_seconds
+        for key in [k for k, (_, seen) in self.facts.items() if seen < horizon]:
+            del self.facts[key]
+        self.restarts.expire(now)
+
+    @staticmethod
+    def _instant(
+        source: PrometheusSource, what: str, query: str, now: float, report: CycleReport
+    ) -> list[dict[str, Any]]:
+        started = time.monotonic()
+        report.queries += 1
+        try:
+            return source.instant(what, query, now)
+        finally:
+            report.seconds_by_family["ksm"] += time.monotonic() - started
+
+    def results(self) -> dict[str, list[dict[str, Any]]]:
+        """The facts as the full read's `ksm:<metric>` answers."""
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for (metric, labels), (value, seen) in self.facts.items():
+            out[f"ksm:{metric}"].append({"metric": dict(labels), "value": [seen, repr(value)]})
+        for labels, window in self.restarts.series.items():
+            figures = window.figures()
+            if figures is not None:
+                out[f"ksm:{mn.KSM_POD_RESTARTS}"].append(
+                    {"metric": dict(labels), "value": [0, repr(figures["sum"])]}
+                )
+        return dict(out)
+
+
+def _row_value(row: dict[str, Any]) -> float:
+    try:
+        return float(row["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise PrometheusSourceError(f"malformed sample in a Prometheus answer: {row!r}") from error
+
+
+class IncrementalSource:
+    """Workload windows from incremental reads: the full read's answers, rebuilt from memory.
+
+    Each `read` fetches the new interval (or the next backfill chunks), refreshes the
+    kube-state-metrics facts and the coarse series, and hands the same stat-labelled answers the
+    full-window queries give to the full read's assembly, so both paths build identical windows from
+    identical figures. Until the backfill is complete it returns no window at all: a recommendation
+    keeps its last status rather than one computed from part of a window.
+    """
+
+    def __init__(
+        self,
+        source: PrometheusSource,
+        *,
+        window_seconds: float,
+        step_seconds: float,
+        slice_seconds: float = 3600.0,
+        slots: int = DEFAULT_SLOTS,
+    ) -> None:
+        self.source = source
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        self.rate_window = max(3 * step_seconds, 180.0)
+        families = default_families(step_seconds)
+        xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
+        families.append(
+            Family(
+                name="xid",
+                expression=_gpu_expr(mn.DCGM_XID_ERRORS, xid_keys)(""),
+                signal=Signal.GR_ENGINE_ACTIVE,  # unused: XID codes are read from the maximum only
+                keys=xid_keys,
+            )
+        )
+        self.reader = IncrementalReader(
+            source.range,
+            window_seconds=window_seconds,
+            step_seconds=step_seconds,
+            families=families,
+            slice_seconds=slice_seconds,
+            slots=slots,
+            namespaces=self._namespaces,
+        )
+        self.ksm = KsmCache(window_seconds, _KSM_METRICS)
+        self.coarse = CoarseSeries(window_seconds, step_seconds)
+        self.report = CycleReport(backfilling=True)
+
+    def _namespaces(self) -> list[str]:
+        """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
+        rows = self.source.instant(
+            "namespaces with GPU pods", f"count by (namespace) ({gpu_pods(None)})", time.time()
+        )
+        return sorted(
+            {str(row["metric"]["namespace"]) for row in rows if row.get("metric", {}).get("namespace")}
+        )
+
+    @property
+    def complete(self) -> bool:
+        """Whether the window has been read completely since the start."""
+        return self.reader.complete
+
+    def coarse_queries(self) -> dict[str, str]:
+        """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
+        queries = {
+            f"range:{s.value}": e("") for s, e in PrometheusSource._serving_exprs(self.rate_window).items()
+        }
+        queries["range:busy"] = (
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
+        )
+        cpu = _rate_by_pod(mn.CADVISOR_CPU_USAGE, self.rate_window, True)("")
+        queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None)}"
+        return queries
+
+    def read(
+        self,
+        *,
+        at: datetime | None = None,
+        namespace: str | None = None,
+        workload: str | None = None,
+        budget_seconds: float | None = None,
+        progress: Progress | None = None,
+    ) -> list[WorkloadWindow]:
+        """Windows over `[at - window, at]` once the window is complete; no window before that."""
+        now = (at or datetime.now(tz=UTC)).timestamp()
+        self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
+        if not self.reader.complete:
+            return []
+        self.ksm.read(self.source, now, self.report)
+        self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
+        results = self.results(now)
+        start = now - self.window_seconds
+        return self.source._assemble(
+            results, start, now, self.step_seconds, self.coarse.step_seconds, namespace, workload
+        )
+
+    def results(self, now: float) -> dict[str, list[dict[str, Any]]]:
+        """Every answer the full read would have had, from memory."""
+        results: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for (family, identity), window in self.reader.store.series.items():
+            figures = window.figures(now)
+            if figures is None:
+                continue
+            if family == "xid":
+                if figures["max"] > 0:
+                    results["xid"].append({"metric": dict(identity), "value": [now, repr(figures["max"])]})
+                continue
+            for stat, value in figures.items():
+                results[family].append(
+                    {"metric": {**dict(identity), "stat": stat}, "value": [now, repr(value)]}
+                )
+        results.update(self.ksm.results())
+        for name in self.coarse_queries():
+            results[name] = self.coarse.rows(name)
+        return dict(results)

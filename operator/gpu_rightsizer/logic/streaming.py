@@ -384,43 +384,65 @@ class SeriesWindow:
         merged.add(self._intervals[-1], with_entry_step=True)
         return merged
 
-    def summary(self, now: float | None = None) -> SignalStats | None:
-        """The window's statistics (expiring first when `now` is given); None without samples."""
+    def figures(self, now: float | None = None) -> dict[str, float] | None:
+        """The window's figures by the names the full-window PromQL gives them (`stats_query`'s `stat`
+        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active, trend, absstep.
+        None without samples."""
         merged = self.merged(now)
         numbers = merged.numbers
         count = int(numbers[COUNT])
         if count == 0:
             return None
         low_value, high_value = numbers[MINIMUM], numbers[MAXIMUM]
-        wanted = (0.05, 0.50, 0.95, 0.99) if self.sawtooth_floor is not None else (0.50, 0.95, 0.99)
-        ranks = sorted({r for q in wanted for r in _ranks(q, count)})
+        quantiles = {"p05": 0.05, "p50": 0.50, "p95": 0.95, "p99": 0.99}
+        ranks = sorted({r for q in quantiles.values() for r in _ranks(q, count)})
         at_rank = dict(zip(ranks, merged.values_at(ranks), strict=True))
-
-        def quantile(q: float) -> float:
-            """Linear interpolation between the sketch's samples at the two closest ranks (as
-            `stats.percentile` does between the exact ones), clipped to the exact extremes."""
+        out = {
+            "count": float(count),
+            "sum": numbers[TOTAL],
+            "mean": numbers[TOTAL] / count,
+            "min": low_value,
+            "max": high_value,
+        }
+        for name, q in quantiles.items():
+            # linear interpolation between the samples at the two closest ranks (as
+            # `stats.percentile` does between the exact ones), clipped to the exact extremes
             rank = q * (count - 1)
             low = math.floor(rank)
             estimate = at_rank[low]
             if rank > low:
                 estimate += (rank - low) * (at_rank[min(low + 1, count - 1)] - estimate)
-            return min(high_value, max(low_value, estimate))
+            out[name] = min(high_value, max(low_value, estimate))
+        if self.activity_floor is not None:
+            out["active"] = numbers[ACTIVE] / count
+        trend = _slope(numbers) if count >= 3 else None
+        if trend is not None:
+            out["trend"] = trend
+        if numbers[STEPS]:
+            out["absstep"] = numbers[ABS_STEPS] / numbers[STEPS]
+        return out
 
+    def summary(self, now: float | None = None) -> SignalStats | None:
+        """The window's statistics (expiring first when `now` is given); None without samples."""
+        figures = self.figures(now)
+        if figures is None:
+            return None
+        count = int(figures["count"])
         sawtooth = None
         if self.sawtooth_floor is not None and count >= 3:
-            spread = quantile(0.95) - quantile(0.05)
-            mean_step = numbers[ABS_STEPS] / numbers[STEPS] if numbers[STEPS] else 0.0
+            spread = figures["p95"] - figures["p05"]
+            mean_step = figures.get("absstep", 0.0)
             sawtooth = 0.0 if spread < self.sawtooth_floor else min(1.0, mean_step / spread)
         return SignalStats(
             samples=count,
-            mean=numbers[TOTAL] / count,
-            p50=quantile(0.50),
-            p95=quantile(0.95),
-            p99=quantile(0.99),
-            max=high_value,
-            min=low_value,
-            active_fraction=numbers[ACTIVE] / count if self.activity_floor is not None else None,
-            trend_per_hour=_slope(numbers) if count >= 3 else None,
+            mean=figures["mean"],
+            p50=figures["p50"],
+            p95=figures["p95"],
+            p99=figures["p99"],
+            max=figures["max"],
+            min=figures["min"],
+            active_fraction=figures.get("active"),
+            trend_per_hour=figures.get("trend"),
             sawtooth=sawtooth,
         )
 
