@@ -19,6 +19,7 @@ flat while the full read grows with the window.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import tempfile
 import time
@@ -56,6 +57,11 @@ def cost(url: str, action: Callable[[], object]) -> tuple[float, Snapshot]:
     return wall, Snapshot(after.queries - before.queries, touched, after.cpu_seconds - before.cpu_seconds)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set (the full read's answers included, so an upper bound)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def row(label: str, wall: float, spent: Snapshot) -> None:
     touched = "-" if spent.samples_touched is None else f"{spent.samples_touched:,.0f}"
     print(f"{label:42}{wall:>9.2f}{spent.queries:>9.0f}{touched:>16}{spent.cpu_seconds:>10.2f}", flush=True)
@@ -72,8 +78,14 @@ def measure_window(url: str, window: float, step: float, interval: float) -> Non
     incremental = IncrementalSource(source, window_seconds=window, step_seconds=step)
     wall, spent = cost(url, lambda: incremental.read(at=before))
     row(f"window {window / 3600:g} h: incremental cold start", wall, spent)
-    wall, spent = cost(url, lambda: incremental.read(at=at))
+    windows: list[object] = []
+    wall, spent = cost(url, lambda: windows.extend(incremental.read(at=at)))
     row(f"window {window / 3600:g} h: incremental steady cycle", wall, spent)
+    print(
+        f"{'':42}{len(windows)} workload windows from {len(incremental.reader.store)} series; "
+        f"{incremental.report.samples:,} samples fetched this cycle; process peak RSS {peak_rss_mib():.0f} MiB",
+        flush=True,
+    )
 
 
 def main() -> int:
