@@ -251,8 +251,13 @@ class CycleReport:
     #: Backfill chunks done and planned so far (0/0 outside a backfill).
     backfill_done: int = 0
     backfill_total: int = 0
-    seconds_by_family: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    #: (family group: gpu, pod, xid, ksm or range; seconds) of every query, for the duration histogram.
+    durations: list[tuple[str, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+    def timed(self, name: str, seconds: float) -> None:
+        """Record one query's duration under its family group (the part of its name before ':')."""
+        self.durations.append((name.partition(":")[0], seconds))
 
     @property
     def backfill_progress(self) -> float:
@@ -404,7 +409,7 @@ class IncrementalReader:
                 self.step_seconds,
             )
         finally:
-            report.seconds_by_family[chunk.family.name] += self.clock() - started
+            report.timed(chunk.family.name, self.clock() - started)
 
     def _ingest(self, family: Family, rows: list[dict[str, Any]]) -> int:
         kept = 0
@@ -459,7 +464,7 @@ class CoarseSeries:
                 report.errors.append(f"{name}: {error}")
                 continue
             finally:
-                report.seconds_by_family[name] += time.monotonic() - started
+                report.timed(name, time.monotonic() - started)
             for row in rows:
                 labels = row.get("metric") or {}
                 identity = tuple((key, str(labels[key])) for key in POD_KEYS if labels.get(key))
@@ -548,7 +553,7 @@ class KsmCache:
         try:
             return source.instant(what, query, now)
         finally:
-            report.seconds_by_family["ksm"] += time.monotonic() - started
+            report.timed(what, time.monotonic() - started)
 
     def results(self) -> dict[str, list[dict[str, Any]]]:
         """The facts as the full read's `ksm:<metric>` answers."""
@@ -652,8 +657,11 @@ class IncrementalSource:
         workload: str | None = None,
         budget_seconds: float | None = None,
         progress: Progress | None = None,
+        **assembly: Any,
     ) -> list[WorkloadWindow]:
-        """Windows over `[at - window, at]` once the window is complete; no window before that."""
+        """Windows over `[at - window, at]` once the window is complete; no window before that.
+
+        `assembly` goes to the full read's assembly unchanged (e.g. `owners`)."""
         now = (at or datetime.now(tz=UTC)).timestamp()
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
         if not self.reader.complete:
@@ -663,7 +671,7 @@ class IncrementalSource:
         results = self.results(now)
         start = now - self.window_seconds
         return self.source._assemble(
-            results, start, now, self.step_seconds, self.coarse.step_seconds, namespace, workload
+            results, start, now, self.step_seconds, self.coarse.step_seconds, namespace, workload, **assembly
         )
 
     def results(self, now: float) -> dict[str, list[dict[str, Any]]]:
