@@ -67,13 +67,16 @@ def row(label: str, wall: float, spent: Snapshot) -> None:
     print(f"{label:42}{wall:>9.2f}{spent.queries:>9.0f}{touched:>16}{spent.cpu_seconds:>10.2f}", flush=True)
 
 
-def measure_window(url: str, window: float, step: float, interval: float) -> None:
+def measure_window(url: str, window: float, step: float, interval: float, only: str) -> None:
     """The full read, then the incremental cold start and one steady cycle, at one window length."""
     at = datetime.fromtimestamp(END, tz=UTC)
     before = datetime.fromtimestamp(END - interval, tz=UTC)
-    full = PrometheusSource(PrometheusConfig(url=url, timeout_seconds=300))
-    wall, spent = cost(url, lambda: full.read(window_seconds=window, at=at, step_seconds=step))
-    row(f"window {window / 3600:g} h: full read", wall, spent)
+    if only != "incremental":
+        full = PrometheusSource(PrometheusConfig(url=url, timeout_seconds=300))
+        wall, spent = cost(url, lambda: full.read(window_seconds=window, at=at, step_seconds=step))
+        row(f"window {window / 3600:g} h: full read", wall, spent)
+    if only == "full":
+        return
     source = PrometheusSource(PrometheusConfig(url=url, timeout_seconds=300))
     incremental = IncrementalSource(source, window_seconds=window, step_seconds=step)
     wall, spent = cost(url, lambda: incremental.read(at=before))
@@ -96,6 +99,9 @@ def main() -> int:
     parser.add_argument("--windows", default="5m,1h,24h")
     parser.add_argument("--step", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between two cycles")
+    parser.add_argument(
+        "--only", choices=("both", "full", "incremental"), default="both", help="which reads to measure"
+    )
     args = parser.parse_args()
     windows = [parse_duration(w) for w in args.windows.split(",")]
     library = scenario_library("flat")
@@ -119,7 +125,7 @@ def main() -> int:
             url = server.url
             print(f"\n{'':42}{'wall s':>9}{'queries':>9}{'samples touched':>16}{'CPU-s':>10}")
             for window in windows:
-                measure_window(url, window, args.step, args.interval)
+                measure_window(url, window, args.step, args.interval, args.only)
         finally:
             server.stop()
     return 0
