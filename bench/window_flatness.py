@@ -19,6 +19,8 @@ flat while the full read grows with the window.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import multiprocessing
 import resource
 import sys
 import tempfile
@@ -67,7 +69,9 @@ def row(label: str, wall: float, spent: Snapshot) -> None:
     print(f"{label:42}{wall:>9.2f}{spent.queries:>9.0f}{touched:>16}{spent.cpu_seconds:>10.2f}", flush=True)
 
 
-def measure_window(url: str, window: float, step: float, interval: float, only: str) -> None:
+def measure_window(
+    url: str, window: float, step: float, interval: float, only: str, profile: str | None
+) -> None:
     """The full read, then the incremental cold start and one steady cycle, at one window length."""
     at = datetime.fromtimestamp(END, tz=UTC)
     before = datetime.fromtimestamp(END - interval, tz=UTC)
@@ -82,7 +86,13 @@ def measure_window(url: str, window: float, step: float, interval: float, only: 
     wall, spent = cost(url, lambda: incremental.read(at=before))
     row(f"window {window / 3600:g} h: incremental cold start", wall, spent)
     windows: list[object] = []
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
     wall, spent = cost(url, lambda: windows.extend(incremental.read(at=at)))
+    if profiler is not None and profile:
+        profiler.disable()
+        profiler.dump_stats(profile)
     row(f"window {window / 3600:g} h: incremental steady cycle", wall, spent)
     print(
         f"{'':42}{len(windows)} workload windows from {len(incremental.reader.store)} series; "
@@ -99,6 +109,7 @@ def main() -> int:
     parser.add_argument("--windows", default="5m,1h,24h")
     parser.add_argument("--step", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between two cycles")
+    parser.add_argument("--profile", default=None, help="write a cProfile of the steady cycle here")
     parser.add_argument(
         "--only", choices=("both", "full", "incremental"), default="both", help="which reads to measure"
     )
@@ -113,10 +124,13 @@ def main() -> int:
         workdir = Path(tmp)
         history = workdir / "history.om"
         started = time.perf_counter()
-        written = write_openmetrics(history, scenarios, END - max(windows) - 900, END, args.step)
-        print(
-            f"history: {written:,} samples for {len(scenarios)} workloads in {time.perf_counter() - started:.0f} s"
+        # in a child process, so the RSS printed later is the reads' and not the history's
+        child = multiprocessing.get_context("fork").Process(
+            target=write_openmetrics, args=(history, scenarios, END - max(windows) - 900, END, args.step)
         )
+        child.start()
+        child.join()
+        print(f"history for {len(scenarios)} workloads written in {time.perf_counter() - started:.0f} s")
         server = PrometheusServer(workdir=workdir, backfill=(history,))
         started = time.perf_counter()
         server.start(timeout=1800)
@@ -125,7 +139,7 @@ def main() -> int:
             url = server.url
             print(f"\n{'':42}{'wall s':>9}{'queries':>9}{'samples touched':>16}{'CPU-s':>10}")
             for window in windows:
-                measure_window(url, window, args.step, args.interval, args.only)
+                measure_window(url, window, args.step, args.interval, args.only, args.profile)
         finally:
             server.stop()
     return 0

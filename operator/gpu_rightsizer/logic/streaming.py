@@ -144,15 +144,23 @@ class _Merged:
         self.add_numbers(interval, with_entry_step=with_entry_step)
         self.add_bins(interval, 1)
 
-    def add_numbers(self, interval: Interval, *, with_entry_step: bool) -> None:
+    def add_numbers(self, interval: Interval, *, with_entry_step: bool, sign: int = 1) -> None:
+        """Add (sign 1) or take away (sign -1) an interval's sums; extremes only grow (see `expire`)."""
         mine, theirs = self.numbers, interval.numbers
         for position in (COUNT, TOTAL, ACTIVE, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, STEPS, ZEROS):
-            mine[position] += theirs[position]
-        mine[MINIMUM] = min(mine[MINIMUM], theirs[MINIMUM])
-        mine[MAXIMUM] = max(mine[MAXIMUM], theirs[MAXIMUM])
-        if with_entry_step and not math.isnan(theirs[ENTRY_STEP]):
-            mine[ABS_STEPS] += theirs[ENTRY_STEP]
-            mine[STEPS] += 1
+            mine[position] += sign * theirs[position]
+        if sign > 0:
+            mine[MINIMUM] = min(mine[MINIMUM], theirs[MINIMUM])
+            mine[MAXIMUM] = max(mine[MAXIMUM], theirs[MAXIMUM])
+        if with_entry_step:
+            self.add_entry_step(interval, sign)
+
+    def add_entry_step(self, interval: Interval, sign: int) -> None:
+        """Count (or stop counting) the step into the interval's first sample."""
+        entry = interval.numbers[ENTRY_STEP]
+        if not math.isnan(entry):
+            self.numbers[ABS_STEPS] += sign * entry
+            self.numbers[STEPS] += sign
 
     def add_bins(self, interval: Interval, sign: int) -> None:
         """Add (sign 1) or take away (sign -1, an expired interval) an interval's bin counts: exact."""
@@ -217,6 +225,7 @@ class SeriesWindow:
     __slots__ = (
         "_closed",
         "_closed_dirty",
+        "_expiries",
         "_intervals",
         "_last",
         "_last_counter",
@@ -251,6 +260,7 @@ class SeriesWindow:
         self._last_counter: Sample | None = None
         self._closed = _Merged()
         self._closed_dirty = False
+        self._expiries = 0
 
     # -- writing --------------------------------------------------------------------------------------
     def add(self, samples: Iterable[Sample]) -> int:
@@ -295,7 +305,7 @@ class SeriesWindow:
             if open_interval is not None:
                 open_interval.close()
                 self._closed.add_bins(open_interval, 1)
-                self._closed_dirty = True
+                self._closed.add_numbers(open_interval, with_entry_step=len(self._intervals) > 1)
             open_interval = Interval(start)
             if self._last is not None:
                 open_interval.step(abs(value - self._last[1]), entry=True)
@@ -308,8 +318,9 @@ class SeriesWindow:
     def expire(self, now: float) -> None:
         """Drop intervals that end before `now - window` (they no longer overlap the window).
 
-        Their bin counts are taken away from the cached closed part (counts subtract exactly), so
-        expiry costs the expired interval's bins, not a rebuild of the window.
+        Their counts and sums are taken away from the cached closed part (bin counts subtract
+        exactly; the float sums are re-added from the records every `slots` expiries so rounding
+        never builds up), so expiry costs the expired interval, not a rebuild of the window.
         """
         horizon = now - self.window_seconds
         expired = 0
@@ -317,14 +328,25 @@ class SeriesWindow:
             expired += 1
         if not expired:
             return
-        if expired == len(self._intervals):
-            self._intervals = []
-            self._closed = _Merged()
-        else:
-            for interval in self._intervals[:expired]:
-                self._closed.add_bins(interval, -1)
+        if expired >= len(self._intervals) - 1:  # at most the open interval is left: nothing closed
             del self._intervals[:expired]
-        self._closed_dirty = True
+            self._closed = _Merged()
+            self._closed_dirty = False
+            return
+        closed = self._closed
+        for position, interval in enumerate(self._intervals[:expired]):
+            closed.add_bins(interval, -1)
+            closed.add_numbers(interval, with_entry_step=position > 0, sign=-1)
+        del self._intervals[:expired]
+        closed.add_entry_step(self._intervals[0], -1)  # the new oldest one's entry is outside the window
+        numbers = closed.numbers
+        numbers[MINIMUM], numbers[MAXIMUM] = math.inf, -math.inf
+        for interval in self._intervals[:-1]:
+            numbers[MINIMUM] = min(numbers[MINIMUM], interval.numbers[MINIMUM])
+            numbers[MAXIMUM] = max(numbers[MAXIMUM], interval.numbers[MAXIMUM])
+        self._expiries += 1
+        if self._expiries % self.slots == 0:
+            self._closed_dirty = True
 
     # -- reading --------------------------------------------------------------------------------------
     @property
@@ -361,8 +383,8 @@ class SeriesWindow:
         return first <= horizon + self.width
 
     def _closed_part(self) -> _Merged:
-        """Every interval but the open one: bins kept up to date on close and expiry, the exact sums
-        re-added from the intervals' records (a few dozen additions) when one closed or expired."""
+        """Every interval but the open one: kept up to date on close and expiry, its float sums
+        re-added exactly from the records now and then."""
         if self._closed_dirty:
             numbers = array("d", _EMPTY)
             self._closed.numbers = numbers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -121,6 +122,16 @@ def test_expiry_keeps_exactly_the_intervals_that_overlap_the_window(
     kept = [(t, v) for t, v in samples if math.floor(t / width) * width + width > now - window_seconds]
     assert summary.samples == len(kept)
     assert summary.mean == pytest.approx(math.fsum(v for _, v in kept) / len(kept))
+    exact = st.summarize(kept)
+    assert exact is not None
+    assert (summary.min, summary.max) == (exact.min, exact.max)
+    if exact.trend_per_hour is not None and summary.trend_per_hour is not None:
+        assert summary.trend_per_hour == pytest.approx(exact.trend_per_hour, rel=1e-6, abs=1e-6)
+    figures = window.figures(now)
+    assert figures is not None
+    if len(kept) > 1:  # the mean step between kept samples only, none from an expired one
+        steps = [abs(b - a) for (_, a), (_, b) in itertools.pairwise(kept)]
+        assert figures["absstep"] == pytest.approx(math.fsum(steps) / len(steps))
     assert window.first_time is not None
     assert now - window_seconds - width < window.first_time <= max(0.0, now - window_seconds) + width
 
