@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sys
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -58,6 +59,8 @@ GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).
 TOO_BIG = re.compile(r"did not answer within|timed? ?out|too many samples|exceeded maximum resolution", re.I)
 
 Labels = tuple[tuple[str, str], ...]
+#: Label sets shared before the table is started afresh (about a hundred thousand pods and devices).
+MAX_SHARED_LABEL_SETS = 200_000
 SeriesId = tuple[str, Labels]
 
 
@@ -77,6 +80,24 @@ def gpu_pods(namespace: str | None) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+_LABEL_SETS: dict[Labels, Labels] = {}
+
+
+def shared_labels(pairs: Iterable[tuple[str, str]]) -> Labels:
+    """One copy of a label set and of its strings for every family that holds the same series.
+
+    A device's labels come back in every family's answer as new strings; kept per series they cost
+    more than the series' statistics. The table only grows with distinct label sets (pods and
+    devices seen), and is cleared when it passes `MAX_SHARED_LABEL_SETS`."""
+    labels = tuple((sys.intern(key), sys.intern(value)) for key, value in pairs)
+    found = _LABEL_SETS.get(labels)
+    if found is None:
+        if len(_LABEL_SETS) >= MAX_SHARED_LABEL_SETS:
+            _LABEL_SETS.clear()
+        _LABEL_SETS[labels] = found = labels
+    return found
 
 
 @dataclass(frozen=True)
@@ -415,7 +436,7 @@ class IncrementalReader:
         kept = 0
         for row in rows:
             labels = row.get("metric") or {}
-            identity = tuple((key, str(labels[key])) for key in family.keys if labels.get(key))
+            identity = shared_labels((key, str(labels[key])) for key in family.keys if labels.get(key))
             try:
                 samples = [(float(t), float(v)) for t, v in row.get("values") or []]
             except (TypeError, ValueError) as error:
@@ -467,7 +488,7 @@ class CoarseSeries:
                 report.timed(name, time.monotonic() - started)
             for row in rows:
                 labels = row.get("metric") or {}
-                identity = tuple((key, str(labels[key])) for key in POD_KEYS if labels.get(key))
+                identity = shared_labels((key, str(labels[key])) for key in POD_KEYS if labels.get(key))
                 flat = self.points.setdefault((name, identity), array("d"))
                 newest = flat[-2] if flat else -math.inf
                 for t, v in row.get("values") or []:
@@ -526,7 +547,7 @@ class KsmCache:
                 source, f"ksm:{metric}", f"last_over_time({metric}[{lookback:.0f}s])", now, report
             )
             for row in rows:
-                labels = tuple(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+                labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
                 self.facts[(metric, labels)] = (_row_value(row), now)
         rows = self._instant(
             source,
@@ -536,7 +557,7 @@ class KsmCache:
             report,
         )
         for row in rows:
-            labels = tuple(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+            labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
             self.restarts.window(labels, sawtooth_floor=None).add([(now, _row_value(row))])
         self.last_read = now
         horizon = now - self.window_seconds

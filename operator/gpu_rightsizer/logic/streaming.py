@@ -70,8 +70,8 @@ class Interval:
     """Mergeable summary of the samples of one series in one interval `[start, start + width)`.
 
     Kept compact because a window holds `slots` of them per series: the exact sums in one array of
-    doubles, the sketch's bins in a dict while the interval is open and in one flat array of
-    (key, count) pairs once it is closed.
+    doubles, the sketch's bins in a dict while the interval is open, appended to that same array as
+    (key, count) pairs once it is closed (integers below 2**53 are exact as doubles).
     """
 
     __slots__ = ("bins", "numbers", "start")
@@ -79,7 +79,7 @@ class Interval:
     def __init__(self, start: float) -> None:
         self.start = start
         self.numbers = array("d", _EMPTY)
-        self.bins: dict[int, int] | array[int] = {}
+        self.bins: dict[int, int] | None = {}
 
     @property
     def count(self) -> int:
@@ -87,6 +87,8 @@ class Interval:
 
     def add(self, value: float, relative_time: float, floor: float | None) -> None:
         """One cleaned sample, newer than every sample added before."""
+        if self.bins is None:
+            raise RuntimeError("a closed interval takes no more samples")
         numbers = self.numbers
         numbers[COUNT] += 1
         numbers[TOTAL] += value
@@ -100,10 +102,8 @@ class Interval:
         key = _bin_of(value)
         if key is None:
             numbers[ZEROS] += 1
-        elif isinstance(self.bins, dict):
-            self.bins[key] = self.bins.get(key, 0) + 1
         else:
-            raise RuntimeError("a closed interval takes no more samples")
+            self.bins[key] = self.bins.get(key, 0) + 1
 
     def step(self, change: float, *, entry: bool) -> None:
         """|Δ| from the previous sample: inside this interval, or into its first sample (`entry`)."""
@@ -114,19 +114,21 @@ class Interval:
             self.numbers[STEPS] += 1
 
     def close(self) -> None:
-        """Freeze the bins into one flat array (a third of a dict's memory)."""
-        if isinstance(self.bins, dict):
-            flat = array("q")
+        """Freeze the bins into the array of sums (a fraction of a dict's memory)."""
+        if self.bins is not None:
+            flat = [*self.numbers]
             for key, count in self.bins.items():
                 flat.append(key)
                 flat.append(count)
-            self.bins = flat
+            self.numbers = array("d", flat)  # sized exactly: appending in place over-allocates
+            self.bins = None
 
     def bin_items(self) -> Iterator[tuple[int, int]]:
         """(key, count) of every bin."""
-        if isinstance(self.bins, dict):
+        if self.bins is not None:
             return iter(self.bins.items())
-        return zip(self.bins[::2], self.bins[1::2], strict=True)
+        pairs = self.numbers[len(_EMPTY) :]
+        return zip(map(int, pairs[::2]), map(int, pairs[1::2]), strict=True)
 
 
 class _Merged:
