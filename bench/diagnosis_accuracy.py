@@ -6,16 +6,24 @@ table (expected code × diagnosed code), the accuracy of primary diagnoses, ever
 
 Sets: `default` is `scenario_library()` (shapes far from every threshold); `hard` is
 `hard_scenario_library()` (noise, bursts, missing profiling fields, gaps, label variants, shared GPUs,
-MIG slices, near-threshold values and decoys). It is a benchmark: the exit code is 0 whatever the
-accuracy.
+MIG slices, near-threshold values and decoys); `review` is `review_scenario_library()` (the
+engine review's harmful cases, from measured H200 figures); `real-1s` and `real-30s` are the real-GPU recordings
+under tests/fixtures (labels in `sim.library.RECORDING_LABELS`) at their 1 s samples and at
+dcgm-exporter's default resolution (30 s averages read at 60 s steps, `sim.resolution`).
 
-    .venv/bin/python bench/diagnosis_accuracy.py [--set default|hard|all] [--window 1h] [--step 60]
-                                                 [--label-style plain|exported]
+Besides accuracy, every set prints its **harm** count: automatic actions that would be wrong on the
+labelled case (`sim.harm`: a release on live work, a shrink on a starved job, a second capacity change,
+an action on bad data, a CPU limit added, an action without a target). It is a benchmark: the exit
+code is 0 whatever the figures.
+
+    .venv/bin/python bench/diagnosis_accuracy.py [--set default|hard|review|real-1s|real-30s|all]
+                                                 [--window 1h] [--step 60] [--label-style plain|exported]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import sys
 import tempfile
 import time
@@ -24,22 +32,35 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpu_rightsizer.adapters.openmetrics import read_openmetrics
+from gpu_rightsizer.adapters.openmetrics import parse_text, read_openmetrics, windows_from_samples
 from gpu_rightsizer.config import parse_duration
 from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode
+from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
 from gpu_rightsizer.sim.backfill import write_openmetrics
-from gpu_rightsizer.sim.library import hard_scenario_library, scenario_library
+from gpu_rightsizer.sim.harm import harms
+from gpu_rightsizer.sim.library import (
+    RECORDING_LABELS,
+    hard_scenario_library,
+    review_scenario_library,
+    scenario_library,
+)
+from gpu_rightsizer.sim.resolution import coarsen, tile
 from gpu_rightsizer.sim.scenarios import LabelStyle, Scenario
 
 END = 1_767_225_600.0  # fixed: the figures are reproducible
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+#: The recordings last about a minute: at 1 s only the minimum window is lowered.
+SHORT_RECORDING = EngineSettings(min_window_seconds=30.0)
 
 ABBREVIATIONS = {code: "".join(ch for ch in code.value if ch.isupper())[:4] for code in DiagnosisCode}
 
 SETS = {
     "default": lambda: scenario_library("bench"),
     "hard": lambda: hard_scenario_library("bench-hard"),
+    "review": lambda: review_scenario_library("bench-review"),
 }
 
 
@@ -74,10 +95,63 @@ def evaluate(
     started = time.perf_counter()
     results: dict[str, Analysis] = {w.workload.name: analyze_window(w) for w in windows}
     engine_s = time.perf_counter() - started
+    by_name = {w.workload.name: w for w in windows}
+    correct = _report(set_name, expected, reasons, results, by_name)
+    print(
+        f"\n{len(scenarios)} workloads, {samples} samples ({size_mb:.1f} MB), window {window:.0f}s step {step:.0f}s"
+        f"\nbackfill {backfill_s:.2f}s, OpenMetrics read {read_s:.2f}s, engine {engine_s * 1000:.0f}ms "
+        f"({engine_s / max(1, len(windows)) * 1000:.1f}ms per workload, "
+        f"{len(windows) / max(engine_s, 1e-9):,.0f} windows/s)\n"
+    )
+    return correct, len(expected)
+
+
+def recording_windows(coarse: bool) -> dict[str, WorkloadWindow]:
+    """Every labelled real-GPU recording as one window, at 1 s or at dcgm-exporter's resolution."""
+    found: dict[str, WorkloadWindow] = {}
+    for path in sorted(FIXTURES.glob("*/*.om.gz")):
+        name = path.name.removesuffix(".om.gz")
+        if name not in RECORDING_LABELS:
+            continue
+        samples = list(parse_text(gzip.decompress(path.read_bytes()).decode(), str(path)))
+        if coarse:
+            samples = coarsen(tile(samples, 45 * 60))
+        windows = windows_from_samples(samples, step_seconds=60.0 if coarse else None)
+        if len(windows) == 1:
+            found[name] = windows[0]
+    return found
+
+
+def evaluate_recordings(set_name: str, coarse: bool) -> tuple[int, int]:
+    """The real-GPU recordings through the engine; returns (correct, total)."""
+    windows = recording_windows(coarse)
+    settings = None if coarse else SHORT_RECORDING
+    started = time.perf_counter()
+    results = {name: analyze_window(w, settings) for name, w in windows.items()}
+    engine_s = time.perf_counter() - started
+    expected = {name: RECORDING_LABELS[name][0] for name in windows}
+    reasons = {name: RECORDING_LABELS[name][1] for name in windows}
+    correct = _report(set_name, expected, reasons, results, windows)
+    resolution = "30 s averages at 60 s steps (tiled to 45 min)" if coarse else "1 s samples"
+    print(
+        f"\n{len(windows)} recordings at {resolution}, engine {engine_s * 1000:.0f}ms "
+        f"({len(windows) / max(engine_s, 1e-9):,.0f} windows/s)\n"
+    )
+    return correct, len(expected)
+
+
+def _report(
+    set_name: str,
+    expected: dict[str, DiagnosisCode],
+    reasons: dict[str, str],
+    results: dict[str, Analysis],
+    windows: dict[str, WorkloadWindow],
+) -> int:
+    """Print the confusion table, accuracy, misses and harm of one set; returns the correct count."""
     confusion: Counter[tuple[DiagnosisCode, DiagnosisCode | None]] = Counter(
         (expected[name], results[name].primary if name in results else None) for name in expected
     )
-    print(f"=== set: {set_name} ({len(scenarios)} scenarios) ===")
+    print(f"=== set: {set_name} ({len(expected)} cases) ===")
     _print_confusion(confusion)
     correct = sum(1 for name in expected if name in results and results[name].primary == expected[name])
     print(
@@ -98,19 +172,28 @@ def evaluate(
         print(f"      engine: {summary}")
         if reasons[name]:
             print(f"      label:  {reasons[name]}")
-    print(
-        f"\n{len(scenarios)} workloads, {samples} samples ({size_mb:.1f} MB), window {window:.0f}s step {step:.0f}s"
-        f"\nbackfill {backfill_s:.2f}s, OpenMetrics read {read_s:.2f}s, engine {engine_s * 1000:.0f}ms "
-        f"({engine_s / max(1, len(windows)) * 1000:.1f}ms per workload)\n"
-    )
-    return correct, len(expected)
+    harmed = {
+        name: found
+        for name in sorted(expected)
+        if name in results and (found := harms(results[name], expected[name], windows[name]))
+    }
+    print(f"harm ({set_name}): {sum(len(v) for v in harmed.values())} harmful automatic action(s) in "
+          f"{len(harmed)}/{len(expected)} cases")  # fmt: skip
+    for name, found in harmed.items():
+        print(f"  {name}: " + "; ".join(found))
+    return correct
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--set", dest="which", choices=("default", "hard", "all"), default="all")
+    parser.add_argument(
+        "--set",
+        dest="which",
+        choices=("default", "hard", "review", "real-1s", "real-30s", "all"),
+        default="all",
+    )
     parser.add_argument("--window", type=parse_duration, default=3600.0)
     parser.add_argument("--step", type=float, default=60.0)
     parser.add_argument(
@@ -125,8 +208,13 @@ def main() -> int:
         if args.label_style == "exported"
         else None
     )
-    names = list(SETS) if args.which == "all" else [args.which]
-    totals = [evaluate(name, SETS[name](), args.window, args.step, style) for name in names]
+    names = [*SETS, "real-1s", "real-30s"] if args.which == "all" else [args.which]
+    totals = [
+        evaluate_recordings(name, name == "real-30s")
+        if name.startswith("real-")
+        else evaluate(name, SETS[name](), args.window, args.step, style)
+        for name in names
+    ]
     if len(totals) > 1:
         correct, total = sum(c for c, _ in totals), sum(n for _, n in totals)
         print(f"overall primary diagnosis accuracy: {correct}/{total} = {correct / total:.1%}")

@@ -20,6 +20,7 @@ from prometheus_client.core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpu_rightsizer.agent.exporter import AGENT_UP, OpenMetricsRecording
+from gpu_rightsizer.agent.process_cpu import PROCESS_CPU_MAX, PROCESSES_PINNED
 from gpu_rightsizer.model import metric_names as mn
 
 KEEP: frozenset[str] = frozenset(
@@ -29,6 +30,8 @@ KEEP: frozenset[str] = frozenset(
         mn.CADVISOR_CPU_THROTTLED_PERIODS,
         mn.CADVISOR_CPU_PERIODS,
         mn.KSM_POD_OWNER,
+        mn.KSM_REPLICASET_OWNER,
+        mn.KSM_DEPLOYMENT_REPLICAS,
         mn.KSM_POD_INFO,
         mn.KSM_POD_LABELS,
         mn.KSM_POD_REQUESTS,
@@ -36,6 +39,8 @@ KEEP: frozenset[str] = frozenset(
         mn.KSM_NODE_LABELS,
         *mn.SERVING_REQUEST_COUNTERS,
         AGENT_UP,
+        PROCESS_CPU_MAX,
+        PROCESSES_PINNED,
     }
 )
 

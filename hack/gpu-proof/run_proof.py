@@ -4,10 +4,16 @@ For each workload: start it pinned to its CPU set, wait for its warm-up, record 
 OpenMetrics through the agent's own sampler and exporter (dcgm-exporter names), and add the
 kube-state-metrics-like and cAdvisor-like series the offline analyzer needs (there is no Kubernetes on
 the GPU machine): pod/namespace labels come from the workload name, the CPU limit is the CPU-set size,
-CPU usage is the process tree's CPU time from /proc. Also measures the agent CLI's own CPU cost and the
-starved loader's throughput at several CPU-set sizes.
+CPU usage is the process tree's CPU time from /proc. With --cgroup the limit is also enforced as a cgroup v2
+`cpu.max` quota and its throttled/total periods are recorded as cAdvisor's counters. The agent's
+per-process CPU (agent/process_cpu.py) is recorded for the workload's processes. Also measures the agent
+CLI's own CPU cost and the loader's throughput at several CPU-set sizes and worker counts (--sweep 4:1,4:4).
 
 Run from the repository root:  python3 hack/gpu-proof/run_proof.py --out DIR [--workloads a,b] ...
+The calibration set was recorded with:
+  --workloads loader-one-worker,fp32-gemm,tiny-server --duration 125 --cgroup
+  --workloads host-wait,bf16-trainer --duration 125 --cgroup --sweep 4:1,4:4,8:8 --sweep-extra "--cpu-ms 1.0"
+then make_fixtures.py and summarize.py.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpu_rightsizer.adapters.nvml import PynvmlLibrary  # noqa: E402
 from gpu_rightsizer.agent.cgroups import PodIdentity  # noqa: E402
+from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker, process_cpu_families  # noqa: E402
 from gpu_rightsizer.agent.runner import AgentRunner  # noqa: E402
 from gpu_rightsizer.agent.sampler import NodeSnapshot, ProcessSample  # noqa: E402
 from gpu_rightsizer.model import metric_names as mn  # noqa: E402
@@ -54,6 +61,8 @@ class Spec:
     owner_kind: str
     workload_type: str
     extra: tuple[str, ...] = ()
+    #: Deployments: the pod is owned by this ReplicaSet, which the Deployment `name` owns.
+    replicaset: str | None = None
 
 
 SPECS: dict[str, Spec] = {
@@ -64,7 +73,56 @@ SPECS: dict[str, Spec] = {
     "membw": Spec("membw", "membw", 2, "Job", "training"),
     "pageable-h2d": Spec("pageable-h2d", "pageable-h2d", 2, "Job", "training"),
     "bf16-train": Spec("bf16-train", "bf16-train", 4, "Job", "training"),
+    # The engine-calibration set: each case where a wrong answer would cause harm.
+    "loader-one-worker": Spec(
+        "loader-one-worker",
+        "starved-loader",
+        2,
+        "Job",
+        "training",
+        ("--workers", "1", "--cpu-ms", "1.0"),
+    ),
+    "fp32-gemm": Spec("fp32-gemm", "fp32-gemm", 4, "Job", "training"),
+    "tiny-server": Spec(
+        "tiny-server",
+        "tiny-inference",
+        2,
+        "Deployment",
+        "inference",
+        ("--rate", "5", "--model-gib", "4"),
+        replicaset="tiny-server-7c9d5f6b8",
+    ),
+    "host-wait": Spec("host-wait", "host-wait", 2, "Job", "training", ("--inner", "3", "--wait-ms", "50")),
+    "bf16-trainer": Spec("bf16-trainer", "bf16-train", 4, "Job", "training"),
 }
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cpu_quota_cgroup(name: str, cores: int) -> Path | None:
+    """A cgroup v2 group with `cpu.max` = `cores` (the pod's CFS quota), or None where none can be made."""
+    if not (CGROUP_ROOT / "cgroup.controllers").exists():
+        return None
+    try:
+        controllers = (CGROUP_ROOT / "cgroup.subtree_control").read_text().split()
+        if "cpu" not in controllers:
+            (CGROUP_ROOT / "cgroup.subtree_control").write_text("+cpu")
+        group = CGROUP_ROOT / f"gpu-proof-{name}"
+        group.mkdir(exist_ok=True)
+        (group / "cpu.max").write_text(f"{cores * 100000} 100000")
+        return group
+    except OSError as exc:
+        log.warning("no CPU quota cgroup (%s): the CPU set alone stands in for the limit", exc)
+        return None
+
+
+def cgroup_cpu_stat(group: Path) -> dict[str, int]:
+    try:
+        return {
+            k: int(v) for k, v in (line.split() for line in (group / "cpu.stat").read_text().splitlines())
+        }
+    except (OSError, ValueError):
+        return {}
 
 
 def proc_stat(pid: int) -> tuple[int, float, float, int] | None:
@@ -112,9 +170,13 @@ class PodRun:
     nvml_pids_seen: set[int] = field(default_factory=set)
     ticks_without_process: int = 0
     requests_file: Path | None = None
+    cgroup: Path | None = None
+    busiest_process: list[tuple[float, str, int]] = field(default_factory=list)
 
     @property
     def pod(self) -> str:
+        if self.spec.replicaset:
+            return f"{self.spec.replicaset}-x7k2q"
         return f"{self.spec.name}-0"
 
     def identity(self) -> PodIdentity:
@@ -147,10 +209,24 @@ def ksm_and_cadvisor(run: PodRun, timestamp: float) -> list[Metric]:
         family.add_sample(name, labels, value, timestamp)
         out.append(family)
 
-    owner_name = run.spec.name
+    owner_kind, owner_name = run.spec.owner_kind, run.spec.name
+    if run.spec.replicaset:
+        gauge(
+            mn.KSM_REPLICASET_OWNER,
+            {
+                "namespace": NAMESPACE,
+                "replicaset": run.spec.replicaset,
+                "owner_kind": owner_kind,
+                "owner_name": owner_name,
+                "owner_is_controller": "true",
+            },
+            1.0,
+        )
+        gauge(mn.KSM_DEPLOYMENT_REPLICAS, {"namespace": NAMESPACE, "deployment": owner_name}, 1.0)
+        owner_kind, owner_name = "ReplicaSet", run.spec.replicaset
     gauge(
         mn.KSM_POD_OWNER,
-        {**pod, "owner_kind": run.spec.owner_kind, "owner_name": owner_name, "owner_is_controller": "true"},
+        {**pod, "owner_kind": owner_kind, "owner_name": owner_name, "owner_is_controller": "true"},
         1.0,
     )
     gauge(mn.KSM_POD_INFO, {**pod, "node": NODE, "uid": run.uid}, 1.0)
@@ -184,6 +260,16 @@ def ksm_and_cadvisor(run: PodRun, timestamp: float) -> list[Metric]:
     usage.add_sample(mn.CADVISOR_CPU_USAGE, {**container, "cpu": "total"}, cpu, timestamp)
     out.append(usage)
     gauge(mn.CADVISOR_MEMORY_WORKING_SET, container, float(rss))
+    if run.cgroup is not None:
+        stat = cgroup_cpu_stat(run.cgroup)
+        for name, key in (
+            (mn.CADVISOR_CPU_PERIODS, "nr_periods"),
+            (mn.CADVISOR_CPU_THROTTLED_PERIODS, "nr_throttled"),
+        ):
+            if key in stat:
+                family = CounterMetricFamily(name, f"cgroup cpu.stat {key}.")
+                family.add_sample(name, container, float(stat[key]), timestamp)
+                out.append(family)
     if run.requests_file is not None:
         try:
             served = float(run.requests_file.read_text() or 0)
@@ -221,9 +307,16 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
     if spec.workload_type == "inference" and spec.name == "tiny-inference":
         requests_file = workdir / "requests.count"
         command += ["--requests-file", str(requests_file)]
-    log.info("start %s on cores %s", spec.name, cores)
+    group = cpu_quota_cgroup(spec.name, spec.cores) if args.cgroup else None
+    log.info("start %s on cores %s (quota cgroup %s)", spec.name, cores, group)
     process = subprocess.Popen(command)
-    run = PodRun(spec=spec, process=process, cores=cores, requests_file=requests_file)
+    if group is not None:
+        try:
+            (group / "cgroup.procs").write_text(str(process.pid))
+        except OSError as exc:
+            log.warning("cannot move %s into %s: %s", spec.name, group, exc)
+            group = None
+    run = PodRun(spec=spec, process=process, cores=cores, requests_file=requests_file, cgroup=group)
     deadline = time.monotonic() + 120
     while not ready.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -253,8 +346,15 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
     runner.sampler.sample = sample_with_pod  # type: ignore[method-assign]
     output = workdir / f"{spec.name}.om"
 
+    process_cpu = ProcessCpuTracker(resolve=resolve)
+    process_cpu.sample(run.tree)
+
     def hook(snapshot: NodeSnapshot) -> Iterable[Metric]:
-        return ksm_and_cadvisor(run, snapshot.timestamp)
+        families = ksm_and_cadvisor(run, snapshot.timestamp)
+        rows = process_cpu.sample(run.tree)
+        for row in rows:
+            run.busiest_process.append((row.max_cores, row.busiest, row.pinned))
+        return [*families, *process_cpu_families(rows, NODE, snapshot.timestamp)]
 
     started = time.monotonic()
     runner.record_to_file(output, args.duration, hook=hook)
@@ -273,25 +373,48 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
         "nvml_listed_process": bool(run.nvml_pids_seen),
         "ticks_without_nvml_process": run.ticks_without_process,
         "nvml_errors": dict(runner.sampler.errors),
+        "cpu_quota_cgroup": str(group) if group else None,
+        "busiest_process": _busiest_summary(run.busiest_process),
     }
+    if group is not None:
+        summary["cgroup_cpu_stat"] = cgroup_cpu_stat(group)
     if result.exists():
         summary["result"] = json.loads(result.read_text())
     log.info("done %s: %s", spec.name, summary)
     return summary
 
 
+def _busiest_summary(rows: list[tuple[float, str, int]]) -> dict[str, object]:
+    """Median busiest-process cores, the most frequent busiest process, and ticks with one pinned."""
+    if not rows:
+        return {}
+    cores = sorted(r[0] for r in rows)
+    names: dict[str, int] = {}
+    for _, comm, _ in rows:
+        names[comm] = names.get(comm, 0) + 1
+    return {
+        "median_cores": cores[len(cores) // 2],
+        "max_cores": cores[-1],
+        "busiest": max(names, key=lambda n: names[n]),
+        "ticks_with_pinned": sum(1 for r in rows if r[2] > 0),
+        "ticks": len(rows),
+    }
+
+
 def throughput_sweep(
-    core_counts: list[int],
+    points: list[str],
     args: argparse.Namespace,
     workdir: Path,
     results: list[dict[str, object]],
     save: Callable[[], None],
 ) -> None:
-    """Starved-loader steps/s at several CPU-set sizes (no recording), appended to `results`."""
-    for count in core_counts:
-        cores = list(range(args.first_core, args.first_core + count))
-        result = workdir / f"sweep-{count}.json"
-        ready = workdir / f"sweep-{count}.ready"
+    """Loader steps/s at several CPU-set sizes ("cores" or "cores:workers"; no recording)."""
+    for point in points:
+        count, _, workers = point.partition(":")
+        cores = list(range(args.first_core, args.first_core + int(count)))
+        tag = point.replace(":", "w")
+        result = workdir / f"sweep-{tag}.json"
+        ready = workdir / f"sweep-{tag}.ready"
         subprocess.run(
             [
                 sys.executable,
@@ -305,13 +428,15 @@ def throughput_sweep(
                 str(ready),
                 "--result",
                 str(result),
+                *args.sweep_extra.split(),
+                *(("--workers", workers) if workers else ()),
             ],
             check=False,
             timeout=args.sweep_duration + 120,
         )
         if result.exists():
             results.append(json.loads(result.read_text()))
-            log.info("sweep %d cores: %s", count, results[-1])
+            log.info("sweep %s: %s", point, results[-1])
         save()
 
 
@@ -332,8 +457,16 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--first-core", type=int, default=0)
     parser.add_argument("--agent-core", type=int, default=15)
-    parser.add_argument("--sweep", default="", help="comma-separated core counts for the loader sweep")
+    parser.add_argument(
+        "--sweep", default="", help="loader sweep points: cores or cores:workers, comma-separated"
+    )
     parser.add_argument("--sweep-duration", type=float, default=20.0)
+    parser.add_argument(
+        "--sweep-extra", default="", help="extra workload arguments for the sweep, space-separated"
+    )
+    parser.add_argument(
+        "--cgroup", action="store_true", help="also enforce the CPU limit as a cgroup v2 quota"
+    )
     parser.add_argument(
         "--agent-cost", action="store_true", help="run the agent CLI alongside and measure it"
     )
@@ -391,7 +524,7 @@ def main() -> int:
 
     if args.sweep:
         save()
-        throughput_sweep([int(c) for c in args.sweep.split(",")], args, workdir, summary["sweep"], save)  # type: ignore[arg-type]
+        throughput_sweep(args.sweep.split(","), args, workdir, summary["sweep"], save)  # type: ignore[arg-type]
 
     save()
     print(json.dumps(summary, indent=1))

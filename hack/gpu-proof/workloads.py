@@ -79,7 +79,7 @@ def _worker_init(_worker_id: int) -> None:
 def train_with_loader(args: argparse.Namespace) -> dict[str, float]:
     import torchvision
 
-    workers = max(1, len(os.sched_getaffinity(0)))
+    workers = args.workers or max(1, len(os.sched_getaffinity(0)))
     torch.set_num_threads(1)
     model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -131,6 +131,8 @@ def tiny_inference(args: argparse.Namespace) -> dict[str, float]:
     for _ in range(6):
         layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
     model = torch.nn.Sequential(*layers).cuda().eval()
+    # Weights a real server keeps resident (embeddings, other heads), read by no request here.
+    resident = torch.ones(int(args.model_gib * 2**28), dtype=torch.float32, device="cuda")
     period = 1.0 / args.rate
     latencies: list[float] = []
     with torch.inference_mode():
@@ -157,6 +159,8 @@ def tiny_inference(args: argparse.Namespace) -> dict[str, float]:
             "latency_p99_ms": float(np.percentile(latencies, 99) * 1000),
             "max_memory_allocated_mib": torch.cuda.max_memory_allocated() / 2**20,
             "max_memory_reserved_mib": torch.cuda.max_memory_reserved() / 2**20,
+            "resident_gib": resident.numel() * 4 / 2**30,
+            "rate": args.rate,
         }
     )
     return timer.result()
@@ -257,6 +261,79 @@ def bf16_train(args: argparse.Namespace) -> dict[str, float]:
     return timer.result()
 
 
+# --- (8) FP32 GEMM training with TF32 off: SM busy, tensor pipes idle ------------------------------------
+
+
+def fp32_gemm_train(args: argparse.Namespace) -> dict[str, float]:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    width = 8192
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width, bias=False),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, width, bias=False),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, width, bias=False),
+    ).cuda()
+    optimiser = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(4096, width, device="cuda")
+    for _ in range(3):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimiser.step()
+        optimiser.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimiser.step()
+        optimiser.zero_grad(set_to_none=True)
+        timer.steps += 1
+        if timer.steps % 5 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    flops_per_step = 3 * 2 * 3 * 4096 * width * width
+    timer.extra["tflops"] = timer.steps * flops_per_step / (time.monotonic() - timer.start) / 1e12
+    timer.extra["allow_tf32"] = float(torch.backends.cuda.matmul.allow_tf32)
+    return timer.result()
+
+
+# --- (9) a loop that waits on the host each step: kernels in every second, GPU mostly idle ----------------
+
+
+def host_wait(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(1)
+    width = 4096
+    weights = [torch.randn(width, width, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    x = torch.randn(2048, width, device="cuda", dtype=torch.bfloat16)
+
+    def step() -> float:
+        y = x
+        for _ in range(args.inner):
+            for w in weights:
+                y = torch.tanh(y @ w)
+        return float(y.float().mean().item())  # the host reads the result, as a training loop logs loss
+
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    started = time.monotonic()
+    for _ in range(20):
+        step()
+    gpu_step_ms = (time.monotonic() - started) / 20 * 1000
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        step()
+        time.sleep(args.wait_ms / 1000.0)  # waiting on something on the host (a queue, a file, a lock)
+        timer.steps += 1
+    timer.extra.update({"wait_ms": args.wait_ms, "step_ms_without_wait": gpu_step_ms, "inner": args.inner})
+    return timer.result()
+
+
 WORKLOADS = {
     "starved-loader": train_with_loader,
     "fed-loader": train_with_loader,
@@ -265,6 +342,8 @@ WORKLOADS = {
     "membw": membw,
     "pageable-h2d": pageable_h2d,
     "bf16-train": bf16_train,
+    "fp32-gemm": fp32_gemm_train,
+    "host-wait": host_wait,
 }
 
 
@@ -280,6 +359,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="requests/s of the inference server")
     parser.add_argument("--requests-file", help="where the inference server keeps its request count")
     parser.add_argument("--hold-gib", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=0, help="loader workers (0: one per CPU in the set)")
+    parser.add_argument("--model-gib", type=float, default=0.0, help="GiB the inference server holds")
+    parser.add_argument("--wait-ms", type=float, default=50.0, help="host wait per step (host-wait)")
+    parser.add_argument(
+        "--inner", type=int, default=1, help="GPU work per step, in 4-matmul blocks (host-wait)"
+    )
     args = parser.parse_args()
     os.sched_setaffinity(0, [int(c) for c in args.cores.split(",")])
     signal.signal(signal.SIGTERM, _on_term)

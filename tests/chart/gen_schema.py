@@ -252,7 +252,24 @@ def build() -> JsonSchema:
                             "type": "string",
                             "anyOf": [{"maxLength": 0}, {"pattern": DNS_SUBDOMAIN}],
                         },
+                        "namespace": {"type": "string", "anyOf": [{"maxLength": 0}, {"pattern": DNS_LABEL}]},
+                        "podResources": obj(
+                            {
+                                "enabled": boolean(
+                                    "map GPUs to pods through the kubelet's pod-resources socket"
+                                ),
+                                "hostPath": {"type": "string", "pattern": "^/"},
+                            },
+                            required=["enabled", "hostPath"],
+                        ),
                         "hostPID": boolean("share the host PID namespace"),
+                        "runAsUser": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 2147483647,
+                            "not": {"const": 65532},
+                            "description": "the agent's own uid (not root, not the operator's 65532)",
+                        },
                         "profilingAsAdmin": boolean("run as root with CAP_SYS_ADMIN"),
                         "serviceAccountName": service_account_name,
                         "podMonitor": obj(

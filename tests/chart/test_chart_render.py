@@ -105,7 +105,7 @@ def test_full_render_has_every_optional_part(full_render: HelmResult) -> None:
     actuator = full_render.one("Deployment", f"{FULLNAME}-actuator", NAMESPACE)
     assert actuator["spec"]["replicas"] == 2
     counters = full_render.one("ConfigMap", f"{FULLNAME}-dcgm-counters", "gpu-operator")
-    assert "DCGM_FI_PROF_SM_ACTIVE" in counters["data"]["gpu-rightsizer-counters.csv"]
+    assert "DCGM_FI_PROF_SM_ACTIVE" in counters["data"]["dcgm-metrics.csv"]
 
 
 def test_operator_args_follow_values(full_render: HelmResult) -> None:
@@ -289,9 +289,19 @@ def test_operator_pods_are_restricted(any_render: HelmResult) -> None:
         assert pod_spec(doc)["securityContext"]["runAsUser"] == 65532
 
 
-def test_agent_needs_only_host_pid(full_render: HelmResult, helm: Path) -> None:
+def test_agent_per_process_mode_needs_only_host_pid_under_its_own_uid(
+    full_render: HelmResult, helm: Path
+) -> None:
     agent = pod_spec(full_render.one("DaemonSet", f"{FULLNAME}-agent"))
     assert restricted_violations(agent) == ["hostPID"]
+    # never the operator's uid: with hostPID it could read the operator's /proc, token included
+    assert (
+        agent["securityContext"]["runAsUser"]
+        == agent["containers"][0]["securityContext"]["runAsUser"]
+        == 65533
+    )
+    assert agent["securityContext"]["runAsGroup"] == 65533
+    assert agent["automountServiceAccountToken"] is True
     assert agent["runtimeClassName"] == "nvidia"
     assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     env = {e["name"]: e.get("value") for e in agent["containers"][0]["env"]}
@@ -300,14 +310,58 @@ def test_agent_needs_only_host_pid(full_render: HelmResult, helm: Path) -> None:
     args = agent["containers"][0]["args"]
     assert args == ["agent", "--listen=0.0.0.0:9400", "--kubernetes", "--log-level=DEBUG"]
 
-    plain = pod_spec(
-        helm_template(helm, values={"agent.enabled": True}).one("DaemonSet", f"{FULLNAME}-agent")
+
+def test_agent_default_names_pods_through_the_kubelet_socket_without_host_pid(helm: Path) -> None:
+    """The default agent maps GPUs to pods like dcgm-exporter: pod-resources socket, no hostPID, no API."""
+    rendered = helm_template(helm, values={"agent.enabled": True})
+    agent = pod_spec(rendered.one("DaemonSet", f"{FULLNAME}-agent"))
+    assert not agent["hostPID"]
+    # root only to connect to the kubelet's root-only socket: no capability, read-only everything
+    assert restricted_violations(agent) == ["hostPath volume", "agent: runAsNonRoot", "agent: runAsUser"]
+    container = agent["containers"][0]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    (volume,) = [v for v in agent["volumes"] if "hostPath" in v]
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount == {"name": volume["name"], "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in container["args"]
+    # no API access at all: no token, no --kubernetes, no agent RBAC
+    assert agent["automountServiceAccountToken"] is False
+    assert "--kubernetes" not in container["args"]
+    assert not [
+        d for d in rendered.docs if d["kind"].startswith("ClusterRole") and "agent" in d["metadata"]["name"]
+    ]
+
+
+def test_agent_in_its_own_namespace(helm: Path) -> None:
+    rendered = helm_template(
+        helm,
+        values={
+            "agent.enabled": True,
+            "agent.namespace": "gpu-agents",
+            "agent.hostPID": True,
+            "agent.podResources.enabled": False,
+            "agent.podMonitor.enabled": True,
+        },
     )
-    assert restricted_violations(plain) == ["hostPID"]
+    rendered.one("DaemonSet", f"{FULLNAME}-agent", "gpu-agents")
+    rendered.one("ServiceAccount", f"{FULLNAME}-agent", "gpu-agents")
+    monitor = rendered.one("PodMonitor", f"{FULLNAME}-agent", "gpu-agents")
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-agents"]}
+    binding = rendered.one("ClusterRoleBinding", f"{FULLNAME}-agent")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{FULLNAME}-agent", "namespace": "gpu-agents"}
+    ]
+    rendered.one("Deployment", f"{FULLNAME}-recommender", NAMESPACE)
+    rendered.one("ServiceAccount", f"{FULLNAME}-recommender", NAMESPACE)
 
 
 def test_agent_admin_profiling_adds_exactly_sys_admin(helm: Path) -> None:
-    rendered = helm_template(helm, values={"agent.enabled": True, "agent.profilingAsAdmin": True})
+    rendered = helm_template(
+        helm,
+        values={"agent.enabled": True, "agent.profilingAsAdmin": True, "agent.podResources.enabled": False},
+    )
     ctx = pod_spec(rendered.one("DaemonSet", f"{FULLNAME}-agent"))["containers"][0]["securityContext"]
     assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert ctx["runAsUser"] == 0 and ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False

@@ -46,10 +46,30 @@ SCHEMA_REJECTIONS: list[tuple[str, Any, str]] = [
     ("serviceMonitor.interval", "every minute", "interval"),
     ("prometheusRule.wastedGPUHoursPerDayThreshold", 0, "wastedGPUHoursPerDayThreshold"),
     ("recommender.replicas", 2, "replicas"),
+    ("agent.runAsUser", 65532, "runAsUser"),
+    ("agent.runAsUser", 0, "runAsUser"),
+    ("agent.namespace", "Agents", "namespace"),
 ]
 
 # Cross-field rules enforced by the templates with `fail`: (values, message fragment)
 TEMPLATE_REJECTIONS: list[tuple[dict[str, Any], str]] = [
+    (
+        {"dcgmExporter.counters.enabled": True},
+        "dcgmExporter.counters.namespace must name the GPU Operator's namespace",
+    ),
+    (
+        {"agent.enabled": True, "agent.hostPID": True},
+        "agent.hostPID=true needs the agent to run as its own non-root user",
+    ),
+    (
+        {
+            "agent.enabled": True,
+            "agent.hostPID": True,
+            "agent.podResources.enabled": False,
+            "agent.profilingAsAdmin": True,
+        },
+        "agent.hostPID=true needs the agent to run as its own non-root user",
+    ),
     ({"actuator.enabled": True}, "actuator.namespaces must list at least one namespace"),
     (
         {"actuator.enabled": True, "actuator.clusterWide": True, "actuator.namespaces": ["a"]},

@@ -32,6 +32,7 @@ class Release:
     name: str
     namespace: str
     teams: list[str]
+    agent_namespace: str
 
     @property
     def fullname(self) -> str:
@@ -50,6 +51,7 @@ class Release:
             "--set", "actuator.enabled=true",
             "--set-json", f"actuator.namespaces={_json_list(actuator_namespaces)}",
             "--set", "agent.enabled=true",
+            "--set", f"agent.namespace={self.agent_namespace}",
             "--set", "prometheus.url=http://prometheus.monitoring.svc:9090",
             "--timeout", "120s",
         ]  # fmt: skip
@@ -66,7 +68,8 @@ class Release:
     ) -> bool:
         """`kubectl auth can-i` as one of the release's ServiceAccounts."""
         target = f"{resource}/{name}" if name else resource
-        as_account = f"--as=system:serviceaccount:{self.namespace}:{self.fullname}-{account}"
+        home = self.agent_namespace if account == "agent" else self.namespace
+        as_account = f"--as=system:serviceaccount:{home}:{self.fullname}-{account}"
         args = ["auth", "can-i", verb, target, as_account]
         if subresource:
             args.append(f"--subresource={subresource}")
@@ -95,7 +98,8 @@ def release(kube: Kube, testbins: TestBinaries) -> Iterator[Release]:
     helm_bin = testbins.path("helm")
     namespace = kube.create_namespace("gpurs-system")
     teams = [kube.create_namespace(f"team{i}") for i in range(3)]
-    rel = Release(kube, helm_bin, f"gpurs{uuid.uuid4().hex[:4]}", namespace, teams)
+    agents = kube.create_namespace("gpurs-agent")
+    rel = Release(kube, helm_bin, f"gpurs{uuid.uuid4().hex[:4]}", namespace, teams, agents)
     rel.helm("install", rel.name, *rel.install_args(teams[:2]))
     try:
         yield rel
@@ -106,11 +110,14 @@ def release(kube: Kube, testbins: TestBinaries) -> Iterator[Release]:
 def test_install_creates_every_object(release: Release) -> None:
     kube, ns, full = release.kube, release.namespace, release.fullname
     for kind, name in [("deployment", f"{full}-recommender"), ("deployment", f"{full}-actuator"),
-                       ("daemonset", f"{full}-agent"), ("service", f"{full}-metrics"),
+                       ("service", f"{full}-metrics"),
                        ("serviceaccount", f"{full}-recommender"), ("serviceaccount", f"{full}-actuator"),
-                       ("serviceaccount", f"{full}-agent"), ("configmap", f"{full}-dashboard"),
-                       ("networkpolicy", full)]:  # fmt: skip
+                       ("configmap", f"{full}-dashboard"), ("networkpolicy", full)]:  # fmt: skip
         kube.kubectl("get", kind, name, "--namespace", ns)
+    # the agent in a namespace of its own (agent.namespace): only that one needs Pod Security "privileged"
+    for kind in ("daemonset", "serviceaccount"):
+        kube.kubectl("get", kind, f"{full}-agent", "--namespace", release.agent_namespace)
+    assert kube.kubectl("get", "daemonset", f"{full}-agent", "--namespace", ns, check=False).returncode != 0
     kube.kubectl("get", "gpurightsizingpolicy", f"{full}-default")
     for team in release.teams[:2]:
         kube.kubectl("get", "role", f"{full}-actuator", "--namespace", team)
@@ -163,8 +170,9 @@ def test_actuator_is_bounded_to_its_namespaces(release: Release) -> None:
     assert not release.can("actuator", "update", "leases.coordination.k8s.io", "kube-system", name=lease)
 
 
-def test_agent_only_reads_pods(release: Release) -> None:
-    assert release.can("agent", "list", "pods")
+def test_agent_needs_no_api_access(release: Release) -> None:
+    """By default the agent names pods through the kubelet's pod-resources socket: no RBAC at all."""
+    assert not release.can("agent", "list", "pods")
     assert not release.can("agent", "get", "secrets", release.teams[0])
     assert not release.can("agent", "patch", "pods", release.teams[0])
 

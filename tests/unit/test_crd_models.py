@@ -179,7 +179,7 @@ VALID_SPECS: dict[str, dict[str, Any]] = {
             "verifyFor": "45m",
             "rollbackOnRegression": True,
             "sharingStrategy": "mig-mixed",
-            "allowedMigProfiles": ["1g.10gb", "3g.40gb", "1g.10gb+me"],
+            "allowedMigProfiles": ["1g.10gb", "3g.40gb", "1g.10gb.me"],
         },
     },
     "time-slicing-sharing": {
@@ -286,6 +286,11 @@ INVALID_SPECS: dict[str, InvalidCase] = {
     "zero-min-samples": InvalidCase({"observation": {"minSamples": 0}}, "spec.observation.minSamples"),
     "bad-mig-profile": InvalidCase(
         {"safety": {"sharingStrategy": "mig-mixed", "allowedMigProfiles": ["big-slice"]}},
+        "spec.safety.allowedMigProfiles[0]",
+    ),
+    # the device plugin writes NVML's '+' as '.': 'mig-1g.10gb+me' is no resource anywhere
+    "plus-me-mig-profile": InvalidCase(
+        {"safety": {"sharingStrategy": "mig-mixed", "allowedMigProfiles": ["1g.10gb+me"]}},
         "spec.safety.allowedMigProfiles[0]",
     ),
     "unknown-sharing": InvalidCase({"safety": {"sharingStrategy": "vgpu"}}, "spec.safety.sharingStrategy"),

@@ -70,6 +70,21 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-agent" (include "gpurs.fullname" .)) .Values.agent.serviceAccountName }}
 {{- end }}
 
+{{/*
+Name of the dcgm-exporter counters ConfigMap (the GPU Operator's dcgmExporter.config.name).
+*/}}
+{{- define "gpurs.dcgmCountersName" -}}
+{{- .Values.dcgmExporter.counters.name | default (printf "%s-dcgm-counters" (include "gpurs.fullname" .)) }}
+{{- end }}
+
+{{/*
+Namespace of the agent's objects: its own (agent.namespace), so that only it needs the "privileged" Pod
+Security level, or the release namespace.
+*/}}
+{{- define "gpurs.agent.namespace" -}}
+{{- .Values.agent.namespace | default .Release.Namespace }}
+{{- end }}
+
 {{- define "gpurs.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "gpurs.fullname" .) }}
 {{- end }}
@@ -114,6 +129,15 @@ Included once from every template that depends on them (Helm evaluates all templ
 {{- end }}
 {{- if and .Values.agent.profilingAsAdmin (not .Values.agent.enabled) }}
 {{- fail "agent.profilingAsAdmin=true has no effect unless agent.enabled=true" }}
+{{- end }}
+{{- if and .Values.agent.enabled .Values.agent.hostPID (or .Values.agent.podResources.enabled .Values.agent.profilingAsAdmin) }}
+{{- fail "agent.hostPID=true needs the agent to run as its own non-root user (agent.runAsUser), but agent.podResources.enabled and agent.profilingAsAdmin run it as root: a root process sharing the host's PID namespace could read other root processes' /proc. Set agent.podResources.enabled=false (pods are then found through their processes' cgroups) and agent.profilingAsAdmin=false" }}
+{{- end }}
+{{- if and .Values.dcgmExporter.counters.enabled (not .Values.dcgmExporter.counters.namespace) }}
+{{- fail "dcgmExporter.counters.namespace must name the GPU Operator's namespace (usually gpu-operator): the GPU Operator mounts the ConfigMap named by its dcgmExporter.config.name only from its own namespace, and dcgm-exporter pods cannot start without it" }}
+{{- end }}
+{{- if and .Values.agent.enabled (eq (int .Values.agent.runAsUser) 65532) }}
+{{- fail "agent.runAsUser must not be 65532, the operator's uid: with hostPID the agent could read the operator's processes (its ServiceAccount token)" }}
 {{- end }}
 {{- end }}
 

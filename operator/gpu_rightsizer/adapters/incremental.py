@@ -145,7 +145,7 @@ def default_families(step_seconds: float) -> list[Family]:
     families.append(
         Family(
             name="gpu:throttle",
-            expression=_throttle_expr(""),
+            expression=_throttle_expr("", rate_window),
             signal=Signal.THROTTLE_FRACTION,
             keys=GPU_KEYS,
             activity_floor=0.0,

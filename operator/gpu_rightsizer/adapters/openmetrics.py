@@ -1,7 +1,7 @@
 """OpenMetrics / Prometheus text files → `WorkloadWindow`s.
 
-Reads what a scrape, `promtool tsdb dump-openmetrics` or the simulator's backfill writes, parsed by
-`prometheus_client`'s own parsers. Pods are grouped by their owning workload through
+Reads what a scrape, `promtool tsdb dump-openmetrics` or the simulator's backfill writes, plain or
+gzipped, streamed by `exposition` (memory follows the samples inside the window). Pods are grouped by their owning workload through
 kube-state-metrics (`kube_pod_owner`, `kube_replicaset_owner`, `kube_job_owner`); allocation comes from
 the resource request/limit series and the GPU model from GPU feature discovery node labels or the
 exporter's `modelName`. Every label variant of gpu-signals §0.5/§0.6 is read. Device series that
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpu_rightsizer.adapters import exposition
+from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
@@ -35,8 +37,13 @@ from gpu_rightsizer.model.observation import (
     WorkloadWindow,
 )
 
+#: Raised for every file that cannot be read (defined with the reader, `exposition`).
+OpenMetricsError = exposition.OpenMetricsError
+parse_text = exposition.parse_text
+
 Key = tuple[str, str]  # (namespace, name)
-Samples = list[tuple[float, float]]
+Sample = tuple[float, float]
+Samples = list[Sample]
 
 _KIND_API = {
     "Deployment": "apps/v1",
@@ -47,10 +54,6 @@ _KIND_API = {
     "CronJob": "batch/v1",
     "Pod": "v1",
 }
-
-
-class OpenMetricsError(ValueError):
-    """The file cannot be read as OpenMetrics or Prometheus text."""
 
 
 # --- inventory: who owns which pod, and what it asked for ------------------------------------------------
@@ -219,6 +222,8 @@ class DeviceSeries:
     mig_profile: str | None = None
     signals: dict[Signal, Samples] = field(default_factory=lambda: defaultdict(list))
     clock_events: Samples = field(default_factory=list)
+    #: throttle-violation counter → raw samples (nanoseconds held down, cumulative)
+    violations: dict[str, Samples] = field(default_factory=lambda: defaultdict(list))
     xid_codes: set[int] = field(default_factory=set)
 
 
@@ -248,6 +253,17 @@ def device_key(labels: dict[str, str]) -> tuple[str, str | None] | None:
     return base, profile
 
 
+#: Device series the collector keeps (per GPU or MIG instance).
+_DEVICE_METRICS: frozenset[str] = frozenset(
+    {
+        *mn.GPU_SIGNAL_BY_METRIC,
+        *mn.DCGM_CLOCK_EVENT_METRICS,
+        *mn.DCGM_THROTTLE_VIOLATION_COUNTERS,
+        mn.DCGM_XID_ERRORS,
+    }
+)
+
+
 class SeriesCollector:
     """Sorts raw samples into pods, devices and the inventory."""
 
@@ -272,7 +288,7 @@ class SeriesCollector:
             return
         namespace = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
         pod = mn.first_label(labels, mn.POD_LABELS)
-        if name in mn.GPU_SIGNAL_BY_METRIC or name in (mn.DCGM_CLOCKS_EVENT_REASONS, mn.DCGM_XID_ERRORS):
+        if name in _DEVICE_METRICS:
             self._add_gpu(name, labels, namespace, pod, timestamp, value)
         elif name in mn.POD_SIGNAL_BY_METRIC or name in (
             mn.CADVISOR_CPU_PERIODS,
@@ -312,8 +328,10 @@ class SeriesCollector:
         device.model_name = mn.first_label(labels, mn.MODEL_NAME_LABELS) or device.model_name
         device.mig_profile = profile or device.mig_profile
         self.gpu_metrics_seen.add(name)
-        if name == mn.DCGM_CLOCKS_EVENT_REASONS:
+        if name in mn.DCGM_CLOCK_EVENT_METRICS:
             device.clock_events.append((timestamp, value))
+        elif name in mn.DCGM_THROTTLE_VIOLATION_COUNTERS:
+            device.violations[name].append((timestamp, value))
         elif name == mn.DCGM_XID_ERRORS:
             if not st.is_missing(value) and value > 0:
                 device.xid_codes.add(int(value))
@@ -331,6 +349,26 @@ class SeriesCollector:
 def _stats(samples: Samples, signal: Signal) -> SignalStats | None:
     floor = st.DEFAULT_SAWTOOTH_FLOOR if signal in mn.RATIO_SIGNALS else None
     return st.summarize(samples, activity_floor=mn.ACTIVITY_FLOORS.get(signal), sawtooth_floor=floor)
+
+
+def throttle_series(clock_events: Samples, violations: dict[str, Samples], step: float) -> Samples:
+    """Share of each step the GPU was throttled, from whichever of the two DCGM sources exists.
+
+    The clock-event bitmask gives 1/0 per sample (a throttling bit set or not); the violation counters
+    give the nanoseconds held down per second, summed over the throttling reasons (reasons can overlap,
+    so the sum is clamped to 1: the gate errs towards "throttled"). Where both exist the larger wins.
+    """
+    flags = st.throttle_flags(clock_events)
+    held = st.sum_aligned([st.counter_rates(samples) for samples in violations.values() if samples], step)
+    fractions = [(t, min(1.0, v / mn.VIOLATION_NS_PER_SECOND)) for t, v in held if v >= 0]
+    if not flags or not fractions:
+        return flags or fractions
+    by_step: dict[int, Sample] = {}
+    for t, v in [*flags, *fractions]:
+        slot = st.bucket(t, step)
+        if slot not in by_step or v > by_step[slot][1]:
+            by_step[slot] = (t, v)
+    return sorted(by_step.values())
 
 
 def _busy_samples(device: DeviceSeries) -> Samples:
@@ -368,6 +406,7 @@ def pod_observation(
         node = node or device.node
         signals = dict(device.signals)
         clock_events = device.clock_events
+        violations = dict(device.violations)
         board = boards.get(
             (device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid)
         )
@@ -375,6 +414,7 @@ def pod_observation(
             for signal, samples in board.signals.items():
                 signals.setdefault(signal, samples)
             clock_events = clock_events or board.clock_events
+            violations = violations or dict(board.violations)
         gpu_stats: dict[Signal, SignalStats] = {}
         for signal, samples in signals.items():
             summary = _stats(samples, signal)
@@ -392,10 +432,9 @@ def pod_observation(
                 f"{series.namespace}/{series.pod}: {len(holes)} gap(s) in the GPU series of {device.uuid}, "
                 f"the longest {longest:.0f}s"
             )
-        if clock_events:
-            throttle = _stats(st.throttle_flags(clock_events), Signal.THROTTLE_FRACTION)
-            if throttle is not None:
-                gpu_stats[Signal.THROTTLE_FRACTION] = throttle
+        throttle = _stats(throttle_series(clock_events, violations, step), Signal.THROTTLE_FRACTION)
+        if throttle is not None:
+            gpu_stats[Signal.THROTTLE_FRACTION] = throttle
         memory_total = None
         used, free = gpu_stats.get(Signal.FB_USED_MIB), gpu_stats.get(Signal.FB_FREE_MIB)
         if used is not None and free is not None:
@@ -519,6 +558,25 @@ def allocation_for(
     )
 
 
+def without_board_activity(pod: PodObservation) -> PodObservation:
+    """The pod with the board's utilisation and PCIe/NVLink traffic removed from its MIG slices.
+
+    dcgm-exporter labels those whole-board fields with each GPU instance, so on a slice they are every
+    tenant's sum (`mn.DCGM_BOARD_ACTIVITY_METRICS`); whole GPUs keep them.
+    """
+    if not any(g.mig_profile and mn.BOARD_ACTIVITY_SIGNALS & g.stats.keys() for g in pod.gpus):
+        return pod
+    gpus = [
+        g.model_copy(
+            update={"stats": {s: v for s, v in g.stats.items() if s not in mn.BOARD_ACTIVITY_SIGNALS}}
+        )
+        if g.mig_profile
+        else g
+        for g in pod.gpus
+    ]
+    return pod.model_copy(update={"gpus": gpus})
+
+
 def assemble_windows(
     inventory: Inventory,
     pods: dict[Key, PodObservation],
@@ -542,7 +600,7 @@ def assemble_windows(
             continue
         if workload is not None and workload not in (ref.name, f"{ref.kind}/{ref.name}"):
             continue
-        observations = [pods[k] for k in keys]
+        observations = [without_board_activity(pods[k]) for k in keys]
         infos = [inventory.pods[k] for k in keys if k in inventory.pods]
         if not any(o.gpus for o in observations) and not any(i.gpu_resource for i in infos):
             continue  # not a GPU workload
@@ -569,106 +627,6 @@ def assemble_windows(
     return windows
 
 
-# --- parsing -------------------------------------------------------------------------------------------
-ParsedSample = tuple[str, dict[str, str], float, float | None]
-
-
-def _literal(text: str) -> float:
-    """A sample value or timestamp as the text formats spell it (NaN, +Inf, -Inf allowed)."""
-    return float(text)
-
-
-def _split_series_lines(text: str) -> tuple[str, list[tuple[str, str, str | None]], int]:
-    """Reduce the text to its first sample line per series (plus every comment line).
-
-    Returns the reduced text, the (series prefix, value, timestamp) of every sample line in order, and
-    the number of distinct series. Label parsing is the expensive part of `prometheus_client`'s parsers
-    and a history repeats each label set once per sample, so the library parses each series once and
-    only values and timestamps are read per line.
-    """
-    reduced: list[str] = []
-    rows: list[tuple[str, str, str | None]] = []
-    seen: set[str] = set()
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            reduced.append(line)
-            continue
-        if " # " in line:  # exemplar: let the library handle the whole line
-            raise _SlowPathError
-        brace = line.rfind("}")
-        if brace >= 0:
-            prefix, fields = line[: brace + 1], line[brace + 1 :].split()
-        else:
-            parts = line.split()
-            prefix, fields = parts[0], parts[1:]
-        if not 1 <= len(fields) <= 2:
-            raise _SlowPathError
-        rows.append((prefix, fields[0], fields[1] if len(fields) == 2 else None))
-        if prefix not in seen:
-            seen.add(prefix)
-            reduced.append(line)
-    return "\n".join(reduced) + "\n", rows, len(seen)
-
-
-class _SlowPathError(Exception):
-    """The fast path cannot handle this text; parse it line by line with the library."""
-
-
-def _library_samples(text: str, is_openmetrics: bool) -> Iterator[ParsedSample]:
-    if is_openmetrics:
-        from prometheus_client.openmetrics import parser as openmetrics_text
-
-        parse_om: Callable[[str], Iterable[object]] = openmetrics_text.text_string_to_metric_families
-        families: Iterable[object] = parse_om(text)
-    else:
-        from prometheus_client import parser as prometheus_text
-
-        parse_prom: Callable[[str], Iterable[object]] = prometheus_text.text_string_to_metric_families
-        families = parse_prom(text)
-    for family in families:
-        for sample in family.samples:  # type: ignore[attr-defined]
-            timestamp = sample.timestamp
-            ts = float(timestamp) if timestamp is not None else None
-            yield sample.name, dict(sample.labels), float(sample.value), ts
-
-
-def parse_text(text: str, origin: str = "<text>") -> Iterator[ParsedSample]:
-    """(name, labels, value, timestamp) of every sample; OpenMetrics when the text ends in `# EOF`."""
-    stripped = text.rstrip()
-    if not stripped:
-        raise OpenMetricsError(f"{origin}: the file is empty")
-    is_openmetrics = stripped.endswith("# EOF")
-    kind = "OpenMetrics" if is_openmetrics else "Prometheus text format"
-    try:
-        try:
-            reduced, rows, distinct = _split_series_lines(text)
-        except _SlowPathError:
-            yield from _library_samples(text, is_openmetrics)
-            return
-        heads = list(_library_samples(reduced, is_openmetrics))
-        if len(heads) != distinct:
-            yield from _library_samples(text, is_openmetrics)
-            return
-        by_prefix: dict[str, tuple[str, dict[str, str]]] = {}
-        order = iter(heads)
-        for number, (prefix, value, timestamp) in enumerate(rows, start=1):
-            known = by_prefix.get(prefix)
-            if known is None:
-                name, labels, _, _ = next(order)
-                known = by_prefix[prefix] = (name, labels)
-            try:
-                ts = _literal(timestamp) if timestamp is not None else None
-                yield known[0], known[1], _literal(value), ts
-            except ValueError as error:
-                raise OpenMetricsError(
-                    f"{origin}: not valid {kind}: sample {number} ({prefix[:80]}): bad number: {error}"
-                ) from error
-    except OpenMetricsError:
-        raise
-    except (ValueError, TypeError, KeyError, IndexError) as error:
-        raise OpenMetricsError(f"{origin}: not valid {kind}: {error}") from error
-
-
 def infer_step(timestamps: Iterable[float]) -> float:
     """Median spacing between distinct timestamps (60 s when there are too few to tell)."""
     ordered = sorted(set(timestamps))
@@ -688,18 +646,46 @@ def windows_from_samples(
     workload: str | None = None,
     source: str = "openmetrics",
 ) -> list[WorkloadWindow]:
-    """Workload windows from parsed samples (the window ends at `at`, else at the newest sample)."""
+    """Workload windows from parsed samples in memory (the window ends at `at`, else at the newest sample)."""
     rows = list(samples)
     now = (at or datetime.now(tz=UTC)).timestamp()
-    stamped = [(n, lab, v, ts if ts is not None else now) for n, lab, v, ts in rows]
-    if not stamped:
+    stamps = [ts if ts is not None else now for *_, ts in rows]
+    if not stamps:
         return []
-    newest = max(ts for *_, ts in stamped)
+    return _windows(
+        lambda: iter(rows),
+        oldest=min(stamps),
+        newest=max(stamps),
+        now=now,
+        window_seconds=window_seconds,
+        at=at,
+        step_seconds=step_seconds,
+        namespace=namespace,
+        workload=workload,
+        source=source,
+    )
+
+
+def _windows(
+    read_samples: Callable[[], Iterator[ParsedSample]],
+    *,
+    oldest: float,
+    newest: float,
+    now: float,
+    window_seconds: float | None,
+    at: datetime | None,
+    step_seconds: float | None,
+    namespace: str | None,
+    workload: str | None,
+    source: str,
+) -> list[WorkloadWindow]:
+    """Workload windows from one pass over the samples; only those inside the window are kept."""
     end = at.timestamp() if at is not None else newest
-    start = end - window_seconds if window_seconds is not None else min(ts for *_, ts in stamped)
+    start = max(exposition.TIMESTAMP_MIN, end - window_seconds) if window_seconds is not None else oldest
     collector = SeriesCollector()
     step_candidates: list[float] = []
-    for name, labels, value, ts in stamped:
+    for name, labels, value, stamp in read_samples():
+        ts = stamp if stamp is not None else now
         if start <= ts <= end:
             collector.add(name, labels, ts, value)
             if name in (mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_GPU_UTIL):
@@ -774,19 +760,30 @@ def read_openmetrics(
     step_seconds: float | None = None,
     namespace: str | None = None,
     workload: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> list[WorkloadWindow]:
-    """Workload windows from an OpenMetrics (or Prometheus text) file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise OpenMetricsError(f"{path}: cannot read: {error.strerror or error}") from error
-    except UnicodeDecodeError as error:
-        raise OpenMetricsError(f"{path}: not a text file ({error.reason})") from error
-    return windows_from_samples(
-        parse_text(text, str(path)),
+    """Workload windows from an OpenMetrics (or Prometheus text) file, plain or gzipped.
+
+    Streamed in two passes (`exposition.scan`, then `exposition.samples`): memory follows the samples
+    inside the window, not the file's size.
+    """
+    bounds = limits or ReadLimits()
+    facts = exposition.scan(path, bounds)
+    now = (at or datetime.now(tz=UTC)).timestamp()
+    stamps = [t for t in (facts.oldest, facts.newest) if t is not None] + (
+        [now] if facts.untimestamped else []
+    )
+    if not facts.samples or not stamps:
+        return []
+    return _windows(
+        lambda: exposition.samples(path, facts, bounds),
+        oldest=min(stamps),
+        newest=max(stamps),
+        now=now,
         window_seconds=window_seconds,
         at=at,
         step_seconds=step_seconds,
         namespace=namespace,
         workload=workload,
+        source="openmetrics",
     )

@@ -130,10 +130,19 @@ def _gpu_expr(metric: str, keys: Sequence[str] = GPU_KEYS) -> Callable[[str], st
     return lambda offset: f"max by ({by}) ({fold_labels(f'{metric}{offset} {_SENTINEL_FILTER}')})"
 
 
-def _throttle_expr(offset: str) -> str:
-    raw = f"{mn.DCGM_CLOCKS_EVENT_REASONS}{offset} {_SENTINEL_FILTER}"
+def _throttle_expr(offset: str, rate_window: float) -> str:
+    """Share of time throttled per device: the clock-event bitmask (either DCGM name) or, where larger or
+    alone, the throttling violation counters (ns held down per second / 1e9); see `throttle_series`."""
+    names = "|".join(mn.DCGM_CLOCK_EVENT_METRICS)
+    raw = f'{{__name__=~"{names}"}}{offset} {_SENTINEL_FILTER}'
     bits = " + ".join(f"(floor(({raw}) / {bit}) % 2)" for bit in mn.THROTTLE_CLOCK_EVENT_BITS)
-    return f"max by ({', '.join(GPU_KEYS)}) ({fold_labels(f'clamp_max({bits}, 1)')})"
+    keys = ", ".join(GPU_KEYS)
+    flags = f"max by ({keys}) ({fold_labels(f'clamp_max({bits}, 1)')})"
+    counters = '{__name__=~"' + "|".join(mn.DCGM_THROTTLE_VIOLATION_COUNTERS) + '"}'
+    # a rate above 1 s/s is a DCGM blank value or a wrapped counter, not a measurement
+    held = f"rate({counters}[{_duration(rate_window)}]{offset}) < {1.5 * mn.VIOLATION_NS_PER_SECOND:g}"
+    violations = f"clamp_max(sum by ({keys}) ({fold_labels(held)}) / {mn.VIOLATION_NS_PER_SECOND:g}, 1)"
+    return f"(({flags}) > ({violations})) or ({violations}) or ({flags})"
 
 
 def counter_rate(selector: str, rate_window: float, offset: str) -> str:
@@ -261,7 +270,10 @@ class PrometheusSource:
                 "gpu",
                 stats_query(_gpu_expr(source.metric), window_seconds, step, raw_floor),
             )
-        jobs["gpu:throttle"] = ("gpu", stats_query(_throttle_expr, window_seconds, step, 0.0))
+        jobs["gpu:throttle"] = (
+            "gpu",
+            stats_query(lambda o: _throttle_expr(o, rate_window), window_seconds, step, 0.0),
+        )
         xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
         jobs["xid"] = (
             "xid",

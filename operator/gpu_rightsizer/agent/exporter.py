@@ -2,10 +2,11 @@
 
 Names and labels are dcgm-exporter's (`model/metric_names.py`), so Prometheus queries, the OpenMetrics
 reader and the engine cannot tell this agent from dcgm-exporter. A field NVML does not report is not
-exported at all (never a zero). Device series carry the pod that runs on the GPU, found from the GPU's
-processes through their cgroups; when several pods share one GPU (time-slicing, MPS), each pod gets a
-copy with a `vgpu` label, as dcgm-exporter does, and its own memory and SM utilisation summed from its
-processes instead of the device totals.
+exported at all (never a zero). Device series carry the pod that holds the GPU: from the kubelet's
+pod-resources API (`pod_resources`) as dcgm-exporter finds it, else from the GPU's processes through
+their cgroups (hostPID). When several pods share one GPU (time-slicing, MPS), each pod gets a copy with
+a `vgpu` label, as dcgm-exporter does, and, where its processes are visible, its own memory and SM
+utilisation summed from them instead of the device totals.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ AGENT_SAMPLE_SECONDS = "gpu_rightsizer_agent_sample_duration_seconds"
 AGENT_MIG_PROFILE = "gpu_rightsizer_agent_mig_profile_info"
 
 PodResolver = Callable[[int], PodIdentity | None]
+#: Device → (container, shared replica) the kubelet gave it to (`pod_resources.PodResourcesDirectory`).
+DevicePods = Callable[[DeviceSnapshot], list[tuple[PodIdentity, str | None]]]
 
 
 @dataclass(frozen=True)
@@ -94,13 +97,32 @@ def _pod_labels(identity: PodIdentity | None) -> dict[str, str]:
         "namespace": identity.namespace or "",
         "container": identity.container or "",
     }
-    labels["pod_uid"] = identity.pod_uid
+    if identity.pod_uid:
+        labels["pod_uid"] = identity.pod_uid
     return labels
 
 
-def device_series(device: DeviceSnapshot, resolve: PodResolver, hostname: str | None) -> list[_Series]:
-    """The series one device exports: one per pod on it (a plain one when no pod uses it)."""
+def device_series(
+    device: DeviceSnapshot,
+    resolve: PodResolver,
+    hostname: str | None,
+    device_pods: DevicePods | None = None,
+) -> list[_Series]:
+    """The series one device exports: one per pod on it (a plain one when no pod uses it).
+
+    The kubelet's assignment (`device_pods`) names the pod of a GPU even while it runs nothing (an idle
+    allocation) and without hostPID. Where several pods share the GPU, their processes (hostPID) split
+    memory and utilisation between them; without processes each sharer gets a copy of the device values.
+    """
     base = _device_labels(device, hostname)
+    assigned: dict[tuple[str, str, str], tuple[PodIdentity, str | None]] = {}
+    for holder, share in device_pods(device) if device_pods is not None else []:
+        assigned.setdefault(
+            (holder.namespace or "", holder.pod or "", holder.container or ""), (holder, share)
+        )
+    if len(assigned) == 1:
+        holder = next(iter(assigned.values()))[0]
+        return [_Series(labels={**base, **_pod_labels(holder)}, values=dict(device.values))]
     by_pod: dict[str, tuple[PodIdentity, list[int]]] = {}
     for position, process in enumerate(device.processes):
         identity = resolve(process.pid)
@@ -108,6 +130,14 @@ def device_series(device: DeviceSnapshot, resolve: PodResolver, hostname: str | 
             continue
         key = f"{identity.pod_uid}/{identity.container or identity.container_id or ''}"
         by_pod.setdefault(key, (identity, []))[1].append(position)
+    if not by_pod and assigned:
+        return [
+            _Series(
+                labels={**base, **_pod_labels(holder), mn.VGPU_LABEL: share or str(position)},
+                values=dict(device.values),
+            )
+            for position, (holder, share) in enumerate(assigned.values())
+        ]
     if not by_pod:
         return [_Series(labels={**base, **_pod_labels(None)}, values=dict(device.values))]
     if len(by_pod) == 1:
@@ -137,11 +167,12 @@ def snapshot_families(
     resolve: PodResolver,
     hostname: str | None,
     timestamp: float | None = None,
+    device_pods: DevicePods | None = None,
 ) -> list[Metric]:
     """dcgm-exporter metric families for one snapshot (`timestamp` set when recording)."""
     families: dict[DeviceField, GaugeMetricFamily] = {}
     for device in snapshot.devices:
-        for series in device_series(device, resolve, hostname):
+        for series in device_series(device, resolve, hostname, device_pods):
             for device_field, value in series.values.items():
                 if device_field not in EXPORTED_FIELDS or not math.isfinite(value):
                     continue
@@ -173,18 +204,22 @@ class DcgmCompatibleCollector(Collector):
         sampler: NvmlSampler,
         resolve: PodResolver,
         hostname: str | None,
+        device_pods: DevicePods | None = None,
     ) -> None:
         self._state = state
         self._sampler = sampler
         self._resolve = resolve
         self._hostname = hostname
+        self._device_pods = device_pods
 
     def collect(self) -> Iterator[Metric]:
         with self._state.lock:
             snapshot = self._state.snapshot
             sample_seconds = self._state.sample_seconds
         if snapshot is not None and snapshot.nvml_up:
-            yield from snapshot_families(snapshot, self._resolve, self._hostname)
+            yield from snapshot_families(
+                snapshot, self._resolve, self._hostname, device_pods=self._device_pods
+            )
         yield from agent_health_families(self._sampler, snapshot, sample_seconds, self._hostname)
 
 
@@ -288,9 +323,10 @@ def families_from_sampler(
     resolve: PodResolver,
     hostname: str | None,
     sample_seconds: float,
+    device_pods: DevicePods | None = None,
 ) -> Sequence[Metric]:
     """Device and health families of one snapshot, timestamped with the snapshot's time (recording)."""
     return [
-        *snapshot_families(snapshot, resolve, hostname, snapshot.timestamp),
+        *snapshot_families(snapshot, resolve, hostname, snapshot.timestamp, device_pods),
         *agent_health_families(sampler, snapshot, sample_seconds, hostname, snapshot.timestamp),
     ]

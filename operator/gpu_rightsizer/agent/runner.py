@@ -22,10 +22,12 @@ from gpu_rightsizer.adapters.nvml import NvmlLibrary
 from gpu_rightsizer.agent.exporter import (
     AgentState,
     DcgmCompatibleCollector,
+    DevicePods,
     OpenMetricsRecording,
     PodResolver,
     families_from_sampler,
 )
+from gpu_rightsizer.agent.process_cpu import ProcessCpuCollector, ProcessCpuTracker, process_cpu_families
 from gpu_rightsizer.agent.sampler import NodeSnapshot, NvmlSampler
 
 log = logging.getLogger(__name__)
@@ -44,15 +46,19 @@ class AgentRunner:
         hostname: str | None,
         interval: float = 1.0,
         sampler: NvmlSampler | None = None,
+        device_pods: DevicePods | None = None,
     ) -> None:
         self.sampler = sampler or NvmlSampler(nvml)
         self.resolve = resolve
+        self.device_pods = device_pods
         self.hostname = hostname
         self.interval = interval
         self.state = AgentState()
         self.stop_event = threading.Event()
         self._cpu_start = time.process_time()
         self._wall_start = time.monotonic()
+        #: Per-process CPU from /proc, sampled on the same clock when set (agent/process_cpu.py).
+        self.process_cpu: ProcessCpuTracker | None = None
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT end the loop cleanly (a recording is still written)."""
@@ -68,6 +74,8 @@ class AgentRunner:
         """Sample once and publish the snapshot."""
         started = time.monotonic()
         snapshot = self.sampler.sample()
+        if self.process_cpu is not None:
+            self.process_cpu.sample()
         elapsed = time.monotonic() - started
         with self.state.lock:
             self.state.snapshot = snapshot
@@ -98,7 +106,9 @@ class AgentRunner:
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics until stopped."""
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(DcgmCompatibleCollector(self.state, self.sampler, self.resolve, self.hostname))
+        registry.register(
+            DcgmCompatibleCollector(self.state, self.sampler, self.resolve, self.hostname, self.device_pods)
+        )
         server, thread = start_http_server(port, addr=host, registry=registry)
         log.info(
             "serving dcgm-exporter-compatible metrics on http://%s:%d/metrics every %.3g s",
@@ -106,6 +116,8 @@ class AgentRunner:
             port,
             self.interval,
         )
+        if self.process_cpu is not None:
+            registry.register(ProcessCpuCollector(self.process_cpu, self.hostname))
         try:
             for _ in self.ticks():
                 pass
@@ -124,6 +136,7 @@ class AgentRunner:
             return 1
         recording = OpenMetricsRecording()
         recording.add(self._families(last))
+        recording.add(self._process_cpu_families(last))
         recording.write(output)
         log.info("wrote %d samples to %s", recording.sample_count, output)
         return 0
@@ -136,6 +149,7 @@ class AgentRunner:
             ticks += 1
             if snapshot.nvml_up:
                 recording.add(self._families(snapshot))
+            recording.add(self._process_cpu_families(snapshot))
             if hook is not None:
                 recording.add(hook(snapshot))
         if recording.sample_count == 0:
@@ -155,8 +169,15 @@ class AgentRunner:
         with self.state.lock:
             sample_seconds = self.state.sample_seconds or 0.0
         return list(
-            families_from_sampler(self.sampler, snapshot, self.resolve, self.hostname, sample_seconds)
+            families_from_sampler(
+                self.sampler, snapshot, self.resolve, self.hostname, sample_seconds, self.device_pods
+            )
         )
+
+    def _process_cpu_families(self, snapshot: NodeSnapshot) -> list[Metric]:
+        if self.process_cpu is None:
+            return []
+        return process_cpu_families(self.process_cpu.latest(), self.hostname, snapshot.timestamp)
 
     def close(self) -> None:
         """Release NVML."""

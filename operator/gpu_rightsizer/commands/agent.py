@@ -1,5 +1,9 @@
 """NVML node agent: exports dcgm-exporter-compatible GPU metrics with pod labels.
 
+Pods are found from the kubelet's pod-resources socket (`--pod-resources-socket`, as dcgm-exporter does)
+and, for per-process figures on shared GPUs, from the GPU processes' cgroups (`--proc-root`, which needs
+the host's PID namespace).
+
 Serve them for Prometheus (`--listen`), or write OpenMetrics files for offline analysis: one snapshot
 (`--once --output FILE.om`) or a timestamped recording (`--record 5m --output FILE.om`).
 """
@@ -56,12 +60,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", "-o", metavar="FILE.om", help="OpenMetrics file for --once/--record")
     parser.add_argument(
+        "--process-cpu",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="export each container's busiest-process CPU from /proc (default on; needs the host's PIDs)",
+    )
+    parser.add_argument(
         "--proc-root", default="/proc", help="the host's /proc (e.g. /host/proc in a pod without hostPID)"
+    )
+    parser.add_argument(
+        "--pod-resources-socket",
+        metavar="PATH",
+        default=None,
+        help="the kubelet's pod-resources socket (usually /var/lib/kubelet/pod-resources/kubelet.sock): "
+        "name the pod of each GPU from the kubelet, as dcgm-exporter does, without hostPID or API access",
     )
     parser.add_argument(
         "--kubernetes",
         action="store_true",
-        help="look pod names up in the API server (pods of --node-name); without it only pod_uid is exported",
+        help="name the pods found through processes (--proc-root, needs hostPID) from the API server "
+        "(pods of --node-name); without it those carry only pod_uid",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -87,10 +105,31 @@ def run(args: argparse.Namespace) -> int:
 
         directory = KubernetesPodDirectory(node_name=args.node_name)
     mapper = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+    device_pods = None
+    pod_resources = None
+    if args.pod_resources_socket:
+        from gpu_rightsizer.agent.pod_resources import open_directory
+
+        pod_resources = open_directory(Path(args.pod_resources_socket))
+        device_pods = pod_resources.device_pods
     runner = AgentRunner(
-        nvml=PynvmlLibrary(), resolve=mapper.identity, hostname=args.node_name, interval=args.interval
+        nvml=PynvmlLibrary(),
+        resolve=mapper.identity,
+        hostname=args.node_name,
+        interval=args.interval,
+        device_pods=device_pods,
     )
     runner.install_signal_handlers()
+    if args.process_cpu:
+        from gpu_rightsizer.agent.process_cpu import ProcessCpuTracker
+
+        # Its own PID cache, pruned to the live PIDs each tick (the GPU mapper sees GPU processes only).
+        every_process = PidPodMapper(proc_root=Path(args.proc_root), directory=directory)
+        runner.process_cpu = ProcessCpuTracker(
+            resolve=every_process.identity, proc_root=Path(args.proc_root), retain=every_process.retain
+        )
+    if pod_resources is not None:
+        pod_resources.start(runner.stop_event)  # a slow kubelet never delays a scrape or a tick
     try:
         if args.once:
             return runner.snapshot_to_file(Path(args.output))

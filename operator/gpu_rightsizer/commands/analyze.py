@@ -12,13 +12,9 @@ bad arguments). Progress goes to stderr, the report to stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gzip
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,12 +26,25 @@ if TYPE_CHECKING:
     from gpu_rightsizer.model.observation import WorkloadWindow
 
 DEFAULT_WINDOW_SECONDS = 3600.0
+DEFAULT_MAX_INPUT_MIB = 4096
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from error
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def parse_time(text: str) -> datetime:
     """An RFC 3339 time ('2026-05-01T12:00:00Z') or Unix seconds."""
     try:
         return datetime.fromtimestamp(float(text), tz=UTC)
+    except (OverflowError, OSError) as error:  # inf, 1e300: no time a datetime can hold
+        raise argparse.ArgumentTypeError(f"invalid time {text!r}: out of range") from error
     except ValueError:
         pass
     try:
@@ -65,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
-    source.add_argument("--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file")
+    source.add_argument(
+        "--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file, plain or gzipped"
+    )
     parser.add_argument(
         "--window",
         type=parse_duration,
@@ -92,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="override an engine threshold by its policy name (camelCase) or snake_case name; repeatable",
+    )
+    parser.add_argument(
+        "--max-input-mib",
+        type=_positive_int,
+        default=DEFAULT_MAX_INPUT_MIB,
+        help=f"largest --openmetrics text to read, after gzip expansion (default {DEFAULT_MAX_INPUT_MIB} MiB)",
     )
     parser.add_argument("-n", "--namespace", default=None, help="only this namespace")
     parser.add_argument("--workload", default=None, help="only this workload (NAME or KIND/NAME)")
@@ -136,23 +153,13 @@ def _setting_names() -> list[str]:
     return [to_camel(name) for name in EngineSettings.model_fields]
 
 
-def _plain_text(path: Path, stack: contextlib.ExitStack) -> Path:
-    """The file itself, or a decompressed temporary copy of a gzipped one (removed when `stack` closes)."""
-    if path.suffix != ".gz":
-        return path
-    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-rightsizer-")))
-    plain = folder / path.stem
-    with gzip.open(path, "rb") as source, plain.open("wb") as target:
-        shutil.copyfileobj(source, target)
-    return plain
-
-
 def _progress(message: str) -> None:
     print(f"[analyze] {message}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
+    from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
         PrometheusConfig,
@@ -174,11 +181,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    stack = contextlib.ExitStack()
     try:
         if args.openmetrics:
             _progress(f"reading {args.openmetrics}")
-            path = _plain_text(Path(args.openmetrics), stack)
+            path = Path(args.openmetrics)
+            limits = ReadLimits(max_bytes=getattr(args, "max_input_mib", DEFAULT_MAX_INPUT_MIB) * 2**20)
             window_seconds = args.window or DEFAULT_WINDOW_SECONDS
 
             def read(seconds: float) -> list[WorkloadWindow]:
@@ -189,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
                     step_seconds=args.step,
                     namespace=args.namespace,
                     workload=args.workload,
+                    limits=limits,
                 )
 
             windows = read(window_seconds)
@@ -228,8 +236,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    finally:
-        stack.close()
     _progress(f"{len(windows)} GPU workload(s) read in {time.monotonic() - started:.1f}s; diagnosing")
     sharing = SharingStrategy(args.sharing)
     rows = []

@@ -75,17 +75,19 @@ def analyze_window(
     *,
     now: datetime | None = None,
     allowed_mig_profiles: Sequence[str] | None = None,
+    min_replicas: int = 0,
 ) -> Analysis:
     """Diagnose one workload window and recommend changes, cheapest first.
 
     `mig_tables` maps a GPU model key (see `logic.mig.GPU_MODELS`) to a runtime MIG profile table that
     replaces the static one; `sharing` is the cluster's GPU-sharing strategy; `now` enables the
-    staleness check; `allowed_mig_profiles` restricts MIG recommendations to a policy's list.
+    staleness check; `allowed_mig_profiles` restricts MIG recommendations to a policy's list;
+    `min_replicas` is the policy's floor, below which no release or scale-in is proposed as automatic.
     """
     effective = settings or _DEFAULT_SETTINGS
     figures = summarise(window, mig_tables)
     diagnosis = diagnose_figures(figures, effective, now)
-    planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles)
+    planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles, min_replicas)
     savings = estimate_savings(_allocated_gpu_equivalents(figures), (p.freed_share for p in planned))
     primary = diagnosis.findings[0]
     first_action = planned[0].action if planned else None

@@ -25,11 +25,17 @@ class MigProfile:
     name: str  # e.g. "1g.10gb" (no "+me": media-extension variants carry `media_extensions`)
     memory_gib: float
     sms: int
-    compute_slices: int  # of 7
+    compute_slices: int  # of `compute_total` (7; 4 on A30)
     memory_slices: int  # of 8
     max_instances: int
     media_extensions: bool = False
     sms_estimated: bool = False
+    compute_total: int = 7  # compute slices of the whole GPU: 7, or 4 on A30
+
+    @property
+    def compute_fraction(self) -> float:
+        """Share of the GPU's compute slices."""
+        return self.compute_slices / self.compute_total
 
     @property
     def memory_fraction(self) -> float:
@@ -39,7 +45,7 @@ class MigProfile:
     @property
     def gpu_fraction(self) -> float:
         """Share of a GPU the slice takes out of service for others: the scarcer of compute and memory."""
-        return max(self.compute_slices / 7.0, self.memory_slices / 8.0)
+        return max(self.compute_fraction, self.memory_fraction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +77,9 @@ def _p(
     *,
     media: bool = False,
     estimated: bool = False,
+    compute_total: int = 7,
 ) -> MigProfile:
-    return MigProfile(name, memory_gib, sms, compute, memory, max_instances, media, estimated)
+    return MigProfile(name, memory_gib, sms, compute, memory, max_instances, media, estimated, compute_total)
 
 
 _PCIE_GEN4_X16 = 16 * 1.97e9  # ≈1.97 GB/s per lane per direction (Gen4)
@@ -112,9 +119,9 @@ A100_80GB = GPUModelSpec(
         _p("7g.80gb", 78.5, 98, 7, 8, 1),
     ),
 )
-# A30: the guide gives fractions of 4 for both memory and compute; expressed here in the common
-# 8-memory-slot / 7-compute-slice units so `gpu_fraction` stays comparable (1/4 → 2/8; 1/4 compute
-# → 1.75/7, rounded up to 2). GiB not verified in the sources: 24 GiB / 4 per 1g, minus overhead.
+# A30: four compute slices and four memory slices (MIG user guide: 1g = 1/4, 2g = 2/4, 4g = 4/4);
+# memory is kept in eighths (2 per quarter) so `memory_fraction` stays comparable, compute in quarters.
+# GiB are NVML's figures (5836 / 11672 / 23344 MiB, NVIDIA/go-nvml mock a30.go), rounded down.
 A30 = GPUModelSpec(
     "A30",
     "NVIDIA A30",
@@ -123,11 +130,11 @@ A30 = GPUModelSpec(
     _PCIE_GEN4_X16,
     200e9,
     (
-        _p("1g.6gb", 5.75, 14, 2, 2, 4),
-        _p("1g.6gb+me", 5.75, 14, 2, 2, 1, media=True),
-        _p("2g.12gb", 11.5, 28, 4, 4, 2),
-        _p("2g.12gb+me", 11.5, 28, 4, 4, 1, media=True),
-        _p("4g.24gb", 23.5, 56, 7, 8, 1),
+        _p("1g.6gb", 5.69, 14, 1, 2, 4, compute_total=4),
+        _p("1g.6gb+me", 5.69, 14, 1, 2, 1, media=True, compute_total=4),
+        _p("2g.12gb", 11.39, 28, 2, 4, 2, compute_total=4),
+        _p("2g.12gb+me", 11.39, 28, 2, 4, 1, media=True, compute_total=4),
+        _p("4g.24gb", 22.79, 56, 4, 8, 1, compute_total=4),
     ),
 )
 H100_80GB = GPUModelSpec(
@@ -146,6 +153,48 @@ H100_80GB = GPUModelSpec(
         _p("4g.40gb", 39.5, 64, 4, 4, 1),
         _p("7g.80gb", 79.25, 132, 7, 8, 1),
     ),
+)
+
+
+def _scaled_sms(spec_profiles: tuple[MigProfile, ...], sms: int, full_sms: int) -> tuple[MigProfile, ...]:
+    """Another SKU of the same die: same slices and memory, SM counts scaled and marked as estimates."""
+    return tuple(
+        MigProfile(
+            p.name,
+            p.memory_gib,
+            sms if p.compute_slices == p.compute_total else math.floor(p.sms * sms / full_sms),
+            p.compute_slices,
+            p.memory_slices,
+            p.max_instances,
+            p.media_extensions,
+            True,
+            p.compute_total,
+        )
+        for p in spec_profiles
+    )
+
+
+# H100 PCIe: 114 SMs (NVIDIA H100 datasheet), NVLink bridge 600 GB/s. Per-profile SM counts were not
+# found in a source: scaled from the SXM table and marked estimated (never an automatic change).
+H100_PCIE = GPUModelSpec(
+    "H100-PCIe",
+    "NVIDIA H100 PCIe 80GB",
+    114,
+    80.0,
+    _PCIE_GEN5_X16,
+    600e9,
+    _scaled_sms(H100_80GB.mig_profiles, 114, 132),
+)
+# H800 SXM: the H100 SXM die with NVLink cut to 400 GB/s (NVIDIA H800 product brief). MIG SM counts
+# are assumed equal to H100 SXM but not verified: estimated.
+H800 = GPUModelSpec(
+    "H800",
+    "NVIDIA H800 80GB",
+    132,
+    80.0,
+    _PCIE_GEN5_X16,
+    400e9,
+    _scaled_sms(H100_80GB.mig_profiles, 132, 132),
 )
 H100_NVL = GPUModelSpec(
     "H100-NVL",
@@ -181,8 +230,9 @@ H200 = GPUModelSpec(
         _p("7g.141gb", 140.0, 132, 7, 8, 1),
     ),
 )
-# B200: 3g/4g/7g SM counts and GiB were not published; estimated conservatively
-# from the 1g figures and memory fractions. Prefer the runtime NVML table.
+# B200: only 1g.23gb's 18 SMs are confirmed (MIG guide fractions; go-nvml's mock agrees but mocks are
+# not sources). 1g.45gb/2g.45gb SMs and the 3g/4g/7g rows (7g may well have all 148 SMs) are estimates:
+# advice only, never an automatic change. Prefer the runtime NVML table.
 B200 = GPUModelSpec(
     "B200",
     "NVIDIA B200 180GB",
@@ -193,8 +243,8 @@ B200 = GPUModelSpec(
     (
         _p("1g.23gb", 20.5, 18, 1, 1, 7),
         _p("1g.23gb+me", 20.5, 18, 1, 1, 1, media=True),
-        _p("1g.45gb", 44.25, 30, 1, 2, 4),
-        _p("2g.45gb", 44.25, 36, 2, 2, 3),
+        _p("1g.45gb", 44.25, 30, 1, 2, 4, estimated=True),
+        _p("2g.45gb", 44.25, 36, 2, 2, 3, estimated=True),
         _p("3g.90gb", 88.5, 54, 3, 4, 2, estimated=True),
         _p("4g.90gb", 88.5, 72, 4, 4, 1, estimated=True),
         _p("7g.180gb", 177.0, 126, 7, 8, 1, estimated=True),
@@ -202,7 +252,7 @@ B200 = GPUModelSpec(
 )
 
 GPU_MODELS: dict[str, GPUModelSpec] = {
-    spec.key: spec for spec in (A100_40GB, A100_80GB, A30, H100_80GB, H100_NVL, H200, B200)
+    spec.key: spec for spec in (A100_40GB, A100_80GB, A30, H100_80GB, H100_PCIE, H800, H100_NVL, H200, B200)
 }
 
 #: Bigger-memory upgrade path for memory-capacity-bound work (rule R9: 80 → 141/180 GB).
@@ -253,12 +303,45 @@ def model_key_for_product(label: str | None) -> str | None:
         return "A100-80GB" if "80GB" in text else "A100-40GB"
     if re.search(r"(?:^|-)A30(?:-|$)", text):
         return "A30"
-    if "H100" in text or "H800" in text:
-        return "H100-NVL" if ("NVL" in text or "94GB" in text) else "H100-80GB"
+    if "H800" in text:
+        return "H100-PCIe" if "PCIE" in text else "H800"
+    if "H100" in text:
+        if "NVL" in text or "94GB" in text:
+            return "H100-NVL"
+        return "H100-PCIe" if "PCIE" in text else "H100-80GB"
     if "H200" in text:
         return "H200"
     if "B200" in text:
         return "B200"
+    return None
+
+
+#: NVLink bandwidth per GPU and direction (bytes/s) by product family, for models with or without a MIG
+#: table. NVLink 3 (A100): 12 links × 25 GB/s; NVLink 4 (H100 SXM, H200, GH200): 18 × 25 GB/s; H100 NVL /
+#: H100 PCIe bridge: 600 GB/s bidirectional; H800: 400 GB/s; A30 bridge: 200 GB/s; NVLink 5 (B200,
+#: GB200): 18 × 50 GB/s. Sources: NVIDIA A100/H100/H200/B200 datasheets and product briefs.
+_NVLINK_PER_DIRECTION: tuple[tuple[str, float], ...] = (
+    (r"(?:^|-)GB\d", 900e9),
+    (r"(?:^|-)GH\d", 450e9),
+    (r"(?:^|-)B\d", 900e9),
+    (r"H800", 200e9),
+    (r"H100.*(?:NVL|94GB|PCIE)", 300e9),
+    (r"H100|H200", 450e9),
+    (r"A100", 300e9),
+    (r"(?:^|-)A30(?:-|$)", 100e9),
+)
+#: Per-direction nominal assumed when the model is unknown (NVLink 4); findings say it was assumed.
+NVLINK_FALLBACK_PER_DIRECTION = 450e9
+
+
+def nvlink_per_direction_bytes(label: str | None) -> float | None:
+    """Nominal NVLink bandwidth per direction of a GPU product (bytes/s), or None when unknown."""
+    if not label:
+        return None
+    text = normalise_product(label)
+    for pattern, value in _NVLINK_PER_DIRECTION:
+        if re.search(pattern, text):
+            return value
     return None
 
 
@@ -280,18 +363,110 @@ def profiles_for(spec: GPUModelSpec | None, overrides: MigTables | None = None) 
     """The MIG table of a model: a runtime (NVML) table from `overrides` replaces the static one."""
     if spec is None:
         return ()
-    if overrides and spec.key in overrides:
+    if overrides and spec.key in overrides and overrides[spec.key]:
         return tuple(overrides[spec.key])
     return spec.mig_profiles
 
 
+#: Prefix of the MIG extended resources the device plugin advertises under the mixed strategy.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+#: A MIG profile in either spelling: NVML/mig-parted ('1g.10gb+me', '1g.24gb+me.all', '1g.24gb+gfx',
+#: '1g.24gb-me') or the device plugin's, which writes every '+' as '.' ('1g.10gb.me', '1g.24gb.me.all').
+_PROFILE_SPELLING = re.compile(r"^(?P<base>[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$")
+
+
+def device_plugin_profile_name(name: str) -> str:
+    """A MIG profile as the device plugin spells it in resource names, product labels and mig-parted
+    config names: '+' becomes '.' (k8s-device-plugin internal/rm/rm.go, nvml-mig-device.go GetName).
+
+    '1g.10gb+me' → '1g.10gb.me'; '1g.24gb+me.all' → '1g.24gb.me.all'; '1g.24gb-me' stays. Tolerates a
+    'nvidia.com/mig-' prefix and upper case.
+    """
+    return name.strip().lower().removeprefix(MIG_RESOURCE_PREFIX).replace("+", ".")
+
+
+def nvml_profile_name(name: str) -> str:
+    """A MIG profile as NVML and the MIG tables spell it: the first '.' after the memory size is '+'.
+
+    '1g.10gb.me' → '1g.10gb+me'; '1g.24gb.me.all' → '1g.24gb+me.all'; '1g.24gb-me' and '1g.10gb' stay.
+    """
+    plugin = device_plugin_profile_name(name)
+    match = _PROFILE_SPELLING.match(plugin)
+    if match is None or not match["suffix"].startswith("."):
+        return plugin
+    return f"{match['base']}+{match['suffix'][1:]}"
+
+
+def is_mig_profile_name(name: str) -> bool:
+    """True for a MIG profile name in either spelling ('1g.10gb', '1g.10gb.me', '1g.10gb+me', '1g.24gb-me')."""
+    return _PROFILE_SPELLING.match(name.strip().lower().removeprefix(MIG_RESOURCE_PREFIX)) is not None
+
+
+def mig_profile_of_resource(resource: str) -> str | None:
+    """The profile (device plugin spelling) of a MIG extended resource, or None for any other resource."""
+    if not resource.startswith(MIG_RESOURCE_PREFIX):
+        return None
+    profile = device_plugin_profile_name(resource)
+    return profile if is_mig_profile_name(profile) else None
+
+
+def same_profile(a: str, b: str) -> bool:
+    """True when two names, in any spelling, are the same MIG profile."""
+    return device_plugin_profile_name(a) == device_plugin_profile_name(b)
+
+
+_PROFILE_NAME = re.compile(r"^(?P<compute>\d+)g\.(?P<memory>\d+)gb(?P<media>\+me)?", re.IGNORECASE)
+
+
+def runtime_mig_table(
+    spec: GPUModelSpec, rows: Sequence[Mapping[str, str]], *, total_memory_mib: float | None = None
+) -> tuple[MigProfile, ...]:
+    """A MIG table from NVML's profile rows (the agent's `gpu_rightsizer_agent_mig_profile_info` labels).
+
+    Each row needs `profile`, `memory_mib`, `multiprocessors` and `max_instances`. SM counts and memory
+    are NVML's own (not estimates); slice counts come from the static row of the same name, else from
+    the name's compute slices and the memory share. Rows that do not parse are skipped.
+    """
+    static = {p.name.lower(): p for p in spec.mig_profiles}
+    compute_total = max((p.compute_total for p in spec.mig_profiles), default=7)
+    total_mib = total_memory_mib or spec.memory_gib * 1024
+    table: list[MigProfile] = []
+    for row in rows:
+        name = nvml_profile_name(str(row.get("profile", "")))
+        match = _PROFILE_NAME.match(name)
+        try:
+            memory_mib = float(row["memory_mib"])
+            sms = int(float(row["multiprocessors"]))
+            instances = int(float(row["max_instances"]))
+        except (KeyError, ValueError):
+            continue
+        if match is None or memory_mib <= 0 or sms <= 0:
+            continue
+        known = static.get(name)
+        compute = known.compute_slices if known else int(match["compute"])
+        memory_slices = known.memory_slices if known else max(1, min(8, round(memory_mib / total_mib * 8)))
+        table.append(
+            MigProfile(
+                name,
+                math.floor(memory_mib * GIB_PER_MIB * 100) / 100,
+                sms,
+                compute,
+                memory_slices,
+                instances,
+                bool(match["media"]),
+                False,
+                known.compute_total if known else compute_total,
+            )
+        )
+    return tuple(sorted(table, key=lambda p: (p.gpu_fraction, p.memory_gib, p.name)))
+
+
 def find_profile(profiles: Sequence[MigProfile], name: str | None) -> MigProfile | None:
-    """Profile by name ('1g.10gb', tolerant of a 'nvidia.com/mig-' prefix), or None."""
+    """Profile by name in either spelling ('1g.10gb.me', '1g.10gb+me', 'nvidia.com/mig-1g.10gb.me'), or None."""
     if not name:
         return None
-    wanted = name.removeprefix("nvidia.com/mig-").lower()
     for profile in profiles:
-        if profile.name.lower() == wanted:
+        if same_profile(profile.name, name):
             return profile
     return None
 
@@ -323,14 +498,14 @@ def smallest_fitting_profile(
     """
     required_memory = need.memory_gib * memory_headroom
     required_sms = need.sm_equivalents / sm_target
-    allowed_names = {name.removeprefix("nvidia.com/mig-").lower() for name in allowed} if allowed else None
+    allowed_names = {device_plugin_profile_name(name) for name in allowed} if allowed else None
     candidates = []
     for profile in profiles:
         if profile.media_extensions != need.needs_media and not (
-            need.needs_media and profile.compute_slices == 7
+            need.needs_media and profile.compute_slices == profile.compute_total
         ):
             continue
-        if allowed_names is not None and profile.name.lower() not in allowed_names:
+        if allowed_names is not None and device_plugin_profile_name(profile.name) not in allowed_names:
             continue
         if profile.memory_gib < required_memory or profile.sms < required_sms:
             continue
@@ -347,13 +522,14 @@ def smallest_fitting_profile(
 
 def full_gpu_profile(profiles: Sequence[MigProfile]) -> MigProfile | None:
     """The 7g profile (the whole GPU under MIG)."""
-    full = [p for p in profiles if p.compute_slices >= 7 and not p.media_extensions]
+    full = [p for p in profiles if p.compute_slices >= p.compute_total and not p.media_extensions]
     return max(full, key=lambda p: p.memory_gib) if full else None
 
 
 def mig_resource_name(profile: MigProfile) -> str:
-    """Extended resource of a profile under the 'mixed' strategy, e.g. nvidia.com/mig-1g.18gb."""
-    return f"nvidia.com/mig-{profile.name}"
+    """Extended resource of a profile under the 'mixed' strategy, e.g. nvidia.com/mig-1g.18gb or
+    nvidia.com/mig-1g.18gb.me: the device plugin never advertises a '+' (nor may a resource name hold one)."""
+    return f"{MIG_RESOURCE_PREFIX}{device_plugin_profile_name(profile.name)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,8 +561,8 @@ def mig_request(profile: MigProfile, strategy: SharingStrategy, product_label: s
             "nvidia.com/gpu",
             1,
             {
-                "nvidia.com/gpu.product": f"{product}-MIG-{profile.name}",
-                "nvidia.com/mig.config": f"all-{profile.name}",
+                "nvidia.com/gpu.product": f"{product}-MIG-{device_plugin_profile_name(profile.name)}",
+                "nvidia.com/mig.config": f"all-{device_plugin_profile_name(profile.name)}",
             },
             "mig-single: every GPU of the node carries this profile",
         )

@@ -24,18 +24,12 @@ from gpu_rightsizer.logic.mig import (
     shared_request,
     smallest_fitting_profile,
 )
+from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.workloads import format_cpu, format_memory
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, SharingStrategy
-from gpu_rightsizer.model.result import Action
+from gpu_rightsizer.model.result import Action, ActionTarget
 
-DATA_PATH_CODES: frozenset[DiagnosisCode] = frozenset(
-    {
-        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
-        DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
-        DiagnosisCode.HOST_TRANSFER_BOUND,
-        DiagnosisCode.COMMUNICATION_BOUND,
-    }
-)
 _MIG_STRATEGIES = frozenset({SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE})
 _SHARING_STRATEGIES = frozenset({SharingStrategy.TIME_SLICING, SharingStrategy.MPS})
 #: Action types of which one recommendation carries at most one (the higher-ranked finding wins).
@@ -140,25 +134,33 @@ def _cpu_action(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAc
         target, current, settings.min_delta_ratio, settings.min_cpu_delta_cores
     ):
         return None
-    which = "limit" if allocation.cpu_limit_cores else "request"
+    has_limit = allocation.cpu_limit_cores is not None
+    which = "limit" if has_limit else "request"
     usage = (
         f"p95 use {figures.cpu_usage_p95:.2f} cores" if figures.cpu_usage_p95 is not None else "use unknown"
     )
     throttled = (
         f", throttled {figures.cpu_throttled:.0%} of periods" if figures.cpu_throttled is not None else ""
     )
+    quantity = {"cpu": format_cpu(target)}
+    # A pod without a CPU limit keeps having none: only its request changes.
+    cpu_target = ActionTarget(requests=quantity, limits=dict(quantity) if has_limit else {})
     return PlannedAction(
         Action(
             type=ActionType.CPU,
             from_value=_cores(current) + f" ({which})" if current is not None else "no CPU request",
-            to_value=_cores(target) + " (request and limit)",
+            to_value=_cores(target)
+            + (" (request and limit)" if has_limit else " (request; no limit, as before)"),
             reason=f"Input pipeline is CPU-bound ({usage}{throttled}, GPU busy p95 "
             f"{(figures.busy_p95 or 0.0):.0%}); a starved pod cannot use more than its limit, so demand is "
             f"estimated as use × {settings.cpu_target_busy:.0%} / busy, bounded to "
             f"{settings.cpu_min_cores_per_gpu:g}-{settings.cpu_max_cores_per_gpu:g} cores per GPU and "
-            f"{settings.cpu_max_step_factor:g}× the current value per step.",
+            f"{settings.cpu_max_step_factor:g}× the current value per step. More cores help only with more "
+            "loader workers: size num_workers from os.sched_getaffinity(0) or the cgroup's cpu.max, not "
+            "os.cpu_count() (which ignores the quota).",
             resource="cpu",
             automatic=True,
+            target=cpu_target,
         ),
         2,
     )
@@ -183,9 +185,45 @@ def _memory_action(figures: WorkloadFigures, settings: EngineSettings) -> Planne
             "need more memory.",
             resource="memory",
             automatic=True,
+            target=_memory_target(figures, target),
         ),
         2,
     )
+
+
+def _memory_target(figures: WorkloadFigures, target_bytes: float) -> ActionTarget:
+    """The limit moves when there is one; a pod without a memory limit only gets a larger request."""
+    quantity = {"memory": format_memory(target_bytes)}
+    if figures.window.allocation.memory_limit_bytes is not None:
+        return ActionTarget(limits=quantity)
+    return ActionTarget(requests=quantity)
+
+
+def _gpu_resource_target(figures: WorkloadFigures, resource: str, count: int) -> ActionTarget:
+    """Swap the GPU resource: the new one in requests and limits, the current one removed."""
+    current = figures.window.allocation.gpu_resource
+    return ActionTarget(
+        requests={resource: str(count)},
+        limits={resource: str(count)},
+        remove_resources=[current] if current and current != resource else [],
+        gpu_capacity_change=True,
+    )
+
+
+def _mig_applicable(profile: MigProfile, sharing: SharingStrategy) -> tuple[bool, str]:
+    """Whether the actuator may apply a move to `profile`, and the caveat to add when it may not.
+
+    Under mig-single the pod keeps `nvidia.com/gpu` and moves by node selector, which the action target
+    cannot express; a profile whose figures are estimates never drives an automatic change.
+    """
+    if profile.sms_estimated:
+        return False, (
+            f" {profile.name}'s SM count is an estimate (no published or runtime table): check it with "
+            "`nvidia-smi mig -lgip` before moving."
+        )
+    if sharing is SharingStrategy.MIG_SINGLE:
+        return False, " Under mig-single the move is a node-selector change: schedule it on a node pool."
+    return True, ""
 
 
 def _current_fraction(figures: WorkloadFigures) -> float:
@@ -222,17 +260,19 @@ def _slice_action(
         if profile is None or profile.gpu_fraction >= current_fraction:
             return None
         request = mig_request(profile, sharing, product)
+        automatic, caveat = _mig_applicable(profile, sharing)
         return PlannedAction(
             Action(
                 type=ActionType.MIG_PROFILE,
                 from_value=_current_gpu(figures),
                 to_value=request.describe(),
                 reason=f"{reason_prefix} {profile.name} holds {profile.memory_gib:g} GiB ≥ "
-                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (p99) and {profile.sms} SMs "
+                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (peak) and {profile.sms} SMs "
                 "≥ "
-                f"{need.sm_equivalents:.1f} busy SMs / {settings.sm_target_utilisation:g}.",
+                f"{need.sm_equivalents:.1f} busy SMs / {settings.sm_target_utilisation:g}.{caveat}",
                 resource=request.resource,
-                automatic=True,
+                automatic=automatic,
+                target=_gpu_resource_target(figures, request.resource, request.count) if automatic else None,
             ),
             3,
             max(0.0, 1.0 - profile.gpu_fraction / current_fraction),
@@ -255,10 +295,11 @@ def _slice_action(
             type=ActionType.GPU_SHARING,
             from_value=_current_gpu(figures),
             to_value=request.describe(),
-            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({need.memory_gib:.1f} GiB used p99)."
+            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({need.memory_gib:.1f} GiB used at peak)."
             + advice,
             resource=request.resource,
             automatic=automatic,
+            target=_gpu_resource_target(figures, request.resource, request.count) if automatic else None,
         ),
         3,
         1.0 - 1.0 / replicas_per_gpu,
@@ -301,6 +342,9 @@ def _under_replicated(figures: WorkloadFigures, settings: EngineSettings) -> lis
                         "replica count, so its maximum is raised.",
                         resource="replicas",
                         automatic=True,
+                        target=ActionTarget(
+                            min_replicas=hpa.min_replicas, max_replicas=new_max, gpu_capacity_change=True
+                        ),
                     ),
                     1,
                 )
@@ -316,6 +360,7 @@ def _under_replicated(figures: WorkloadFigures, settings: EngineSettings) -> lis
                 f"{settings.replica_target_utilisation:.0%} per replica.",
                 resource="replicas",
                 automatic=True,
+                target=ActionTarget(replicas=needed, gpu_capacity_change=True),
             ),
             1,
         )
@@ -358,6 +403,9 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                     "its minimum is lowered.",
                     resource="replicas",
                     automatic=True,
+                    target=ActionTarget(
+                        min_replicas=needed, max_replicas=hpa.max_replicas, gpu_capacity_change=True
+                    ),
                 ),
                 1,
                 (hpa.min_replicas - needed) / hpa.min_replicas if hpa.min_replicas else 0.0,
@@ -372,6 +420,7 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                 reason=f"{basis[0].upper()}{basis[1:]}, with no queue (the policy's minReplicas still applies).",
                 resource="replicas",
                 automatic=True,
+                target=ActionTarget(replicas=needed, gpu_capacity_change=True),
             ),
             1,
             (replicas - needed) / replicas,
@@ -379,24 +428,66 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
     ]
 
 
-def _release(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAction | None:
-    """Release only when there was no GPU activity at all and no request was served (SPEC §1)."""
+#: Kinds whose replica count the actuator sets; a release elsewhere (Job, Pod) is advice.
+_SCALABLE_KINDS = frozenset({"Deployment", "StatefulSet"})
+
+
+def release_blockers(figures: WorkloadFigures, settings: EngineSettings, min_replicas: int) -> list[str]:
+    """Why an idle allocation may not be released automatically; empty when it may.
+
+    Idle is decided on the window; a release also needs profiling fields (GPU_UTIL's whole percent reads
+    a 0.5 %-duty server as 0), every replica observed, a full day for long-running services (a service
+    idle at night is not idle), and a target above the policy's minReplicas floor.
+    """
+    blockers: list[str] = []
+    window = figures.window
+    if not figures.profiling_fields:
+        blockers.append("no SM_ACTIVE: GPU_UTIL alone cannot tell a light service from an idle one")
+    expected = window.allocation.replicas
+    if expected and figures.pods < expected:
+        blockers.append(f"only {figures.pods} of {expected} replicas were observed")
+    if (
+        window.workload.kind in _SCALABLE_KINDS
+        and window.duration_seconds < settings.release_min_window_seconds
+    ):
+        blockers.append(
+            f"the window is {window.duration_seconds / 3600:.1f} h; a {window.workload.kind} is released only "
+            f"after {settings.release_min_window_seconds / 3600:.0f} h idle (daily cycles)"
+        )
+    if window.workload.kind not in _SCALABLE_KINDS:
+        blockers.append(f"a {window.workload.kind} has no replica count to set: end it by hand")
+    if window.allocation.hpa is not None:
+        blockers.append(f"the HPA '{window.allocation.hpa.name}' owns the replica count")
+    if min_replicas >= max(figures.replicas, 1):
+        blockers.append(f"the policy keeps at least {min_replicas} replica(s)")
+    return blockers
+
+
+def _release(figures: WorkloadFigures, settings: EngineSettings, min_replicas: int) -> PlannedAction | None:
+    """Release only when no kernel ran and no request was served (SPEC §1); automatic only when safe."""
     busy_max = figures.busy_max
     if busy_max is None or busy_max > settings.release_max_busy:
         return None
     if figures.requests_per_s is not None and figures.requests_per_s > 0:
         return None
+    blockers = release_blockers(figures, settings, min_replicas)
+    target_replicas = max(0, min_replicas)
+    automatic = not blockers
+    manual = f" Not applied automatically: {'; '.join(blockers)}." if blockers else ""
     return PlannedAction(
         Action(
             type=ActionType.RELEASE_IDLE,
             from_value=f"{figures.total_gpus} × {figures.window.allocation.gpu_resource}",
-            to_value="0 (scale to zero / end the job)",
-            reason=f"No GPU activity at all in the window (busy never above {busy_max:.0%}).",
+            to_value=f"{target_replicas} replicas (scale to zero / end the job)"
+            if target_replicas == 0
+            else f"{target_replicas} replicas (the policy's minReplicas)",
+            reason=f"No GPU kernel ran in the window (busy never above {busy_max:.1%}).{manual}",
             resource=figures.window.allocation.gpu_resource,
-            automatic=True,
+            automatic=automatic,
+            target=ActionTarget(replicas=target_replicas, gpu_capacity_change=True) if automatic else None,
         ),
         1,
-        1.0,
+        1.0 - target_replicas / max(figures.replicas, 1),
     )
 
 
@@ -432,6 +523,7 @@ def _memory_capacity(
         )
         if bigger:
             request = mig_request(bigger[0], sharing, figures.window.allocation.gpu_model)
+            automatic, caveat = _mig_applicable(bigger[0], sharing)
             actions.append(
                 PlannedAction(
                     Action(
@@ -439,9 +531,12 @@ def _memory_capacity(
                         from_value=_current_gpu(figures),
                         to_value=request.describe(),
                         reason=f"{current.name} ({current.memory_gib:g} GiB) is full; {bigger[0].name} holds "
-                        f"{bigger[0].memory_gib:g} GiB.",
+                        f"{bigger[0].memory_gib:g} GiB.{caveat}",
                         resource=request.resource,
-                        automatic=True,
+                        automatic=automatic,
+                        target=_gpu_resource_target(figures, request.resource, request.count)
+                        if automatic
+                        else None,
                     ),
                     3,
                 )
@@ -484,6 +579,7 @@ def recommend(
     settings: EngineSettings,
     sharing: SharingStrategy = SharingStrategy.MIG_MIXED,
     allowed_profiles: Sequence[str] | None = None,
+    min_replicas: int = 0,
 ) -> list[PlannedAction]:
     """Actions for every finding of a diagnosis, cheapest first; none on health or insufficient data."""
     codes = {finding.code for finding in diagnosis.findings}
@@ -494,20 +590,32 @@ def recommend(
     planned: list[PlannedAction] = []
     for finding in diagnosis.findings:  # already in rule order: the higher-ranked finding wins a type
         code = finding.code
-        if code is DiagnosisCode.IDLE_ALLOCATION:
-            release = _release(figures, settings)
+        if code is DiagnosisCode.IDLE_ALLOCATION and not data_path:
+            release = _release(figures, settings, min_replicas)
             if release is not None:
                 planned.append(release)
             else:
                 shared = _slice_action(figures, settings, sharing, allowed_profiles, "Idle but not inactive:")
                 if shared is not None:
                     planned.append(shared)
+        elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND and "cpuPlateauCores" in finding.evidence:
+            cores = int(finding.evidence["cpuPlateauCores"])
+            planned.append(
+                _software(
+                    "more DataLoader workers (num_workers ≈ the cores available - 1, read from "
+                    "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+                    "prefetching; CUDA Graphs if one loop thread launches every kernel",
+                    f"{cores} process(es) sit at one core each below the CPU limit: the limit is not the "
+                    "bottleneck, the number of busy processes is.",
+                )
+            )
         elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND:
             planned.append(
                 _software(
-                    "more DataLoader workers, pin_memory=True, prefetching; GPU decoding (DALI) or caching "
-                    "decoded data",
-                    "The GPU waits for CPU-side data preparation.",
+                    "more DataLoader workers together with the CPU raise (size num_workers from "
+                    "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+                    "prefetching; GPU decoding (DALI) or caching decoded data",
+                    "The GPU waits for CPU-side data preparation; more cores help only with more workers.",
                 )
             )
             planned.extend(
@@ -608,12 +716,31 @@ def recommend(
     return _resolve(planned)
 
 
+def _is_capacity_change(item: PlannedAction) -> bool:
+    target = item.action.target
+    return item.action.automatic and target is not None and target.gpu_capacity_change
+
+
+def _defer(item: PlannedAction, applied: PlannedAction) -> PlannedAction:
+    """A GPU-capacity change that waits: advice now, re-measured after the first change is verified."""
+    action = item.action.model_copy(
+        update={
+            "automatic": False,
+            "target": None,
+            "reason": f"{item.action.reason} Waits for the next verified cycle: one GPU-capacity change at a "
+            f"time ({applied.action.type.value} goes first), sized on the load measured after it.",
+        }
+    )
+    return PlannedAction(action, item.tier, 0.0)
+
+
 def _resolve(planned: list[PlannedAction]) -> list[PlannedAction]:
-    """Drop duplicates and conflicts (first wins), then order cheapest first, deterministically."""
+    """Drop duplicates and conflicts (first wins), keep one GPU-capacity change, order cheapest first."""
     kept: list[PlannedAction] = []
     seen_types: set[ActionType] = set()
     seen_texts: set[tuple[ActionType, str]] = set()
     releasing = any(p.action.type is ActionType.RELEASE_IDLE for p in planned)
+    capacity: PlannedAction | None = None
     for item in planned:
         kind = item.action.type
         if releasing and kind in _GPU_SHAPE_TYPES:
@@ -625,5 +752,10 @@ def _resolve(planned: list[PlannedAction]) -> list[PlannedAction]:
             continue
         seen_types.add(kind)
         seen_texts.add(key)
+        if _is_capacity_change(item) and capacity is not None:
+            kept.append(_defer(item, capacity))
+            continue
+        if _is_capacity_change(item):
+            capacity = item
         kept.append(item)
     return sorted(kept, key=lambda p: (p.tier, p.action.type.value, p.action.to_value))

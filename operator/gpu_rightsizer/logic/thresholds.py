@@ -71,6 +71,13 @@ class EngineSettings(BaseModel):
         description="Data that ends longer ago than this (when the caller passes `now`) is stale → "
         "InsufficientData. Heur (a few dcgm-exporter collect intervals of 30 s plus scrape delay).",
     )
+    consistency_min_samples: int = Field(
+        default=100,
+        ge=1,
+        description="GR_ENGINE_ACTIVE and GPU_UTIL are compared (as means: GPU_UTIL is one sub-second NVML "
+        "sample per scrape, GR an interval average, so their medians part on a sawtooth) only with at "
+        "least this many samples of each. Heur (review D9).",
+    )
     ratio_tolerance: float = Field(
         default=0.05,
         ge=0,
@@ -131,12 +138,51 @@ class EngineSettings(BaseModel):
         ge=0,
         description="Idle over a shorter window lowers confidence. Heur (rule R1: ≥ 1 h).",
     )
+    idle_sm_p99: float = Field(
+        default=0.00002,
+        ge=0,
+        le=1,
+        description="Idle means no kernels: the busiest GPU's SM activity p99 at or below this (effectively "
+        "zero). Measured on an H200 (tests/fixtures/h200), at 1 s and at 30 s averages alike: an idle holder "
+        "reads exactly 0; a live server at 5 req/s with no request metric 0.00018 (9× the line), one at "
+        "200 req/s 0.007. Neither CPU (0.005 vs 0.01 core) nor PCIe (≈ 0.6-1 MB/s) separates the first "
+        "two: only kernels do. Heur, measured.",
+    )
+    idle_gr_p99: float = Field(
+        default=0.0002,
+        ge=0,
+        le=1,
+        description="Without SM fields: GR_ENGINE_ACTIVE p99 at or below this = no kernels. Measured on an "
+        "H200: idle holder 0.00006 (a constant floor), live server at 5 req/s 0.00042, at 200 req/s "
+        "0.016. Heur, measured.",
+    )
+    idle_activity_max: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Idle also needs every sample of SM activity (else GR) at or below this: the p99 line "
+        "lets 1 % of the window through, and 1 % of a day is a 14-minute job. A 1 s burst at SM 0.5 still "
+        "reads 0.017 in a 30 s average. Heur.",
+    )
+    idle_cpu_cores: float = Field(
+        default=0.05,
+        ge=0,
+        description="Idle also needs container CPU p95 at or below this (cores): a process that feeds a GPU "
+        "uses CPU. Measured: idle holder 0.01, live server 0.11. Heur, measured (review Q2).",
+    )
     idle_transfer_bytes_per_s: float = Field(
-        default=50e6,
+        default=5e6,
         ge=0,
         description="Idle also needs every GPU's PCIe RX/TX and NVLink p95 below this (bytes/s): copies are "
         "GPU work that the busy signal does not count. Measured: an idle H200 moves ≈ 0.8-1.2 MB/s over "
-        "PCIe, a pageable copy loop ≈ 9 GB/s (tests/fixtures/h200); 50 MB/s is Heur, far from both.",
+        "PCIe, a live server with a 1.3 GiB model 7.5 MB/s, a pageable copy loop ≈ 9 GB/s "
+        "(tests/fixtures/h200; review Q2). Heur, measured.",
+    )
+    release_min_window_seconds: float = Field(
+        default=86400.0,
+        ge=0,
+        description="A Deployment or StatefulSet is released automatically only after a window this long: a "
+        "service idle at night is busy by day. Heur (one diurnal cycle; review Q2).",
     )
     release_max_busy: float = Field(
         default=0.01,
@@ -173,6 +219,37 @@ class EngineSettings(BaseModel):
         le=1,
         description="CFS throttled periods / periods at or above this = CPU throttled. Heur: "
         "kubernetes-mixin CPUThrottlingHigh default 25 %.",
+    )
+    cpu_plateau_max_excess: float = Field(
+        default=0.3,
+        ge=0,
+        description="CPU plateau (a loader pinned below its limit): usage p50 lies within this many cores "
+        "above a whole number k ≥ 1 of cores (k pinned processes plus light main-thread work). Heur "
+        "(review Q4).",
+    )
+    cpu_plateau_max_spread: float = Field(
+        default=0.15,
+        ge=0,
+        description="CPU plateau: usage p95 - p50 at or below this (cores): flat, not bursty. Heur (review Q4).",
+    )
+    cpu_plateau_min_headroom: float = Field(
+        default=0.5,
+        ge=0,
+        description="CPU plateau: the limit lies at least this many cores above usage p95 (so the quota is "
+        "never exhausted and nothing is throttled). Heur (review Q4).",
+    )
+    cpu_plateau_max_throttled: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="CPU plateau: throttled periods below this share. Heur (review Q4).",
+    )
+    cpu_process_pinned_cores: float = Field(
+        default=0.9,
+        ge=0,
+        description="When the node agent reports per-process CPU, a busiest process at or above this many "
+        "cores (median) is pinned at one core: it confirms a CPU plateau; below it, no plateau. Measured: "
+        "the one-worker loader's busiest process 1.00 core. Heur (review Q4; agent/process_cpu.py uses 0.9).",
     )
     sawtooth_strong: float = Field(
         default=0.3,
@@ -211,21 +288,21 @@ class EngineSettings(BaseModel):
         "9.3 GB/s p95).",
     )
     nvlink_utilisation: float = Field(
-        default=0.5,
+        default=0.25,
         ge=0,
         le=1,
-        description="NVLink (or PCIe on boxes without NVLink) bytes p95 / nominal at or above this, with "
-        "SM activity low, = communication-bound. Heur 0.5; Lit: ≈ 0.8 × nominal is achievable "
-        "(NVIDIA/nccl#1264).",
+        description="The busier NVLink direction's median / the model's per-direction nominal at or above "
+        "this (PCIe only when its traffic is symmetric), with the math pipes idle, = communication-bound. "
+        "Lit: NCCL reaches ≈ 0.8 × nominal (NVIDIA/nccl#1264), so 0.25 means links busy ≥ 30 % of the "
+        "time; a measured all-reduce DDP on H200 ran 171 of 450 GB/s per direction (0.38). Heur 0.25.",
     )
-    communication_max_tensor_p50: float = Field(
-        default=0.1,
+    communication_max_math_p50: float = Field(
+        default=0.25,
         ge=0,
-        le=1,
-        description="Without SM fields (busy stands in for SM activity and NCCL kernels keep the engine busy), "
-        "multi-GPU work with NVLink (or PCIe) at nvlink_utilisation and tensor-pipe p50 below this (FP32 "
-        "pipes not busy either) = communication-bound, at the proxy penalty. Heur (R4b: the math units "
-        "mostly idle).",
+        le=3,
+        description="Tensor + FP16 + FP32 pipe p50 below this = the math units mostly idle (R4). SM activity "
+        "is not a gate: NCCL kernels count as SM-active (DCGM). Measured all-reduce DDP: tensor 0.01; "
+        "healthy BF16 DDP: tensor 0.75. Heur (review Q5).",
     )
     nvlink_quiet_bytes_per_s: float = Field(
         default=1e9,
@@ -243,7 +320,9 @@ class EngineSettings(BaseModel):
         default=0.2,
         ge=0,
         le=1,
-        description="SM occupancy p50 below this (with high busy) = launch/small-kernel bound. Heur (R5).",
+        description="SM occupancy p50 below this raises LowOccupancy's confidence; occupancy alone never "
+        "fires (DCGM: higher occupancy does not mean better use for compute-bound work; large GEMM tiles "
+        "keep one block per SM by design). Heur (R5).",
     )
     dram_bound: float = Field(
         default=0.6,

@@ -13,8 +13,13 @@ from typing import Any
 from gpu_rightsizer.model.crd import IGNORE_ANNOTATION
 from gpu_rightsizer.model.observation import Allocation, WorkloadRef
 
-#: Extended resources that mean "this pod uses an NVIDIA GPU or a part of one".
-GPU_RESOURCE_PATTERN = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
+#: Extended resources that mean "this pod uses an NVIDIA GPU or a part of one". MIG resources as the device
+#: plugin advertises them: '+' in a profile is written '.', so 'mig-1g.10gb.me', and Blackwell adds
+#: 'mig-1g.24gb.gfx', 'mig-1g.24gb.me.all' and 'mig-1g.24gb-me' (k8s-device-plugin internal/rm/rm.go;
+#: gpu-operator assets/state-mig-manager/0400_configmap.yaml).
+GPU_RESOURCE_PATTERN = re.compile(
+    r"^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(?:[.-][a-z][a-z0-9]*)*)$"
+)
 
 _MEM_UNITS = {
     "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,

@@ -36,8 +36,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 #: 24-hour wall-clock time of a maintenance window.
 CLOCK_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-#: MIG profile names as the device plugin exposes them (`nvidia.com/mig-<profile>`), e.g. 1g.10gb, 1g.10gb+me.
-MIG_PROFILE_PATTERN = r"^[1-7]g\.[0-9]+gb(\+me)?$"
+#: MIG profile names as the device plugin exposes them (`nvidia.com/mig-<profile>`): 1g.10gb, 1g.10gb.me,
+#: 1g.24gb.gfx, 1g.24gb.me.all, 1g.24gb-me. The device plugin writes NVML's '+' as '.', so '+me' is no
+#: resource anywhere and is refused.
+MIG_PROFILE_PATTERN = r"^[1-7]g\.[0-9]+gb([.-][a-z][a-z0-9]*)*$"
 #: IANA time-zone names (Europe/Berlin, UTC, America/Argentina/Buenos_Aires, Etc/GMT+2).
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*$"
 #: metav1.Condition reason: CamelCase identifier.
@@ -499,7 +501,8 @@ class Safety(CamelModel):
     allowed_mig_profiles: list[MigProfile] = Field(
         default_factory=list,
         max_length=32,
-        description="MIG profiles the actuator may move workloads to, e.g. 1g.10gb; empty allows none.",
+        description="MIG profiles the actuator may move workloads to, as the device plugin spells them "
+        "(nvidia.com/mig-<profile>), e.g. 1g.10gb or 1g.10gb.me; empty allows none.",
         json_schema_extra=_SET_LIST,
     )
 

@@ -34,6 +34,31 @@ DCGM_POWER_USAGE: Final = "DCGM_FI_DEV_POWER_USAGE"  # W
 DCGM_SM_CLOCK: Final = "DCGM_FI_DEV_SM_CLOCK"  # MHz
 DCGM_GPU_TEMP: Final = "DCGM_FI_DEV_GPU_TEMP"  # °C
 DCGM_CLOCKS_EVENT_REASONS: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask
+#: The same field (112) under its name before DCGM 3.3; dcgm-exporter names the series after the CSV line.
+DCGM_CLOCK_THROTTLE_REASONS: Final = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+#: Both names of the clock-event bitmask, current first.
+DCGM_CLOCK_EVENT_METRICS: Final[tuple[str, str]] = (DCGM_CLOCKS_EVENT_REASONS, DCGM_CLOCK_THROTTLE_REASONS)
+#: Counters of the time the clocks were held down per reason, in nanoseconds (dcgm_fields.h: "Violation
+#: time in ns"; NVML `nvmlViolationTime_t.violationTime`). Their rate / 1e9 is the share of time throttled.
+DCGM_POWER_VIOLATION: Final = "DCGM_FI_DEV_POWER_VIOLATION"
+DCGM_THERMAL_VIOLATION: Final = "DCGM_FI_DEV_THERMAL_VIOLATION"
+DCGM_BOARD_LIMIT_VIOLATION: Final = "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION"
+DCGM_RELIABILITY_VIOLATION: Final = "DCGM_FI_DEV_RELIABILITY_VIOLATION"
+DCGM_VIOLATION_COUNTERS: Final[tuple[str, ...]] = (
+    DCGM_POWER_VIOLATION,
+    DCGM_THERMAL_VIOLATION,
+    DCGM_BOARD_LIMIT_VIOLATION,
+    DCGM_RELIABILITY_VIOLATION,
+)
+#: The violation counters that mean platform throttling. Power violation time is the software power cap
+#: (the clock-event bit 0x4 the bitmask gate leaves out too): a GPU at full load sits at its power limit,
+#: which is no reason to distrust its figures.
+DCGM_THROTTLE_VIOLATION_COUNTERS: Final[tuple[str, ...]] = (
+    DCGM_THERMAL_VIOLATION,
+    DCGM_BOARD_LIMIT_VIOLATION,
+    DCGM_RELIABILITY_VIOLATION,
+)
+VIOLATION_NS_PER_SECOND: Final = 1e9
 DCGM_XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"  # value of the last Xid; labels err_code, err_msg
 
 #: Every dcgm-exporter series gpu-rightsizer reads.
@@ -57,10 +82,14 @@ DCGM_METRICS: Final[tuple[str, ...]] = (
     DCGM_SM_CLOCK,
     DCGM_GPU_TEMP,
     DCGM_CLOCKS_EVENT_REASONS,
+    DCGM_CLOCK_THROTTLE_REASONS,
+    *DCGM_VIOLATION_COUNTERS,
     DCGM_XID_ERRORS,
 )
 
-#: Fields reported for the whole board only, never per MIG instance (gpu-signals §0.4, §1.5).
+#: Fields reported for the whole board only, never per MIG instance (gpu-signals §0.4, §1.5). Under MIG
+#: dcgm-exporter still labels them with each GPU instance (dcgm-exporter #257, #561), so every tenant of
+#: a board sees the board's value.
 DCGM_BOARD_ONLY_METRICS: Final[frozenset[str]] = frozenset(
     {
         DCGM_GPU_UTIL,
@@ -68,11 +97,20 @@ DCGM_BOARD_ONLY_METRICS: Final[frozenset[str]] = frozenset(
         DCGM_SM_CLOCK,
         DCGM_GPU_TEMP,
         DCGM_CLOCKS_EVENT_REASONS,
+        DCGM_CLOCK_THROTTLE_REASONS,
+        *DCGM_VIOLATION_COUNTERS,
         DCGM_PCIE_TX_BYTES,
         DCGM_PCIE_RX_BYTES,
         DCGM_NVLINK_TX_BYTES,
         DCGM_NVLINK_RX_BYTES,
     }
+)
+#: The board-only fields that measure *work* (utilisation, PCIe and NVLink traffic): on a MIG slice they
+#: are the sum over every tenant, so they are never given to one (a busy neighbour would make an idle
+#: slice look busy, or HostTransferBound). The other board-only fields describe the board's *condition*
+#: (clocks, power, temperature, throttling), which every tenant shares, and stay.
+DCGM_BOARD_ACTIVITY_METRICS: Final[frozenset[str]] = frozenset(
+    {DCGM_GPU_UTIL, DCGM_PCIE_TX_BYTES, DCGM_PCIE_RX_BYTES, DCGM_NVLINK_TX_BYTES, DCGM_NVLINK_RX_BYTES}
 )
 
 #: Values at or above this are DCGM "blank / not found / not supported" sentinels (`dcgm_structs.h`).
@@ -105,6 +143,11 @@ CADVISOR_FS_READS: Final = "container_fs_reads_bytes_total"  # counter
 CADVISOR_FS_WRITES: Final = "container_fs_writes_bytes_total"  # counter
 CADVISOR_NET_RX: Final = "container_network_receive_bytes_total"  # counter, pod level
 CADVISOR_NET_TX: Final = "container_network_transmit_bytes_total"  # counter, pod level
+
+#: The node agent's per-process CPU (agent/process_cpu.py), per container, with cAdvisor's labels: the
+#: busiest process's CPU in cores, and how many processes are pinned at one core.
+AGENT_PROCESS_CPU_MAX: Final = "gpu_rightsizer_container_process_cpu_max_cores"  # gauge, cores
+AGENT_PROCESSES_PINNED: Final = "gpu_rightsizer_container_processes_pinned"  # gauge, count
 
 #: cAdvisor `container` values that are not an application container: "" is the pod cgroup (the sum of
 #: its containers) and "POD" the pause container. Summing them with real containers double-counts.
@@ -220,6 +263,10 @@ GPU_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
 GPU_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {
     source.metric: source for source in GPU_SIGNAL_SOURCES
 }
+#: Signals of `DCGM_BOARD_ACTIVITY_METRICS`: kept off MIG slices.
+BOARD_ACTIVITY_SIGNALS: Final[frozenset[Signal]] = frozenset(
+    GPU_SIGNAL_BY_METRIC[metric].signal for metric in DCGM_BOARD_ACTIVITY_METRICS
+)
 
 #: Per-pod cAdvisor series (summed over the pod's application containers).
 POD_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
@@ -278,16 +325,18 @@ ACTIVITY_FLOORS: Final[dict[Signal, float]] = {
 def resource_from_ksm(resource: str) -> str:
     """Undo kube-state-metrics' sanitising of extended resource names.
 
-    KSM writes `nvidia.com/gpu` as `nvidia_com_gpu` and `nvidia.com/mig-1g.10gb` as
-    `nvidia_com_mig_1g_10gb`; newer releases keep the original. Both come back as the Kubernetes name.
+    KSM writes `nvidia.com/gpu` as `nvidia_com_gpu` and `nvidia.com/mig-1g.10gb.me` as
+    `nvidia_com_mig_1g_10gb_me`; newer releases keep the original. Both come back as the Kubernetes name.
     """
     if "/" in resource or not resource.startswith("nvidia_com_"):
         return resource
     rest = resource.removeprefix("nvidia_com_")
     if rest.startswith("mig_"):
         parts = rest.removeprefix("mig_").split("_")
-        # mig_1g_10gb -> mig-1g.10gb ; mig_1g_10gb_me -> mig-1g.10gb+me
-        profile = ".".join(parts[:2]) + ("+" + "+".join(parts[2:]) if len(parts) > 2 else "")
+        # mig_1g_10gb -> mig-1g.10gb ; mig_1g_10gb_me -> mig-1g.10gb.me ; mig_1g_24gb_me_all ->
+        # mig-1g.24gb.me.all (the device plugin writes NVML's '+' as '.'). '-me' (Blackwell) and '.me'
+        # sanitise alike; the far more common '.me' is assumed.
+        profile = ".".join(parts)
         return f"nvidia.com/mig-{profile}"
     if rest == "gpu_shared":
         return "nvidia.com/gpu.shared"

@@ -208,9 +208,10 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
           "an idle allocation", noise_additive=0.01, gap_fraction=0.2, kind="Pod"),
         t("h-idle-gpu-util-only", Shape.IDLE, 202, "no profiling module: GPU_UTIL ≈ 0 % for the whole hour "
           "is enough to call it idle", dropped_metrics=PROFILING_FIELDS, label_style=EXPORTED),
-        t("h-idle-near-floor", Shape.IDLE, 203, "busy ≈ 2 % (under the 5 % floor), no copies: a keep-alive "
-          "poller on an otherwise idle GPU", level_overrides={"busy": 0.02, "sm": 0.01}, noise_amplitude=0.3,
-          gpu_model=H100, mig_profile="1g.10gb"),
+        t("h-idle-near-floor", Shape.IDLE, 203, "busy ≈ 2 %, SM ≈ 1 %: a keep-alive poller runs kernels, "
+          "so it is live work (never released); already on the smallest slice, nothing to shrink",
+          level_overrides={"busy": 0.02, "sm": 0.01}, noise_amplitude=0.3,
+          gpu_model=H100, mig_profile="1g.10gb", expected_code=code.HEALTHY),
         v("h-idle-shared-service", Shape.IDLE, 204, "two replicas time-sliced on one GPU that does nothing",
           replicas=2, pods_per_gpu=2, label_style=LOWER_HOSTNAME),
         # --- InputPipelineCPUBound -----------------------------------------------------------------
@@ -406,3 +407,101 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
         )
         for index, sc in enumerate(scenarios)
     ]
+
+
+def review_scenario_library(namespace: str = "sim-review") -> list[Scenario]:
+    """The engine review's harmful cases (docs/reviews engine-2026-12, measured H200 figures) as scenarios.
+
+    Each is a case on which an earlier engine gave advice that would cause an outage under `Apply`;
+    the bench counts accuracy and harm on them.
+    """
+    t, v = _hard_training, _hard_serving
+    code = DiagnosisCode
+    scenarios = [
+        t("r-live-server-no-metric", Shape.IDLE, 401, "a live Deployment at 5 req/s with no request metric: "
+          "SM 0.00018 means kernels run; a slice fits, a release is an outage", kind="Deployment",
+          gpu_model=H200, level_overrides={"busy": 0.0004, "sm": 0.00018, "cpu_cores": 0.005,
+                                           "memory_share": 0.1},
+          expected_code=code.OVERSIZED_GPU),
+        t("r-host-wait-loop", Shape.IDLE, 402, "a loop that waits 50 ms on the host per step: busy 2 %, "
+          "kernels in every sample: tiny live work, never idle", kind="Job", gpu_model=H200,
+          level_overrides={"busy": 0.022, "sm": 0.018, "cpu_cores": 0.03, "pcie_rx": 2e6,
+                           "memory_share": 0.02}, expected_code=code.OVERSIZED_GPU),
+        t("r-one-worker-loader", Shape.IDLE, 403, "one loader process pinned at a core under a 2-core "
+          "limit: CPU flat at 1.1, never throttled, busy 0.16: starved, a slice would starve it for good",
+          kind="Job", gpu_model=H200, cpu_limit=2.0, cpu_request=2.0,
+          level_overrides={"busy": 0.16, "sm": 0.14, "tensor": 0.015, "cpu_cores": 1.1, "pcie_rx": 1e8,
+                           "memory_share": 0.09, "throttled_ratio": 0.0},
+          expected_code=code.INPUT_PIPELINE_CPU_BOUND),
+        t("r-starved-at-limit-idle-gpu", Shape.IDLE, 404, "CPU pinned at its 2-core limit, throttled 70 %, "
+          "GPU nearly idle: the CPU starves it; a release would end a live job", kind="Deployment",
+          cpu_limit=2.0, cpu_request=2.0,
+          level_overrides={"busy": 0.003, "sm": 0.002, "cpu_cores": 2.0, "throttled_ratio": 0.7},
+          expected_code=code.INPUT_PIPELINE_CPU_BOUND),
+        t("r-fp32-gemm", Shape.NO_TENSOR_CORES, 405, "FP32 GEMMs, TF32 off: occupancy 0.13 is the GEMM tile "
+          "by design; the tensor cores sit unused", gpu_model=H200,
+          level_overrides={"busy": 0.99, "sm": 0.97, "occupancy": 0.13, "tensor": 0.0001, "fp32": 0.75}),
+        t("r-bf16-ddp", Shape.HEALTHY, 406, "healthy BF16 DDP: SM 0.9, occupancy 0.19, tensor 0.75",
+          gpu_model=H200, gpu_count=2, cpu_limit=16.0,
+          level_overrides={"sm": 0.9, "occupancy": 0.19, "tensor": 0.75}),
+        t("r-allreduce-nvlink", Shape.COMMUNICATION_BOUND, 407, "DDP all-reduce over NVLink 4: 171 GB/s each "
+          "way, tensor 1 %, SM 0.51 (NCCL kernels count as SM-active)", gpu_model=H200, gpu_count=2,
+          cpu_limit=16.0, level_overrides={"nvlink_each_way": 1.71e11, "sm": 0.51, "busy": 0.6,
+                                           "tensor": 0.01, "fp16": 0.0, "fp32": 0.02}),
+        t("r-image-training-reads", Shape.HEALTHY, 408, "busy 0.75, tensor 0.5 while reading ≈ 300 MB/s: "
+          "normal image-training input, nothing waits", gpu_model=H200,
+          level_overrides={"busy": 0.75, "sm": 0.7, "tensor": 0.5, "fs_read": 3.1e8}),
+        v("r-four-small-replicas", Shape.OVER_REPLICATED, 409, "4 replicas each using 10 % of an H200: a "
+          "scale-in and a slice together would leave 52 SMs for 53 SM-equivalents of demand; one change "
+          "at a time, the slice first", gpu_model=H200, replicas=4, memory_share=0.085,
+          level_overrides={"busy": 0.1, "sm": 0.1}, expected_code=code.OVERSIZED_GPU),
+    ]  # fmt: skip
+    return [
+        sc.with_(namespace=namespace, memory_limit_bytes=sc.memory_limit_bytes or 64 * GIB,
+                 node_prefix=f"gpu-node-r{index:02d}")
+        for index, sc in enumerate(scenarios)
+    ]  # fmt: skip
+
+
+#: Real-GPU recordings (tests/fixtures/<gpu>/<name>.om.gz, 1 s samples): the diagnosis each deserves,
+#: by expert reading of the workload that was run, and why. Used at 1 s and at dcgm-exporter's default
+#: resolution (sim/resolution.py).
+RECORDING_LABELS: dict[str, tuple[DiagnosisCode, str]] = {
+    "starved-loader": (
+        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+        "2 loader workers pinned at a 2-core limit while the GPU waits; 8 cores ran 4× faster",
+    ),
+    "fed-loader": (DiagnosisCode.HEALTHY, "the same loader with 14 cores keeps the GPU busy"),
+    "tiny-inference": (
+        DiagnosisCode.OVERSIZED_GPU,
+        "a small model served at 200 req/s uses a sliver of an H200: a slice fits, never a release",
+    ),
+    "idle-holder": (DiagnosisCode.IDLE_ALLOCATION, "holds GPU memory and runs no kernel at all"),
+    "membw": (DiagnosisCode.MEMORY_BANDWIDTH_BOUND, "a streaming copy kernel at the DRAM ceiling"),
+    "bf16-train": (DiagnosisCode.HEALTHY, "BF16 GEMM training on tensor cores"),
+    "pageable-h2d": (
+        DiagnosisCode.HOST_TRANSFER_BOUND,
+        "pageable host-to-device copies at ≈ 9 GB/s with SMs idle: the GPU waits on copies",
+    ),
+    "loader-one-worker": (
+        DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
+        "ResNet-50 fed by one loader worker under a 2-core limit: CPU flat at 1.1 cores, never "
+        "throttled, busy 0.16; 4 workers ran 3.6× faster, so shrinking the GPU would starve it for good",
+    ),
+    "fp32-gemm": (
+        DiagnosisCode.NO_TENSOR_CORES,
+        "FP32 GEMMs with TF32 off: SM 0.97, FP32 pipe 0.75, tensor 0; occupancy 0.13 is the large "
+        "GEMM tile by design, not a problem",
+    ),
+    "tiny-server": (
+        DiagnosisCode.OVERSIZED_GPU,
+        "a live Deployment serving 5 req/s with no request metric: SM 0.00018 (kernels run), 4 GiB "
+        "resident; a slice fits, a release would cause an outage",
+    ),
+    "host-wait": (
+        DiagnosisCode.OVERSIZED_GPU,
+        "a loop that waits 50 ms on the host each step: busy 0.02 with kernels in every sample, "
+        "under 1 GiB: live, tiny work, never idle",
+    ),
+    "bf16-trainer": (DiagnosisCode.HEALTHY, "BF16 training at 61.5 steps/s, SM 0.95, tensor 0.67"),
+}

@@ -438,7 +438,8 @@ def _apply_realism(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) ->
             own = 0.5 * amplitude * (2.0 * noise(seed, entity, f"knob-noise/{name}", t) - 1.0)
             shared = common if name in _ACTIVITY_FIELDS else 0.0
             value = max(0.0, getattr(lv, name) * (1.0 + shared + own))
-            if name in _ACTIVITY_FIELDS and scenario.noise_additive:
+            # a profiling counter that reads exactly 0 (no kernel) has no noise to add to
+            if name in _ACTIVITY_FIELDS and scenario.noise_additive and getattr(lv, name) > 0:
                 value += scenario.noise_additive * (2.0 * noise(seed, entity, f"knob-add/{name}", t) - 1.0)
             setattr(lv, name, value)
     if in_burst(scenario, ctx, t):
@@ -465,12 +466,14 @@ def _shape_levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
     limit = _cpu_limit(ctx)
     gpus = max(1, ctx.gpu_count)
     if shape is Shape.IDLE:
+        # Measured on an H200 holding 80 GiB and running nothing: GR ≈ 6e-5, SM exactly 0, CPU 0.01
+        # core, PCIe ≈ 1 MB/s (tests/fixtures/h200/idle-holder).
         return Levels(
-            busy=0.004,
-            sm=0.002,
-            occupancy=0.01,
+            busy=0.00006,
+            sm=0.0,
+            occupancy=0.0,
             memory_share=scenario.memory_share * 0.3,
-            cpu_cores=0.03,
+            cpu_cores=0.01,
             fs_read=1e3,
             net_rx=2e3,
             net_tx=2e3,
@@ -510,7 +513,8 @@ def _shape_levels(scenario: Scenario, ctx: PodContext, t: float) -> Levels:
             fp16=busy * 0.3,
             dram=busy * 0.4,
             pcie_rx=1.5e9,
-            cpu_cores=min(limit * 0.25, 2.0),
+            # loaders that wait on reads use a fraction of their cores (waiting is not CPU time)
+            cpu_cores=min(limit * 0.22, 1.7),
             throttled_ratio=0.01,
             fs_read=4.5e8,
             net_rx=3.0e8,

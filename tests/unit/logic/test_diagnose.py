@@ -20,7 +20,7 @@ from tests.unit.logic.logic_builders import (
 from gpu_rightsizer.logic.diagnose import PRIMARY_ORDER, diagnose
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.thresholds import EngineSettings
-from gpu_rightsizer.model.codes import HEALTH_CODES, DiagnosisCode, Severity
+from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
 
 
@@ -91,6 +91,8 @@ def communication() -> WorkloadWindow:
             f"GPU-{i}",
             gr_engine_active=stat(0.7),
             sm_active=stat(0.15, 0.3),
+            tensor_active=stat(0.02, 0.05),
+            fp32_active=stat(0.05),
             nvlink_tx_bytes_per_s=stat(3.4e11, 2e10),
             nvlink_rx_bytes_per_s=stat(3.4e11, 2e10),
         )
@@ -385,11 +387,13 @@ def test_serving_gpu_is_never_idle() -> None:
     assert DiagnosisCode.IDLE_ALLOCATION not in codes(w)
 
 
-def test_idle_with_sporadic_activity_is_idle_but_not_released() -> None:
+def test_sporadic_kernels_are_live_work_never_idle_or_released() -> None:
+    """Idle means no kernels: a GPU that ran kernels now and then is tiny work (OversizedGPU), not idle."""
     w = window([pod(gpus=[gpu(gr_engine_active=stat(0.0, 0.02, peak=0.4), fb_used_mib=stat(3000))])])
     analysis = analyze_window(w)
-    assert analysis.primary is DiagnosisCode.IDLE_ALLOCATION
-    assert "not released" in analysis.findings[0].message
+    assert DiagnosisCode.IDLE_ALLOCATION not in {f.code for f in analysis.findings}
+    assert analysis.primary is DiagnosisCode.OVERSIZED_GPU, analysis.summary
+    assert not any(a.type is ActionType.RELEASE_IDLE for a in analysis.actions)
 
 
 def test_idle_over_less_than_an_hour_has_lower_confidence() -> None:
@@ -405,9 +409,10 @@ def test_cpu_bound_needs_saturated_or_throttled_cpu() -> None:
         cpu_bound()
         .pods[0]
         .model_copy(
-            update={"stats": {Signal.CPU_USAGE_CORES: stat(2.0), Signal.CPU_THROTTLED_RATIO: stat(0.0)}}
+            update={"stats": {Signal.CPU_USAGE_CORES: stat(2.0, 0.6), Signal.CPU_THROTTLED_RATIO: stat(0.0)}}
         )
     )
+    # bursty use well below the limit, no throttling, no plateau: not CPU-bound
     assert DiagnosisCode.INPUT_PIPELINE_CPU_BOUND not in codes(window([relaxed_cpu]))
 
 
@@ -432,13 +437,24 @@ def test_communication_needs_several_gpus() -> None:
     assert DiagnosisCode.COMMUNICATION_BOUND not in codes(window([single]))
 
 
-def test_multi_gpu_without_nvlink_series_reads_pcie_as_communication() -> None:
-    gpus = [
-        busy_gpu(f"GPU-{i}", gr_engine_active=stat(0.7), sm_active=stat(0.2), pcie_rx_bytes_per_s=stat(45e9))
-        for i in range(4)
-    ]
-    w = window([pod(gpus=gpus)], alloc=allocation(gpu_count=4))
-    assert primary(w) is DiagnosisCode.COMMUNICATION_BOUND
+def test_multi_gpu_without_nvlink_series_reads_symmetric_pcie_as_communication() -> None:
+    def box(tx: float) -> WorkloadWindow:
+        gpus = [
+            busy_gpu(
+                f"GPU-{i}",
+                gr_engine_active=stat(0.7),
+                sm_active=stat(0.2),
+                tensor_active=stat(0.02),
+                pcie_rx_bytes_per_s=stat(45e9),
+                pcie_tx_bytes_per_s=stat(tx),
+            )
+            for i in range(4)
+        ]
+        return window([pod(gpus=gpus)], alloc=allocation(gpu_count=4))
+
+    assert primary(box(40e9)) is DiagnosisCode.COMMUNICATION_BOUND
+    # one-way traffic is a host copy, never read as GPUs waiting on each other
+    assert DiagnosisCode.COMMUNICATION_BOUND not in codes(box(1e9))
 
 
 # --- in-GPU efficiency ------------------------------------------------------------------------------
@@ -549,7 +565,7 @@ def test_duplicated_series_of_a_shared_gpu_count_once() -> None:
         alloc=allocation(replicas=2, sharing="time-slicing"),
     )
     analysis = analyze_window(w)
-    assert analysis.findings[0].evidence.get("memoryUsedP99GiB") == pytest.approx(8500 / 1024, abs=0.01)
+    assert analysis.findings[0].evidence.get("memoryUsedMaxGiB") == pytest.approx(8500 / 1024, abs=0.01)
 
 
 def test_io_bound_is_not_claimed_for_serving_traffic() -> None:
@@ -609,10 +625,15 @@ def test_copy_loop_below_link_saturation_is_transfer_bound_not_idle() -> None:
 
 def test_idle_needs_quiet_links() -> None:
     settings = EngineSettings()
+
+    def holder(rx_p50: float, rx_p95: float) -> WorkloadWindow:
+        loop = _copy_loop(rx_p50, rx_p95, sm=0.0)
+        return window([loop.pods[0].model_copy(update={"stats": {Signal.CPU_USAGE_CORES: stat(0.01)}})])
+
     quiet = settings.idle_transfer_bytes_per_s * 0.5
-    assert primary(_copy_loop(quiet * 0.5, quiet)) is DiagnosisCode.IDLE_ALLOCATION
+    assert primary(holder(quiet * 0.5, quiet)) is DiagnosisCode.IDLE_ALLOCATION
     noisy = settings.idle_transfer_bytes_per_s * 2
-    assert DiagnosisCode.IDLE_ALLOCATION not in codes(_copy_loop(noisy * 0.5, noisy))
+    assert DiagnosisCode.IDLE_ALLOCATION not in codes(holder(noisy * 0.5, noisy))
 
 
 def test_nvlink_traffic_is_not_idle() -> None:

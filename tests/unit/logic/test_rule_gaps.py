@@ -101,10 +101,10 @@ def _allreduce(tensor_p50: float, *, with_sm: bool = False, nvlink: float = 2.2e
 def test_saturated_nvlink_with_idle_tensor_pipes_is_communication_bound_without_sm_fields() -> None:
     analysis = analyze_window(_allreduce(0.05))
     assert analysis.primary is DiagnosisCode.COMMUNICATION_BOUND, analysis.summary
-    proxy, message = _finding(_allreduce(0.05), DiagnosisCode.COMMUNICATION_BOUND)
-    with_sm, _ = _finding(_allreduce(0.05, with_sm=True), DiagnosisCode.COMMUNICATION_BOUND)
-    assert proxy < with_sm
-    assert "tensor pipes" in message
+    _, message = _finding(_allreduce(0.05), DiagnosisCode.COMMUNICATION_BOUND)
+    # SM activity is no gate (NCCL kernels count as SM-active): the same verdict with SM fields
+    assert analyze_window(_allreduce(0.05, with_sm=True)).primary is DiagnosisCode.COMMUNICATION_BOUND
+    assert "math pipes" in message
 
 
 def test_busy_tensor_pipes_or_quiet_links_are_not_communication_bound() -> None:

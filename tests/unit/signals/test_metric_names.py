@@ -24,8 +24,11 @@ def test_ksm_resource_names_round_trip(resource: str) -> None:
     assert mn.resource_from_ksm(resource) == resource
 
 
-def test_mig_media_extension_round_trips() -> None:
-    assert mn.resource_from_ksm("nvidia_com_mig_1g_10gb_me") == "nvidia.com/mig-1g.10gb+me"
+def test_mig_suffixes_come_back_as_the_device_plugin_spells_them() -> None:
+    """The device plugin writes NVML's '+' as '.': a '+' is never a resource name."""
+    assert mn.resource_from_ksm("nvidia_com_mig_1g_10gb_me") == "nvidia.com/mig-1g.10gb.me"
+    assert mn.resource_from_ksm("nvidia_com_mig_1g_24gb_gfx") == "nvidia.com/mig-1g.24gb.gfx"
+    assert mn.resource_from_ksm("nvidia_com_mig_1g_24gb_me_all") == "nvidia.com/mig-1g.24gb.me.all"
 
 
 def test_exported_labels_win_over_the_exporters_own() -> None:

@@ -1,0 +1,91 @@
+"""R1 IdleAllocation: no kernels, quiet links, no CPU work, no requests."""
+
+from __future__ import annotations
+
+from gpu_rightsizer.logic.figures import (
+    WorkloadFigures,
+    gpu_stat,
+    max_of,
+)
+from gpu_rightsizer.logic.rules.common import (
+    FindingBuilder,
+    base_confidence,
+    pct,
+)
+from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.model.codes import DiagnosisCode, Severity
+from gpu_rightsizer.model.observation import Signal
+
+
+def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
+    """True when no kernel ran on any GPU through the window.
+
+    SM activity (else GR, else GPU_UTIL) sits at its noise floor (p99), and no sample rises above
+    `idle_activity_max`: a job that ran for 1 % of a day is not idle, whatever its p99 says.
+    """
+    if figures.sm_p99_max is not None:
+        return (
+            figures.sm_p99_max <= settings.idle_sm_p99
+            and (figures.sm_max or 0.0) <= settings.idle_activity_max
+        )
+    if figures.gr_p99_max is not None:
+        return (
+            figures.gr_p99_max <= settings.idle_gr_p99
+            and (figures.gr_max or 0.0) <= settings.idle_activity_max
+        )
+    return figures.busy_max is not None and figures.busy_max <= settings.release_max_busy
+
+
+def check_idle(figures: WorkloadFigures, settings: EngineSettings, out: FindingBuilder) -> None:
+    """R1: no kernels, quiet links, no CPU work and no requests. GPU memory held is not liveness."""
+    busy = figures.busy_p95_max
+    if busy is None or busy >= settings.idle_busy_p95 or not no_kernels(figures, settings):
+        return
+    if figures.requests_per_s is not None and figures.requests_per_s > 0:
+        return  # a GPU that serves requests is not idle (SPEC §1); sizing and serving rules handle it
+    if (
+        figures.transfer_bytes_p95 is not None
+        and figures.transfer_bytes_p95 >= settings.idle_transfer_bytes_per_s
+    ):
+        return  # copies over PCIe/NVLink are GPU work the busy signal misses (SPEC §1: not idle)
+    if figures.cpu_usage_p95 is not None and figures.cpu_usage_p95 > settings.idle_cpu_cores:
+        return  # a process that works on the CPU may feed the GPU any moment: live, not idle
+    util = max_of(gpu_stat(figures.gpus, Signal.GPU_UTIL, lambda s: s.p95))
+    if figures.busy_source == "gr_engine_active" and util is not None and util >= settings.idle_busy_p95:
+        return  # NVML saw kernels or copies that the graphics-engine counter did not
+    window = figures.window
+    confidence = base_confidence(figures, settings)
+    if window.duration_seconds < settings.idle_min_window_seconds:
+        confidence *= 0.8
+    if not figures.profiling_fields:
+        confidence *= settings.missing_profiling_confidence
+    signal = (
+        "SM activity"
+        if figures.sm_p99_max is not None
+        else ("graphics-engine activity" if figures.gr_p99_max is not None else "GPU_UTIL (whole percent)")
+    )
+    cpu_text = f", CPU p95 {figures.cpu_usage_p95:.2f} cores" if figures.cpu_usage_p95 is not None else ""
+    link_text = (
+        f", PCIe/NVLink p95 {figures.transfer_bytes_p95 / 1e6:.1f} MB/s"
+        if figures.transfer_bytes_p95 is not None
+        else ", no PCIe series"
+    )
+    out.add(
+        DiagnosisCode.IDLE_ALLOCATION,
+        Severity.WARNING,
+        confidence,
+        f"Seen: {figures.total_gpus} GPU(s) allocated and no kernel ran over "
+        f"{window.duration_seconds / 3600:.1f} h ({signal} at its noise floor, busy p95 {pct(busy)})"
+        f"{link_text}{cpu_text}, no requests. Meaning: the allocation holds GPUs it does not use (memory "
+        "held is not work). Change: release the GPU (scale to zero, end the notebook or job); a "
+        "long-running service is released automatically only after a full day idle.",
+        {
+            "gpuBusyP95": busy,
+            "gpuBusyMax": figures.busy_max,
+            "smActiveP99": figures.sm_p99_max,
+            "cpuUsageP95": figures.cpu_usage_p95,
+            "transferBytesP95": figures.transfer_bytes_p95,
+            "gpus": float(figures.total_gpus),
+            "windowHours": window.duration_seconds / 3600,
+        },
+    )
