@@ -42,11 +42,12 @@ from gpu_rightsizer.adapters.prometheus import (
     _rate_by_pod,
     _throttle_expr,
     fold_labels,
+    summary_from_figures,
 )
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
 from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StreamingStore
 from gpu_rightsizer.model import metric_names as mn
-from gpu_rightsizer.model.observation import Signal, WorkloadWindow
+from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
 
 LOG = logging.getLogger(__name__)
 
@@ -689,28 +690,42 @@ class IncrementalSource:
             return []
         self.ksm.read(self.source, now, self.report)
         self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
-        results = self.results(now)
+        results, summarised = self.results(now)
         start = now - self.window_seconds
         return self.source._assemble(
-            results, start, now, self.step_seconds, self.coarse.step_seconds, namespace, workload, **assembly
+            results,
+            start,
+            now,
+            self.step_seconds,
+            self.coarse.step_seconds,
+            namespace,
+            workload,
+            series_stats=summarised,
+            **assembly,
         )
 
-    def results(self, now: float) -> dict[str, list[dict[str, Any]]]:
-        """Every answer the full read would have had, from memory."""
+    def results(
+        self, now: float
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, SignalStats]]]:
+        """What the full read's assembly takes: answers for XIDs, kube-state-metrics and the coarse
+        series, and every family's statistics already summarised (no stat-labelled rows to parse)."""
         results: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for (family, identity), window in self.reader.store.series.items():
+        summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
+        families = {family.name: family for family in self.reader.families}
+        for (name, identity), window in self.reader.store.series.items():
             figures = window.figures(now)
             if figures is None:
                 continue
-            if family == "xid":
+            if name == "xid":
                 if figures["max"] > 0:
                     results["xid"].append({"metric": dict(identity), "value": [now, repr(figures["max"])]})
                 continue
-            for stat, value in figures.items():
-                results[family].append(
-                    {"metric": {**dict(identity), "stat": stat}, "value": [now, repr(value)]}
-                )
+            family = families[name]
+            summary = summary_from_figures(figures, family.scale, family.signal)
+            if summary is not None:
+                summarised[name][identity] = summary
+                results.setdefault(name, [])
         results.update(self.ksm.results())
-        for name in self.coarse_queries():
-            results[name] = self.coarse.rows(name)
-        return dict(results)
+        for coarse_name in self.coarse_queries():
+            results[coarse_name] = self.coarse.rows(coarse_name)
+        return dict(results), dict(summarised)
