@@ -26,6 +26,7 @@ import time
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -309,8 +310,10 @@ class IncrementalReader:
         slots: int = DEFAULT_SLOTS,
         namespaces: Callable[[], Sequence[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        concurrency: int = 4,
     ) -> None:
         self.query = query
+        self.concurrency = max(1, concurrency)
         self.window_seconds = window_seconds
         self.step_seconds = step_seconds
         self.families = list(families) if families is not None else default_families(step_seconds)
@@ -368,45 +371,61 @@ class IncrementalReader:
             )
             pending = list(reversed(steady))
         namespaces: Sequence[str] | None = None
-        while pending:
-            if (
-                backfilling
-                and budget_seconds is not None
-                and report.queries
-                and self.clock() - started > budget_seconds
-            ):
-                break
-            chunk = pending.pop()
-            try:
-                rows = self._fetch(chunk, report)
-            except PrometheusSourceError as error:
-                if TOO_BIG.search(str(error)):
-                    if namespaces is None:
-                        namespaces = list(self.namespaces())
-                    smaller = split(chunk, namespaces, self.step_seconds)
-                    if smaller:
-                        LOG.info(
-                            "%s was too big for Prometheus; reading it in %d parts",
-                            chunk.describe(),
-                            len(smaller),
-                        )
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="gpurs-read") as pool:
+            while pending:
+                if (
+                    backfilling
+                    and budget_seconds is not None
+                    and report.queries
+                    and self.clock() - started > budget_seconds
+                ):
+                    break
+                # a wave of queries in flight at once, never two of one family (each family's samples
+                # must arrive in time order, and a chunk that is split goes back before the next)
+                wave: list[Chunk] = []
+                while (
+                    pending
+                    and len(wave) < self.concurrency
+                    and all(chunk.family.name != pending[-1].family.name for chunk in wave)
+                ):
+                    wave.append(pending.pop())
+                answers = [pool.submit(self._fetch, chunk) for chunk in wave]
+                retry: list[list[Chunk]] = []
+                for chunk, answer in zip(wave, answers, strict=True):
+                    report.queries += 1
+                    try:
+                        rows, seconds = answer.result()
+                    except PrometheusSourceError as error:
+                        if TOO_BIG.search(str(error)):
+                            if namespaces is None:
+                                namespaces = list(self.namespaces())
+                            smaller = split(chunk, namespaces, self.step_seconds)
+                            if smaller:
+                                LOG.info(
+                                    "%s was too big for Prometheus; reading it in %d parts",
+                                    chunk.describe(),
+                                    len(smaller),
+                                )
+                                if backfilling:
+                                    self._backfill_total += len(smaller) - 1
+                                retry.append(smaller)
+                                continue
+                        report.chunks_failed += 1
+                        report.errors.append(f"{chunk.describe()}: {error}")
+                        LOG.warning("incremental read of %s failed: %s", chunk.describe(), error)
                         if backfilling:
-                            self._backfill_total += len(smaller) - 1
-                        pending.extend(reversed(smaller))
+                            self._backfill_done += 1
                         continue
-                report.chunks_failed += 1
-                report.errors.append(f"{chunk.describe()}: {error}")
-                LOG.warning("incremental read of %s failed: %s", chunk.describe(), error)
-                if backfilling:
-                    self._backfill_done += 1
-                continue
-            report.samples += self._ingest(chunk.family, rows)
-            report.chunks_done += 1
-            if backfilling:
-                self._backfill_done += 1
-            report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
-            if progress is not None:
-                progress(report, chunk)
+                    report.timed(chunk.family.name, seconds)
+                    report.samples += self._ingest(chunk.family, rows)
+                    report.chunks_done += 1
+                    if backfilling:
+                        self._backfill_done += 1
+                    report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
+                    if progress is not None:
+                        progress(report, chunk)
+                for parts in reversed(retry):
+                    pending.extend(reversed(parts))
         if backfilling:
             report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
             if not self._backlog:
@@ -419,19 +438,13 @@ class IncrementalReader:
         self.store.expire(now)
         return report
 
-    def _fetch(self, chunk: Chunk, report: CycleReport) -> list[dict[str, Any]]:
+    def _fetch(self, chunk: Chunk) -> tuple[list[dict[str, Any]], float]:
+        """One chunk's answer and how long it took (run in the wave's threads)."""
         started = self.clock()
-        report.queries += 1
-        try:
-            return self.query(
-                chunk.family.name,
-                chunk.family.query(chunk.namespace),
-                chunk.start,
-                chunk.end,
-                self.step_seconds,
-            )
-        finally:
-            report.timed(chunk.family.name, self.clock() - started)
+        rows = self.query(
+            chunk.family.name, chunk.family.query(chunk.namespace), chunk.start, chunk.end, self.step_seconds
+        )
+        return rows, self.clock() - started
 
     def _ingest(self, family: Family, rows: list[dict[str, Any]]) -> int:
         kept = 0
@@ -475,18 +488,26 @@ class CoarseSeries:
         if span is None:
             return
         failed = False
-        for name, expression in queries.items():
+
+        def fetch(item: tuple[str, str]) -> tuple[list[dict[str, Any]] | PrometheusSourceError, float]:
             started = time.monotonic()
-            report.queries += 1
             try:
-                rows = query(name, expression, span[0], span[1], self.step_seconds)
+                return query(
+                    item[0], item[1], span[0], span[1], self.step_seconds
+                ), time.monotonic() - started
             except PrometheusSourceError as error:
+                return error, time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-coarse") as pool:
+            answers = list(pool.map(fetch, queries.items()))
+        for name, (rows, seconds) in zip(queries, answers, strict=True):
+            report.queries += 1
+            report.timed(name, seconds)
+            if isinstance(rows, PrometheusSourceError):
                 failed = True
                 report.chunks_failed += 1
-                report.errors.append(f"{name}: {error}")
+                report.errors.append(f"{name}: {rows}")
                 continue
-            finally:
-                report.timed(name, time.monotonic() - started)
             for row in rows:
                 labels = row.get("metric") or {}
                 identity = shared_labels((key, str(labels[key])) for key in POD_KEYS if labels.get(key))
@@ -543,39 +564,30 @@ class KsmCache:
             self.window_seconds if self.last_read is None else min(self.window_seconds, now - self.last_read)
         )
         lookback = max(lookback, 1.0)
-        for metric in self.metrics:
-            rows = self._instant(
-                source, f"ksm:{metric}", f"last_over_time({metric}[{lookback:.0f}s])", now, report
-            )
+        queries = {f"ksm:{metric}": f"last_over_time({metric}[{lookback:.0f}s])" for metric in self.metrics}
+        restarts = f"ksm:{mn.KSM_POD_RESTARTS}"
+        queries[restarts] = f"increase({mn.KSM_POD_RESTARTS}[{lookback:.0f}s])"
+
+        def fetch(item: tuple[str, str]) -> tuple[list[dict[str, Any]], float]:
+            started = time.monotonic()
+            return source.instant(item[0], item[1], now), time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-ksm") as pool:
+            answers = list(pool.map(fetch, queries.items()))  # a failure is raised: the cycle reports it
+        for what, (rows, seconds) in zip(queries, answers, strict=True):
+            report.queries += 1
+            report.timed(what, seconds)
             for row in rows:
                 labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
-                self.facts[(metric, labels)] = (_row_value(row), now)
-        rows = self._instant(
-            source,
-            f"ksm:{mn.KSM_POD_RESTARTS}",
-            f"increase({mn.KSM_POD_RESTARTS}[{lookback:.0f}s])",
-            now,
-            report,
-        )
-        for row in rows:
-            labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
-            self.restarts.window(labels, sawtooth_floor=None).add([(now, _row_value(row))])
+                if what == restarts:
+                    self.restarts.window(labels, sawtooth_floor=None).add([(now, _row_value(row))])
+                else:
+                    self.facts[(what.removeprefix("ksm:"), labels)] = (_row_value(row), now)
         self.last_read = now
         horizon = now - self.window_seconds
         for key in [k for k, (_, seen) in self.facts.items() if seen < horizon]:
             del self.facts[key]
         self.restarts.expire(now)
-
-    @staticmethod
-    def _instant(
-        source: PrometheusSource, what: str, query: str, now: float, report: CycleReport
-    ) -> list[dict[str, Any]]:
-        started = time.monotonic()
-        report.queries += 1
-        try:
-            return source.instant(what, query, now)
-        finally:
-            report.timed(what, time.monotonic() - started)
 
     def results(self) -> dict[str, list[dict[str, Any]]]:
         """The facts as the full read's `ksm:<metric>` answers."""
@@ -639,6 +651,7 @@ class IncrementalSource:
             slice_seconds=slice_seconds,
             slots=slots,
             namespaces=self._namespaces,
+            concurrency=source.config.max_concurrency,
         )
         self.ksm = KsmCache(window_seconds, _KSM_METRICS)
         self.coarse = CoarseSeries(window_seconds, step_seconds)
