@@ -6,6 +6,7 @@ Everything here is a direct API call; decisions live in `gpu_rightsizer.logic`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_rightsizer.adapters.backoff import with_backoff
 from gpu_rightsizer.logic.workloads import recommendation_name
 from gpu_rightsizer.model.observation import WorkloadRef
 
@@ -69,6 +71,8 @@ class KubeAdapter:
         self.apps = client.AppsV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        #: How retries of throttled writes wait (tests replace it).
+        self.sleep: Callable[[float], None] = time.sleep
 
     def _plain(self, obj: Any) -> Any:
         """A client model as the plain JSON-like structure the API server sent."""
@@ -180,15 +184,22 @@ class KubeAdapter:
             raise
 
     def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge-patch the status subresource of the workload's GPURecommendation."""
+        """Merge-patch the status subresource of the workload's GPURecommendation.
+
+        Retried on 429 (after the server's Retry-After) and 5xx: a large cycle writes many statuses
+        from a few threads, and an API server under load asks them to slow down."""
         return _as_dict(
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                ref.namespace,
-                RECOMMENDATIONS,
-                recommendation_name(ref),
-                {"status": dict(status)},
+            with_backoff(
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    ref.namespace,
+                    RECOMMENDATIONS,
+                    recommendation_name(ref),
+                    {"status": dict(status)},
+                ),
+                what=f"status of {ref.key}",
+                sleep=self.sleep,
             )
         )
 
@@ -228,9 +239,13 @@ class KubeAdapter:
         return list(listed.get("items", []))
 
     def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch a policy's status subresource."""
-        self.custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, POLICIES, name, {"status": dict(status)}
+        """Merge-patch a policy's status subresource (retried on 429 and 5xx, as recommendations are)."""
+        with_backoff(
+            lambda: self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, POLICIES, name, {"status": dict(status)}
+            ),
+            what=f"status of policy {name}",
+            sleep=self.sleep,
         )
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:

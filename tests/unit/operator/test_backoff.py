@@ -77,3 +77,33 @@ def test_an_http_date_retry_after_falls_back_to_backoff() -> None:
         jitter=lambda: 1.0,
     )
     assert slept == [2]
+
+
+class ThrottlingCustomObjects:
+    """The custom-objects API answering 429 a few times before it accepts a status patch."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls = 0
+
+    def patch_namespaced_custom_object_status(self, *args: object) -> dict[str, str]:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            error = ApiException(status=429, reason="Too Many Requests")
+            error.headers = {"Retry-After": "2"}
+            raise error
+        return {"status": "patched"}
+
+
+def test_status_writes_wait_out_a_throttling_api_server() -> None:
+    from gpu_rightsizer.adapters.kube import KubeAdapter
+    from gpu_rightsizer.model.observation import WorkloadRef
+
+    adapter = KubeAdapter()
+    fake = ThrottlingCustomObjects(refusals=2)
+    adapter.custom = fake  # type: ignore[assignment]
+    slept: list[float] = []
+    adapter.sleep = slept.append
+    ref = WorkloadRef(namespace="ml", kind="Deployment", name="web")
+    assert adapter.patch_recommendation_status(ref, {"phase": "x"}) == {"status": "patched"}
+    assert fake.calls == 3 and slept == [2.0, 2.0]

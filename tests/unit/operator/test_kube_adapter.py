@@ -226,17 +226,22 @@ async def test_status_patch_is_a_merge_patch_of_the_status_subresource(
     assert stored["status"]["diagnosis"]["primary"] == "IdleAllocation"
 
 
-@pytest.mark.parametrize("status", [500, 403])
-async def test_a_failed_status_patch_raises_and_is_sent_once(
-    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int
+@pytest.mark.parametrize(("status", "attempts"), [(403, 1), (422, 1), (500, 5), (429, 5)])
+async def test_a_failed_status_patch_raises_after_bounded_retries(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int, attempts: int
 ) -> None:
+    """A refusal retrying cannot fix is sent once; throttling and server errors a bounded number of
+    times, with waits in between (no retry storm, no fallback write elsewhere)."""
     kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = {"metadata": {"name": "deployment-trainer"}}
     kmock[f"patch {RECS}/deployment-trainer/status"] << status
+    slept: list[float] = []
+    adapter.sleep = slept.append
     ref = WorkloadRef(namespace=NS, kind="Deployment", name="trainer")
     with pytest.raises(ApiException) as raised:
         await call(adapter.patch_recommendation_status, ref, {"diagnosis": {"primary": "Healthy"}})
     assert raised.value.status == status
-    assert len(writes(kmock)) == 1  # no retry storm, no fallback write elsewhere
+    assert len(writes(kmock)) == attempts
+    assert len(slept) == attempts - 1 and all(0 < s <= 30 for s in slept)
 
 
 async def test_delete_recommendation_reports_whether_there_was_one(
