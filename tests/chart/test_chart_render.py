@@ -474,6 +474,8 @@ def test_actuator_patches_only_its_namespaces(full_render: HelmResult) -> None:
         assert can(grants, "patch", "autoscaling", "horizontalpodautoscalers", namespace)
         assert can(grants, "patch", "", "pods/resize", namespace)
         assert can(grants, "patch", "gpurightsizer.io", "gpurecommendations/status", namespace)
+        assert can(grants, "list", "policy", "poddisruptionbudgets", namespace)  # availability gate
+        assert can(grants, "delete", "", "pods", namespace)  # a StatefulSet's stuck pod after a rollback
         # CronJob is in values-full's workloadKinds; ReplicaSet is not
         assert can(grants, "patch", "batch", "cronjobs", namespace)
         assert not can(grants, "patch", "apps", "replicasets", namespace)

@@ -4,10 +4,12 @@ Prometheus, and `gpu-rightsizer run --role all` patching, verifying and rolling 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.parse
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +32,8 @@ def apply_policy(kube: Kube, name: str, namespace: str, actions: list[str], **sa
         "mode": "Apply",
         "actions": actions,
         "observation": {"minSamples": 10},  # no window: the operator's short --window applies
-        "safety": {"cooldown": "1h", "verifyFor": "30s", **safety},
+        # the workloads here have one replica: restarting it is accepted (never by default)
+        "safety": {"cooldown": "1h", "verifyFor": "30s", "allowSingleReplica": True, **safety},
     }
     kube.apply(
         {
@@ -40,6 +43,19 @@ def apply_policy(kube: Kube, name: str, namespace: str, actions: list[str], **sa
             "spec": spec,
         }
     )
+
+
+HOOKS = Path(__file__).parent / "hooks"
+
+
+def fault(crash_at: str = "", renew_delay: float = 0) -> dict[str, str]:
+    """Environment of an operator process with a fault injected (tests/e2e/hooks/sitecustomize.py)."""
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))}
+    if crash_at:
+        env["GPURS_E2E_CRASH_AT"] = crash_at
+    if renew_delay:
+        env["GPURS_E2E_RENEW_DELAY"] = str(renew_delay)
+    return env
 
 
 def operator_args(url: str, namespace: str) -> list[str]:
@@ -253,7 +269,7 @@ def test_a_change_that_leaves_pods_unschedulable_is_rolled_back(
         operator,
     )
     assert final["state"] == "RolledBack", final
-    assert "cannot be scheduled" in final["reason"]
+    assert "cannot start" in final["reason"]
     resources = container_resources(kube, namespace, "trainer")
     assert resources["limits"]["cpu"] == "1" and resources["requests"]["cpu"] == "1"
     record = json.loads(
@@ -334,8 +350,11 @@ def test_workloads_the_actuator_must_leave_alone(kube: Kube, live_metrics: str, 
     outside_state = wait(
         kube,
         lambda: (
-            recommendation(kube, outside, "deployment-trainer")["status"]
-            if recommendation(kube, outside, "deployment-trainer").get("status", {}).get("actions")
+            status
+            if (status := recommendation(kube, outside, "deployment-trainer").get("status") or {}).get(
+                "actions"
+            )
+            and status.get("apply", {}).get("reason")
             else None
         ),
         60,
@@ -396,7 +415,7 @@ def test_two_actuators_and_a_crash_between_intent_and_patch(
     create(kube, gpu_deployment("trainer", namespace, scenario="input-cpu-bound", cpu="1"))
     kube.wait_for(lambda: running_pods(kube, namespace, "trainer"), timeout=90, what="a Running trainer")
     args = operator_args(live_metrics, namespace)
-    crashing = run_operator(*args, name="crashing", env={"GPURS_TEST_EXIT_AFTER_INTENT": "1"})
+    crashing = run_operator(*args, name="crashing", env=fault("intent"))
     wait(
         kube,
         lambda: crashing.process.poll() is not None,

@@ -155,7 +155,7 @@ def chart(
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [allowed, outside]}]},
             "mode": "Apply", "priority": 10, "actions": ["cpu"],
             "observation": {"minSamples": 10},  # no window: the operator's short --window applies
-            "safety": {"cooldown": "1h", "verifyFor": "30s"},
+            "safety": {"cooldown": "1h", "verifyFor": "30s", "allowSingleReplica": True},
         },
     })  # fmt: skip
     try:
@@ -221,8 +221,9 @@ def test_recommender_token_is_enough_to_recommend(
         150, "InputPipelineCPUBound on the trainer", chart.outside, recommender,
     )  # fmt: skip
     assert any(a["type"] == "cpu" for a in status["actions"]), status["actions"]
-    # under an Apply policy the recommender hands over to the actuator, and never patches itself
-    assert status["apply"]["state"] == "Pending", status["apply"]
+    # under an Apply policy the recommender leaves the change to the actuator: it never patches the
+    # workload and never writes the actuator's state (status.apply)
+    assert "apply" not in status, status["apply"]
     assert container_resources(kube, chart.outside, "trainer")["limits"]["cpu"] == "1"
     # the Event on the workload and the policy status were written with the same token
     reasons = {
@@ -271,9 +272,9 @@ def test_actuator_token_patches_only_its_namespaces(
     lease = kube.get_json("lease", chart.actuator_env()["GPURS_LEASE_NAME"], "-n", chart.namespace)
     assert lease["spec"].get("holderIdentity"), lease
 
-    # The same Apply policy covers the outside namespace: the recommendation waits there, untouched.
+    # The same Apply policy covers the outside namespace: no actuator acts there, nothing is touched.
     outside = apply_state(kube, chart.outside, "deployment-trainer")
-    assert outside.get("state") == "Pending", outside
+    assert outside == {}, outside
     assert container_resources(kube, chart.outside, "trainer")["limits"]["cpu"] == "1"
     assert actuator.process.poll() is None and recommender.process.poll() is None
     assert_never_forbidden(recommender, actuator)
@@ -317,7 +318,7 @@ def test_actuator_pointed_outside_its_namespaces_is_refused_and_says_so(
     refusal = f'cannot list resource "pods" in API group "" in the namespace "{chart.outside}"'
     assert refusal in log and "escalating" in log, log[-3000:]
     assert container_resources(kube, chart.outside, "trainer")["limits"]["cpu"] == "1"
-    assert apply_state(kube, chart.outside, "deployment-trainer").get("state") == "Pending"
+    assert apply_state(kube, chart.outside, "deployment-trainer") == {}
 
 
 def test_cluster_wide_recommender_token_is_enough(

@@ -224,6 +224,7 @@ def test_dry_run_shows_the_patch_and_changes_nothing(
                 "dryRun": True,
                 "actions": ["cpu"],
                 "observation": {"window": "5m", "minSamples": 10},
+                "safety": {"allowSingleReplica": True},  # a dry run passes the same gates as a change
             },
         )
     )

@@ -55,3 +55,11 @@ def gpu_deployment(
             },
         },
     }  # fmt: skip
+
+
+def gpu_statefulset(name: str, namespace: str, **options: Any) -> dict[str, Any]:
+    """The same workload as a StatefulSet (one ordinal at a time, OrderedReady)."""
+    manifest = gpu_deployment(name, namespace, **options)
+    manifest["kind"] = "StatefulSet"
+    manifest["spec"]["serviceName"] = name
+    return manifest

@@ -201,6 +201,21 @@ class InvalidCase:
 
 INVALID_SPECS: dict[str, InvalidCase] = {
     # --- CEL rules -------------------------------------------------------------------------------
+    "cooldown-overflowing": InvalidCase(
+        {"safety": {"cooldown": "1000000h"}},
+        "spec.safety.cooldown",
+        "spec.safety.cooldown must be between 1m and 720h",
+    ),
+    "verify-for-zero": InvalidCase(
+        {"safety": {"verifyFor": "0s"}},
+        "spec.safety.verifyFor",
+        "spec.safety.verifyFor must be between 10s and 24h",
+    ),
+    "max-staleness-too-long": InvalidCase(
+        {"safety": {"maxStaleness": "48h"}},
+        "spec.safety.maxStaleness",
+        "spec.safety.maxStaleness must be between 1m and 24h",
+    ),
     "apply-without-actions": InvalidCase(
         {"mode": "Apply"},
         "spec.actions",

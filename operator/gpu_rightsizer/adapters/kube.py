@@ -183,20 +183,23 @@ class KubeAdapter:
                     return found
             raise
 
-    def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> dict[str, Any]:
+    def patch_recommendation_status(
+        self, ref: WorkloadRef, status: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any]:
         """Merge-patch the status subresource of the workload's GPURecommendation.
 
-        Retried on 429 (after the server's Retry-After) and 5xx: a large cycle writes many statuses
-        from a few threads, and an API server under load asks them to slow down."""
+        With `resource_version`, the write is conditional: the API server answers 409 when the object
+        changed since that version was read (optimistic concurrency, no lost update). Retried on 429
+        (after the server's Retry-After) and 5xx: a large cycle writes many statuses from a few
+        threads, and an API server under load asks them to slow down.
+        """
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         return _as_dict(
             with_backoff(
                 lambda: self.custom.patch_namespaced_custom_object_status(
-                    GROUP,
-                    VERSION,
-                    ref.namespace,
-                    RECOMMENDATIONS,
-                    recommendation_name(ref),
-                    {"status": dict(status)},
+                    GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref), body
                 ),
                 what=f"status of {ref.key}",
                 sleep=self.sleep,
@@ -395,19 +398,32 @@ class KubeAdapter:
             raise ValueError(f"the actuator does not patch {kind} objects")
         return patcher
 
-    def server_side_apply(self, ref: WorkloadRef, body: Mapping[str, Any]) -> None:
-        """Server-side apply as `gpu-rightsizer`, never forced: a conflict raises ApiException 409."""
-        self._patcher(ref.kind)(
-            ref.name, ref.namespace, dict(body), field_manager=FIELD_MANAGER,
-            _content_type="application/apply-patch+yaml",
+    def strategic_patch(
+        self, ref: WorkloadRef, body: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any]:
+        """Strategic-merge patch as field manager `gpu-rightsizer`, conditional on `resource_version`
+        when given (409 when the workload changed since it was read); returns the patched object."""
+        patch = dict(body)
+        if resource_version is not None:
+            patch["metadata"] = {**dict(patch.get("metadata") or {}), "resourceVersion": resource_version}
+        result: dict[str, Any] = self._plain(
+            self._patcher(ref.kind)(
+                ref.name, ref.namespace, patch, field_manager=FIELD_MANAGER,
+                _content_type="application/strategic-merge-patch+json",
+            )
         )  # fmt: skip
+        return result
 
-    def strategic_patch(self, ref: WorkloadRef, body: Mapping[str, Any]) -> None:
-        """Strategic-merge patch as `gpu-rightsizer` (needed to remove fields other managers set)."""
-        self._patcher(ref.kind)(
-            ref.name, ref.namespace, dict(body), field_manager=FIELD_MANAGER,
-            _content_type="application/strategic-merge-patch+json",
-        )  # fmt: skip
+    def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:
+        """PodDisruptionBudgets of a namespace, as plain dicts."""
+        listed = client.PolicyV1Api(self.api_client).list_namespaced_pod_disruption_budget(namespace)
+        return [self._plain(item) for item in listed.items]
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete one pod, only if it is still the same pod (uid precondition)."""
+        self.core.delete_namespaced_pod(
+            name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        )
 
     def patch_hpa(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """Merge-patch a HorizontalPodAutoscaler's bounds."""
@@ -420,34 +436,60 @@ class KubeAdapter:
 class LeaseElector:
     """Leader election on a coordination.k8s.io Lease: exactly one actuator acts at a time.
 
-    Optimistic concurrency (resourceVersion) decides races; a holder that stops renewing loses the
-    lease after `duration`. `is_leader()` answers from the last successful renewal, so a process cut
-    off from the API server stops acting before another may take over.
+    As client-go does, only locally observed times count, never the clock of the process that wrote
+    the lease: another holder's lease is valid until `duration` has passed on *our* monotonic clock
+    since we last saw its record change, and our own leadership lasts until `duration` (less a safety
+    margin) after our last successful renewal was *sent*. Optimistic concurrency (resourceVersion)
+    decides races. Clock skew between hosts therefore cannot make two holders.
     """
 
     def __init__(
-        self, kube: KubeAdapter, *, name: str, namespace: str, identity: str, duration_seconds: int = 15
+        self,
+        kube: KubeAdapter,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        duration_seconds: int = 15,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.coordination = client.CoordinationV1Api(kube.api_client)
         self.name = name
         self.namespace = namespace
         self.identity = identity
         self.duration = timedelta(seconds=duration_seconds)
-        self._renewed_at: datetime | None = None
+        self._clock = clock
+        self._renewed_at: float | None = None
+        #: (holder, renewTime as written, resourceVersion) we last saw, and when (our clock).
+        self._observed: tuple[str | None, str | None, str | None] | None = None
+        self._observed_at: float = 0.0
 
-    def is_leader(self, now: datetime | None = None) -> bool:
-        """True while our last renewal is younger than the lease duration (minus a safety margin)."""
-        moment = now or datetime.now(UTC)
-        return self._renewed_at is not None and moment - self._renewed_at < self.duration * 0.8
+    def is_leader(self) -> bool:
+        """True while our last renewal, by our clock, is younger than 80 % of the lease duration."""
+        if self._renewed_at is None:
+            return False
+        return self._clock() - self._renewed_at < self.duration.total_seconds() * 0.8
+
+    def _observe(self, lease: client.V1Lease, now: float) -> None:
+        spec = lease.spec or client.V1LeaseSpec()
+        record = (
+            spec.holder_identity,
+            None if spec.renew_time is None else str(spec.renew_time),
+            (lease.metadata.resource_version if lease.metadata else None),
+        )
+        if record != self._observed:
+            self._observed = record
+            self._observed_at = now
 
     def try_acquire(self) -> bool:
         """Take or renew the lease; False when another holder's lease is still valid."""
-        now = datetime.now(UTC)
+        started = self._clock()
+        wall = datetime.now(UTC)
         spec = client.V1LeaseSpec(
             holder_identity=self.identity,
             lease_duration_seconds=int(self.duration.total_seconds()),
-            renew_time=now,
-            acquire_time=now,
+            renew_time=wall,
+            acquire_time=wall,
         )
         try:
             lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
@@ -463,13 +505,13 @@ class LeaseElector:
                 if create_error.status == 409:
                     return False
                 raise
-            self._renewed_at = now
+            self._renewed_at = started
             return True
+        self._observe(lease, started)
         current = lease.spec or client.V1LeaseSpec()
         holder = current.holder_identity
-        renewed = current.renew_time
-        duration = timedelta(seconds=current.lease_duration_seconds or int(self.duration.total_seconds()))
-        if holder and holder != self.identity and renewed is not None and now - renewed < duration:
+        duration = float(current.lease_duration_seconds or self.duration.total_seconds())
+        if holder and holder != self.identity and started - self._observed_at < duration:
             self._renewed_at = None
             return False
         if holder == self.identity and current.acquire_time is not None:
@@ -482,13 +524,14 @@ class LeaseElector:
                 self._renewed_at = None
                 return False
             raise
-        self._renewed_at = now
+        self._renewed_at = started
         return True
 
     def release(self) -> None:
         """Give the lease up on shutdown so a standby takes over at once."""
         if self._renewed_at is None:
             return
+        self._renewed_at = None
         try:
             lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
             if lease.spec is not None and lease.spec.holder_identity == self.identity:
@@ -497,4 +540,3 @@ class LeaseElector:
                 self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as error:
             LOG.warning("could not release lease %s: %s", self.name, error.reason)
-        self._renewed_at = None

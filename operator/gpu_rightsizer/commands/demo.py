@@ -94,7 +94,8 @@ def apply_policy(namespace: str) -> dict[str, Any]:
             "mode": "Apply",
             "actions": ["cpu", "memory"],
             "observation": {"minSamples": 10},  # no window: the operator's --window applies
-            "safety": {"cooldown": "1h", "verifyFor": "45s"},
+            # the demo's trainer has one replica: restarting it is accepted here, never by default
+            "safety": {"cooldown": "1h", "verifyFor": "45s", "allowSingleReplica": True},
         },
     }
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import kopf
 from kubernetes import client, config
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import metrics
+from gpu_rightsizer.handlers import changes, metrics
+from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -35,7 +35,7 @@ from gpu_rightsizer.logic.policy import (
 )
 from gpu_rightsizer.logic.status import analysed_status, merge_conditions
 from gpu_rightsizer.logic.thresholds import EngineSettings
-from gpu_rightsizer.model.codes import DiagnosisCode, PolicyMode, SharingStrategy
+from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
@@ -140,6 +140,7 @@ def analyse(
         sharing=sharing,
         now=now,
         allowed_mig_profiles=list(settings.allowed_mig_profiles) or None,
+        min_replicas=settings.min_replicas if settings.policy is not None else 0,
     )
 
 
@@ -165,6 +166,11 @@ class CycleState:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     governed: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
     recent_changes: list[tuple[str, datetime]] = field(default_factory=list)
+    #: policy -> workload key -> pods of its changes in flight.
+    in_flight: dict[str, dict[str, int]] = field(default_factory=dict)
+    pdbs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Workloads no longer recommended on whose change is still in flight (the actuator settles them).
+    settling: list[_Pending] = field(default_factory=list)
     #: kind -> (namespace, name) -> object, for the kinds listed this cycle.
     workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
@@ -195,6 +201,12 @@ class CycleState:
             except Exception as error:
                 metrics.ERRORS.labels("kubernetes").inc()
                 LOG.warning("listing HPAs failed; reading them per workload: %s", error)
+
+    def pdbs_of(self, kube: KubeAdapter, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's PodDisruptionBudgets, listed once per cycle (only by the actuator)."""
+        if namespace not in self.pdbs:
+            self.pdbs[namespace] = kube.list_pdbs(namespace)
+        return self.pdbs[namespace]
 
     def labels_of(self, kube: KubeAdapter, namespace: str) -> dict[str, str]:
         if namespace not in self.namespace_labels:
@@ -259,11 +271,13 @@ def write_recommendation(
     now: datetime,
     *,
     refresh_after: timedelta | None = None,
+    workload_generation: int | None = None,
 ) -> bool:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
-    `status.apply` belongs to the actuator for workloads under an Apply policy, so the recommender
-    leaves it alone there (a merge patch without the field keeps it). With `refresh_after`, a status
+    `status.apply` belongs to the actuator, so the recommender never writes it (a merge patch
+    without the field keeps it). `workloadGeneration` publishes which spec the analysis saw, so the
+    actuator acts only on a recommendation made for the workload as it is. With `refresh_after`, a status
     that would only move its window is left as stored while that window is younger than it. Returns
     whether the status was written.
     """
@@ -278,12 +292,9 @@ def write_recommendation(
         generation=(recommendation.get("metadata") or {}).get("generation"),
     )
     body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if settings.mode == PolicyMode.APPLY and old_status.get("apply", {}).get("policy") == settings.policy:
-        body.pop("apply", None)
-    elif settings.mode == PolicyMode.APPLY:
-        body["apply"] = {"state": "Pending", "reason": "waiting for the actuator", "policy": settings.policy}
-    else:
-        body.setdefault("apply", {})["policy"] = settings.policy
+    body.pop("apply", None)  # the actuator's state: the recommender never writes it
+    if workload_generation is not None:
+        body["workloadGeneration"] = workload_generation
     body["conditions"] = merge_conditions(
         list(old_status.get("conditions") or []), body.get("conditions", [])
     )
@@ -303,12 +314,12 @@ def write_recommendation(
     return written
 
 
-def remove_recommendation(kube: KubeAdapter, memo: kopf.Memo, ref: WorkloadRef, why: str) -> None:
+def remove_recommendation(kube: KubeAdapter, ctx: OperatorContext, ref: WorkloadRef, why: str) -> None:
     """Delete a recommendation the workload no longer wants (opt-out annotation or an Off policy)."""
     if kube.delete_recommendation(ref):
         LOG.info("removed the recommendation of %s: %s", ref.key, why)
-    with memo.lock:
-        memo.known.discard(ref.key)
+    with ctx.lock:
+        ctx.known.discard(ref.key)
 
 
 def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
@@ -358,28 +369,6 @@ def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
             LOG.exception("status update of policy %s failed", policy.name)
 
 
-def _recent_changes(recommendations: list[dict[str, Any]], now: datetime) -> list[tuple[str, datetime]]:
-    """(namespace, time) of changes the actuator made in the last hour, from recommendation statuses
-    (persistent, so a restarted actuator still knows its rate budget)."""
-    changes = []
-    for recommendation in recommendations:
-        apply = (recommendation.get("status") or {}).get("apply") or {}
-        at = apply.get("appliedAt")
-        if (
-            not at
-            or apply.get("dryRun")
-            or apply.get("state") not in ("Pending", "Applied", "Verified", "RolledBack")
-        ):
-            continue
-        try:
-            moment = datetime.fromisoformat(str(at).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        if now - moment < timedelta(hours=1):
-            changes.append((str((recommendation.get("metadata") or {}).get("namespace")), moment))
-    return changes
-
-
 def observation_seconds(settings: EffectiveSettings, default: float) -> float:
     """The window a workload is observed over: its policy's `spec.observation.window` when the
     policy sets one, else the operator's `--window`."""
@@ -397,16 +386,19 @@ class _Pending:
     window_seconds: float
 
 
-def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
+def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     """Analyse every workload that has a GPURecommendation; returns how many were updated.
 
     Workloads are grouped by observation window (the operator's `--window`, or their policy's), and
     each distinct window costs one batch of queries, whatever the number of workloads. A failing
     metrics source changes nothing: the recommendations keep what they said.
     """
-    cfg: OperatorConfig = memo.config
-    kube: KubeAdapter = memo.kube
+    cfg, kube = ctx.config, ctx.kube
     end = now or datetime.now(UTC)
+    elector = ctx.elector
+    acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
+    if not acting and not _has_role(cfg, "recommender"):
+        return 0  # a standby actuator does nothing, analysis included
     try:
         recommendations = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
         state = CycleState(now=end, policies=load_policies(kube))
@@ -414,14 +406,15 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         metrics.ERRORS.labels("kubernetes").inc()
         LOG.exception("listing recommendations or policies failed")
         return 0
-    state.recent_changes = _recent_changes(recommendations, end)
-    memo.policies = state.policies
+    state.recent_changes = changes.recent_changes(recommendations, end)
+    state.in_flight = changes.in_flight_pods(recommendations)
+    ctx.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
-            item = _prepare(memo, kube, cfg, state, ref, recommendation)
+            item = _prepare(ctx, kube, cfg, state, ref, recommendation)
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.exception("cycle step for %s failed", ref.key)
@@ -429,9 +422,6 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
         if item is not None:
             pending.append(item)
     batches = _fetch_batches(cfg, sorted({item.window_seconds for item in pending}), end)
-    acting = (
-        _has_role(cfg, "actuator") and getattr(memo, "elector", None) is not None and memo.elector.is_leader()
-    )
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
@@ -458,21 +448,29 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             results = list(pool.map(attempt, work))
     else:
         results = [attempt(job) for job in work]
-    for done in results:
-        if done is None:
-            continue
+    analysed = {done.item.ref.key: done for done in results if done is not None}
+    for done in analysed.values():
         ref = done.item.ref
-        if _has_role(cfg, "recommender"):
+        if done.analysis is not None:
             by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
             wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
-        if acting:  # one workload at a time: the actuator's rate budget is shared
-            try:
-                _actuate(memo, kube, state, done)
-            except Exception:
-                metrics.ERRORS.labels("kubernetes").inc()
-                LOG.exception("cycle step for %s failed", ref.key)
-                continue
         updated += 1
+    # The actuator steps every workload, those without metrics this cycle included: a change in flight
+    # is still watched (pods that cannot start, rollouts), only new changes wait for data.
+    for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
+        done = analysed.get(item.ref.key) or _Analysed(
+            item=item, window=None, analysis=None,
+            hpa=state.hpa_of(kube, item.ref) if item.ref.kind in SCALABLE_KINDS else None,
+            uid=str((item.workload.get("metadata") or {}).get("uid", "")),
+        )  # fmt: skip
+        try:
+            _actuate(ctx, kube, state, done)
+        except changes.LeadershipLostError:
+            LOG.error("the lease was lost during the cycle: the actuator stops acting")
+            break
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("cycle step for %s failed", item.ref.key)
     if _has_role(cfg, "recommender"):
         update_policy_statuses(kube, state)
         if batches or not pending:
@@ -482,7 +480,7 @@ def run_cycle(memo: kopf.Memo, now: datetime | None = None) -> int:
             metrics.WASTED_GPU_HOURS.clear()
             for namespace, hours in wasted.items():
                 metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
-    memo.last_cycle = time.monotonic()
+    ctx.last_cycle = time.monotonic()
     return updated
 
 
@@ -514,7 +512,7 @@ def _fetch_batches(
 
 
 def _prepare(
-    memo: kopf.Memo,
+    ctx: OperatorContext,
     kube: KubeAdapter,
     cfg: OperatorConfig,
     state: CycleState,
@@ -533,9 +531,15 @@ def _prepare(
     if not settings.ignored:
         state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
     if not settings.recommends:
+        apply = (recommendation.get("status") or {}).get("apply") or {}
+        if changes.phase_of(apply) in changes.IN_FLIGHT:
+            # a change in flight is settled by the actuator first (abandoned: an opted-out or Off
+            # workload is never written again); deleting it now would lose the record of that change
+            state.settling.append(_Pending(ref, recommendation, workload, settings, 0.0))
+            return None
         if _has_role(cfg, "recommender"):
             why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
-            remove_recommendation(kube, memo, ref, why)
+            remove_recommendation(kube, ctx, ref, why)
         return None
     seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
@@ -546,9 +550,9 @@ class _Analysed:
     """One workload's analysis this cycle, with what the actuator needs to act on it."""
 
     item: _Pending
-    window: WorkloadWindow
+    window: WorkloadWindow | None  # None: no metrics for this workload this cycle
     hpa: dict[str, Any] | None
-    analysis: Analysis
+    analysis: Analysis | None  # None when this process does not recommend (the actuator never analyses)
     uid: str
 
 
@@ -567,6 +571,9 @@ def _analyse_and_write(
     ref, settings = item.ref, item.settings
     hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
     window = with_hpa(window, hpa)
+    uid = str((item.workload.get("metadata") or {}).get("uid", ""))
+    if not _has_role(cfg, "recommender"):
+        return _Analysed(item=item, window=window, hpa=hpa, analysis=None, uid=uid)
     try:
         analysis = analyse(window, settings, state.now, item.window_seconds)
     except Exception:
@@ -574,34 +581,45 @@ def _analyse_and_write(
         LOG.exception("analysis of %s failed", ref.key)
         return None
     metrics.WORKLOADS_ANALYZED.inc()
-    uid = str((item.workload.get("metadata") or {}).get("uid", ""))
-    if _has_role(cfg, "recommender"):
-        write_recommendation(
-            kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
-            refresh_after=refresh_after,
-        )  # fmt: skip
+    write_recommendation(
+        kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
+        refresh_after=refresh_after,
+        workload_generation=(item.workload.get("metadata") or {}).get("generation"),
+    )  # fmt: skip
     return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid)
 
 
-def _actuate(memo: kopf.Memo, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
-    """The actuator's step for one analysed workload, on the recommendation as it is now."""
-    from gpu_rightsizer.handlers.actuator import WorkloadCase, step
-
+def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
+    """The actuator's step for one workload, on its recommendation as published now (read fresh)."""
     item = done.item
-    fresh = kube.get_recommendation(item.ref) or item.recommendation
-    case = WorkloadCase(
-        ref=item.ref, uid=done.uid, workload=item.workload, recommendation=fresh,
-        settings=item.settings, analysis=done.analysis, window=done.window, hpa=done.hpa, now=state.now,
+    fresh = kube.get_recommendation(item.ref)
+    if fresh is None:
+        return
+    workload = kube.read(item.ref.kind, item.ref.namespace, item.ref.name) or item.workload
+    policy = item.settings.policy or ""
+    others = {k: v for k, v in state.in_flight.get(policy, {}).items() if k != item.ref.key}
+    case = changes.WorkloadCase(
+        ref=item.ref, uid=done.uid, workload=workload, recommendation=fresh, settings=item.settings,
+        window=done.window, hpa=done.hpa, now=state.now,
+        pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)) if item.settings.may_change else (),
+        pods_in_disruption=sum(others.values()),
     )  # fmt: skip
-    step(memo, case, state.recent_changes)
+    cfg, elector = ctx.config, ctx.elector
+    if elector is None:
+        return
+    acting = changes.Actuator(kube, elector.is_leader, lambda start, end: fetch_windows(cfg, start, end))
+    if acting.step(case, state.recent_changes) in changes.IN_FLIGHT and item.settings.policy:
+        # a change started this cycle counts against the policy's disruption budget at once
+        replicas = int(((workload.get("spec") or {}).get("replicas")) or 1)
+        state.in_flight.setdefault(item.settings.policy, {})[item.ref.key] = replicas
 
 
-async def analysis_loop(memo: kopf.Memo) -> None:
+async def analysis_loop(ctx: OperatorContext) -> None:
     """Run a cycle every `interval`; the first one soon after startup. Never dies on one bad cycle."""
-    cfg: OperatorConfig = memo.config
+    cfg = ctx.config
     if not cfg.prometheus_url:  # the cycle still removes opted-out recommendations, updates policies
         LOG.warning("no --prometheus-url: recommendations stay InsufficientData until one is configured")
-    stop: asyncio.Event = memo.stop
+    stop = ctx.stop
     delay = min(5.0, cfg.interval_seconds)
     while not stop.is_set():
         try:
@@ -611,7 +629,7 @@ async def analysis_loop(memo: kopf.Memo) -> None:
             pass
         started = time.monotonic()
         try:
-            updated = await asyncio.to_thread(run_cycle, memo)
+            updated = await asyncio.to_thread(run_cycle, ctx)
             LOG.info(
                 "analysis cycle: %d recommendations updated in %.1f s", updated, time.monotonic() - started
             )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +18,8 @@ import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.handlers import changes, cycle
+from gpu_rightsizer.handlers.context import OperatorContext, context_of
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.status import waiting_status
 from gpu_rightsizer.logic.workloads import allocation_from_pod_spec, is_ignored, requests_gpu
@@ -45,33 +45,25 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
-    memo.config = CONFIG
-    memo.kube = KubeAdapter(cycle.api_client())
-    memo.known = set()
-    memo.policies = []
-    memo.last_cycle = time.monotonic()
-    memo.lock = threading.Lock()
-    memo.stop = asyncio.Event()
-    memo.cycle_task = asyncio.create_task(cycle.analysis_loop(memo))
+    ctx = OperatorContext(config=CONFIG, kube=KubeAdapter(cycle.api_client()))
+    memo.context = ctx
+    ctx.cycle_task = asyncio.create_task(cycle.analysis_loop(ctx))
 
 
 @kopf.on.cleanup()
 async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the analysis loop cleanly."""
-    stop = getattr(memo, "stop", None)
-    task = getattr(memo, "cycle_task", None)
-    if stop is not None:
-        stop.set()
-    if task is not None:
-        task.cancel()
+    """Stop the analysis loop once its running cycle has finished (never cancel a cycle mid-write)."""
+    ctx = context_of(memo)
+    ctx.stop.set()
+    if ctx.cycle_task is not None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+            await asyncio.shield(ctx.cycle_task)
 
 
 @kopf.on.probe(id="secondsSinceLastCycle")
 def last_cycle_age(memo: kopf.Memo, **_: Any) -> float:
     """Readiness/liveness detail: how long ago the analysis cycle last completed (or started waiting)."""
-    return round(time.monotonic() - float(getattr(memo, "last_cycle", time.monotonic())), 1)
+    return round(time.monotonic() - context_of(memo).last_cycle, 1)
 
 
 @kopf.on.event("", "v1", "pods", when=_uses_gpu)
@@ -79,21 +71,25 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
     """A GPU pod appeared or changed: make sure its workload has a GPURecommendation."""
     if type == "DELETED" or is_ignored(body) or (body.get("metadata") or {}).get("deletionTimestamp"):
         return
-    config: OperatorConfig = memo.config
+    ctx = context_of(memo)
+    config = ctx.config
     if config.role == "actuator":  # the recommender creates recommendations; the actuator only acts
         return
-    kube: KubeAdapter = memo.kube
+    kube = ctx.kube
     workload = kube.resolve_owner(body)
     key = workload.ref.key
-    if is_ignored(workload.obj) or _switched_off(memo, kube, workload.ref.namespace, workload.obj):
-        with memo.lock:
-            forget = key in memo.known or True
-            memo.known.discard(key)
-        if forget:
-            kube.delete_recommendation(workload.ref)
+    if is_ignored(workload.obj) or _switched_off(ctx, kube, workload.ref.namespace, workload.obj):
+        with ctx.lock:
+            ctx.known.discard(key)
+        existing = kube.get_recommendation(workload.ref)
+        apply = ((existing or {}).get("status") or {}).get("apply") or {}
+        if existing is not None and changes.phase_of(apply) not in changes.IN_FLIGHT:
+            kube.delete_recommendation(
+                workload.ref
+            )  # one with a change in flight: the cycle settles it first
         return
-    with memo.lock:
-        if key in memo.known:
+    with ctx.lock:
+        if key in ctx.known:
             return
     recommendation = kube.ensure_recommendation(workload)
     if not recommendation.get("status"):
@@ -111,16 +107,15 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
             now=datetime.now(UTC),
             generation=(recommendation.get("metadata") or {}).get("generation"),
         )
-        kube.patch_recommendation_status(
-            workload.ref, status.model_dump(mode="json", by_alias=True, exclude_none=True)
-        )
-    with memo.lock:
-        memo.known.add(key)
+        first = status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"apply"})
+        kube.patch_recommendation_status(workload.ref, first)  # status.apply is the actuator's alone
+    with ctx.lock:
+        ctx.known.add(key)
 
 
-def _switched_off(memo: kopf.Memo, kube: KubeAdapter, namespace: str, workload: Any) -> bool:
+def _switched_off(ctx: OperatorContext, kube: KubeAdapter, namespace: str, workload: Any) -> bool:
     """True when the winning policy (as of the last cycle) is in Off mode."""
-    policies = list(getattr(memo, "policies", []) or [])
+    policies = list(ctx.policies)
     if not policies:
         return False
     metadata = workload.get("metadata") or {}

@@ -8,9 +8,11 @@ decision it makes is a function here, so each guard of SPEC §6 is unit-tested w
   per-namespace hourly rate limits;
 - `select_actions` / `plan_change`: which recommended actions may be carried out (policy `actions`,
   HPA-owned replica counts, `minReplicas`, minimum change size) and the exact values they set;
-- `workload_patch` / `apply_body` / `hpa_patch`: the patch bodies, built from flat field paths so a
+- `workload_patch` / `hpa_patch`: the patch bodies, built from flat field paths so a
   rollback is the same function applied to the recorded previous values;
-- `declarative_owners`: other field managers that declared the fields we would change (never fought);
+- `field_conflicts`: other field managers that own the fields we would change (never fought);
+- `check_availability`: controller owners, rollout health, replica floor, PDBs, disruption budget;
+- `verification_outcome`: rollout first, then only the new revision's pods; no data is Inconclusive;
 - `regression`: after `verifyFor`, the same signals compared with before the change.
 """
 
@@ -23,28 +25,28 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from gpu_rightsizer.logic.policy import EffectiveSettings, in_maintenance_window
 from gpu_rightsizer.logic.workloads import (
     GPU_RESOURCE_PATTERN,
     QuantityError,
-    format_cpu,
-    format_memory,
     parse_quantity,
 )
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, ApplyState, DiagnosisCode, PolicyMode
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
-from gpu_rightsizer.model.result import Action
+from gpu_rightsizer.model.result import Action, ActionTarget
 
 FIELD_MANAGER = "gpu-rightsizer"
 #: JSON record of the last change on the workload: change id, previous and target values, baseline.
 CHANGE_ANNOTATION = "gpurightsizer.io/previous"
 
-#: Field managers that hold a declared intent even though they write with Update operations
-#: (client-side `kubectl apply` keeps a last-applied copy and reverts anything else on its next run).
-DECLARATIVE_UPDATE_MANAGERS = frozenset(
-    {"kubectl-client-side-apply", "helm", "argocd-application-controller"}
+#: kubectl's one-shot imperative verbs: they hold no declared intent, so taking a field they last set
+#: reverts nothing. Every other manager (client-side apply, Helm, Argo CD's `argocd-controller`,
+#: Flux's `kustomize-controller`/`helm-controller`, any operator) owns its fields.
+IMPERATIVE_MANAGERS = frozenset(
+    {"kubectl-create", "kubectl-edit", "kubectl-patch", "kubectl-set", "kubectl-scale", "kubectl-replace"}
 )
 
 DEFAULT_MIN_DELTA_RATIO = 0.10
@@ -102,7 +104,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class GateContext:
-    """Everything the gates look at for one workload."""
+    """Everything the gates look at for one workload, as published in its recommendation's status."""
 
     settings: EffectiveSettings
     diagnosis: DiagnosisCode | None
@@ -114,6 +116,13 @@ class GateContext:
     changes_last_hour_cluster: int = 0
     changes_last_hour_namespace: int = 0
     namespace: str = ""
+    #: Warnings of the metrics source for this window (partial data, missing series).
+    warnings: tuple[str, ...] = ()
+    #: The workload generation the recommendation was computed for, and the live one.
+    analysed_generation: int | None = None
+    live_generation: int | None = None
+    #: The policy that recorded a change being resumed (None for a new change).
+    started_by: str | None = None
 
 
 def check_gates(ctx: GateContext) -> Verdict:
@@ -128,6 +137,12 @@ def check_gates(ctx: GateContext) -> Verdict:
             else "no Apply policy selects this workload"
         )
         return Verdict(False, ApplyState.SKIPPED, where)
+    if ctx.started_by is not None and ctx.started_by != settings.policy:
+        return Verdict(
+            False,
+            ApplyState.SKIPPED,
+            f"the change was started by policy {ctx.started_by!r}; {settings.policy!r} governs the workload now",
+        )
     if ctx.diagnosis is None or ctx.diagnosis == DiagnosisCode.INSUFFICIENT_DATA:
         return Verdict(False, ApplyState.SKIPPED, "insufficient data: nothing is changed without a diagnosis")
     health = sorted(code.value for code in ctx.finding_codes | {ctx.diagnosis} if code in HEALTH_CODES)
@@ -137,20 +152,30 @@ def check_gates(ctx: GateContext) -> Verdict:
             ApplyState.BLOCKED,
             f"health finding {', '.join(health)}: fix the hardware first, sizing waits",
         )
+    if ctx.warnings:
+        return Verdict(
+            False, ApplyState.BLOCKED, f"partial data, not acted on: {'; '.join(sorted(ctx.warnings)[:3])}"
+        )
     if ctx.window_end is None:
         return Verdict(False, ApplyState.SKIPPED, "no observation window yet")
     age = ctx.now - ctx.window_end
     if age > ctx.staleness_limit:
-        return Verdict(False, ApplyState.BLOCKED, f"data is stale: the window ended {_human(age)} ago")
-    if not in_maintenance_window(settings.maintenance_windows, ctx.now):
-        return Verdict(False, ApplyState.BLOCKED, "outside the policy's maintenance windows")
-    if ctx.last_change_at is not None and ctx.now - ctx.last_change_at < settings.cooldown:
-        left = settings.cooldown - (ctx.now - ctx.last_change_at)
         return Verdict(
             False,
             ApplyState.BLOCKED,
-            f"cooldown: last change {_human(ctx.now - ctx.last_change_at)} ago, {_human(left)} to go",
+            f"data is stale: the newest data is {_human(age)} old (limit {_human(ctx.staleness_limit)})",
         )
+    if ctx.analysed_generation is None or ctx.analysed_generation != ctx.live_generation:
+        return Verdict(
+            False,
+            ApplyState.SKIPPED,
+            f"the recommendation was computed for workload generation {ctx.analysed_generation}, the "
+            f"workload is at {ctx.live_generation}: waiting for a fresh analysis",
+        )
+    if not in_maintenance_window(settings.maintenance_windows, ctx.now):
+        return Verdict(False, ApplyState.BLOCKED, "outside the policy's maintenance windows")
+    if ctx.last_change_at is not None and ctx.now - ctx.last_change_at < settings.cooldown:
+        return Verdict(False, ApplyState.BLOCKED, "cooldown: the last change is less than the cooldown ago")
     if ctx.changes_last_hour_namespace >= settings.max_changes_per_hour_namespace:
         return Verdict(
             False,
@@ -182,6 +207,175 @@ def _human(delta: timedelta) -> str:
     if seconds < 7200:
         return f"{seconds // 60}m"
     return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+# --------------------------------------------------------------------------------------------------
+# Availability and ownership gates (on the live objects)
+# --------------------------------------------------------------------------------------------------
+
+#: Annotation a person sets on a workload (any new value) to clear its remembered regressions.
+CLEAR_REGRESSIONS_ANNOTATION = "gpurightsizer.io/clear-regressions"
+
+
+def controller_owner(workload: Mapping[str, Any]) -> str | None:
+    """`Kind/name` of the object that controls this workload (KServe, Knative, LeaderWorkerSet...)."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return f"{ref.get('kind')}/{ref.get('name')}"
+    return None
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return None
+
+
+def rollout_failure(workload: Mapping[str, Any]) -> str | None:
+    """Why the workload's rollout has failed for good (a Deployment past its progress deadline)."""
+    progressing = _condition(workload, "Progressing")
+    if (
+        progressing is not None
+        and progressing.get("status") == "False"
+        and progressing.get("reason") == "ProgressDeadlineExceeded"
+    ):
+        return f"rollout failed: {progressing.get('message') or 'progress deadline exceeded'}"
+    return None
+
+
+def rollout_incomplete(workload: Mapping[str, Any]) -> str | None:
+    """Why the workload is not fully rolled out and available; None when it is.
+
+    Deployment: observedGeneration caught up, every replica updated and available. StatefulSet: the
+    same, with the current revision equal to the update revision. Kinds without a rollout (CronJob)
+    are always complete.
+    """
+    kind = str(workload.get("kind", ""))
+    if kind not in _SCALABLE_KINDS:
+        return None
+    metadata = workload.get("metadata") or {}
+    status = workload.get("status") or {}
+    generation = metadata.get("generation")
+    observed = status.get("observedGeneration")
+    if generation is not None and (observed is None or int(observed) < int(generation)):
+        return f"the controller has not seen generation {generation} yet"
+    failure = rollout_failure(workload)
+    if failure:
+        return failure
+    replicas = int(_dig(workload, ("spec", "replicas")) or (1 if kind != "ReplicaSet" else 0))
+    if kind == "ReplicaSet":
+        available = int(status.get("availableReplicas") or 0)
+        return None if available >= replicas else f"{available}/{replicas} replicas available"
+    updated = int(status.get("updatedReplicas") or 0)
+    ready_key = "availableReplicas" if kind == "Deployment" else "readyReplicas"
+    ready = int(status.get(ready_key) or 0)
+    total = int(status.get("replicas") or 0)
+    if updated < replicas:
+        return f"{updated}/{replicas} replicas updated"
+    if total > replicas:
+        return f"{total - replicas} old replica(s) still terminating"
+    if ready < replicas:
+        return f"{ready}/{replicas} replicas available"
+    if (
+        kind == "StatefulSet"
+        and status.get("updateRevision")
+        and (status.get("currentRevision") != status.get("updateRevision"))
+    ):
+        return "the StatefulSet's current revision is not the update revision yet"
+    return None
+
+
+def disrupts_pods(plan: ChangePlan, workload: Mapping[str, Any]) -> bool:
+    """True when the change restarts or removes running pods (a template change or a scale-in of a
+    Deployment, StatefulSet or ReplicaSet; a CronJob's next run simply starts with the new template)."""
+    if workload.get("kind") not in _SCALABLE_KINDS:
+        return False
+    for path, value in plan.target.items():
+        if path.startswith("hpa."):
+            continue
+        if path == REPLICAS_PATH:
+            current = int(current_value(workload, REPLICAS_PATH) or "1")
+            if value is not None and int(value) < current:
+                return True
+            continue
+        return True
+    return False
+
+
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector (as a dict) against labels; an empty selector matches everything."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = set(expression.get("values") or [])
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Availability:
+    """What the availability gates look at, read from the live objects just before a change."""
+
+    workload: Mapping[str, Any]
+    pdbs: Sequence[Mapping[str, Any]] = ()
+    #: Pods of this policy's other workloads with a change in flight (applied, not yet settled).
+    pods_in_disruption: int = 0
+
+
+def check_availability(plan: ChangePlan, facts: Availability, settings: EffectiveSettings) -> Verdict | None:
+    """Ownership and availability gates for one planned change; None when the change may go."""
+    workload = facts.workload
+    owner = controller_owner(workload)
+    if owner is not None:
+        return Verdict(
+            False,
+            ApplyState.BLOCKED,
+            f"controlled by {owner}: its controller would revert the change; change {owner} instead",
+        )
+    not_ready = rollout_incomplete(workload)
+    if not_ready is not None:
+        return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
+    if not disrupts_pods(plan, workload):
+        return None
+    replicas = (
+        int(current_value(workload, REPLICAS_PATH) or "1") if workload.get("kind") in _SCALABLE_KINDS else 1
+    )
+    if replicas < 2 and not settings.allow_single_replica:
+        return Verdict(
+            False,
+            ApplyState.BLOCKED,
+            f"replica floor: the change restarts the only pod of a {replicas}-replica workload "
+            "(set spec.safety.allowSingleReplica to allow it)",
+        )
+    labels = _dig(pod_template(workload), ("metadata", "labels")) or {}
+    for pdb in facts.pdbs:
+        if not label_selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+            continue
+        allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+        if allowed < 1:
+            name = (pdb.get("metadata") or {}).get("name")
+            return Verdict(False, ApplyState.BLOCKED, f"PodDisruptionBudget {name} allows no disruption now")
+    if facts.pods_in_disruption + replicas > settings.max_pods_in_disruption:
+        return Verdict(
+            False,
+            ApplyState.BLOCKED,
+            f"disruption budget: {facts.pods_in_disruption} pod(s) of this policy's workloads are already "
+            f"changing, {replicas} more would exceed maxPodsInDisruption {settings.max_pods_in_disruption}",
+        )
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,63 +547,10 @@ def change_id_for(workload_key: str, target: Mapping[str, str | None], salt: str
     return f"c-{digest[:10]}"
 
 
-_CORES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*cores?\b")
-_RESOURCE_REQUEST = re.compile(
-    r"^\s*(?P<resource>nvidia\.com/[A-Za-z0-9.+\-]+)\s*:\s*(?P<count>[0-9]+)(?P<rest>.*)$"
-)
-_NODE_SELECTOR_TEXT = re.compile(r"\(nodeSelector (?P<pairs>[^)]*)\)")
-_BOUNDS = re.compile(r"^\s*(?P<low>[0-9]+)\s*-\s*(?P<high>[0-9]+)\s*$")
-
-
 def _delta_big_enough(new: float, old: float | None, ratio: float) -> bool:
     if old is None or old == 0:
         return True
     return abs(new - old) >= ratio * abs(old)
-
-
-def _resource_values(
-    workload: Mapping[str, Any], container: str, resource: str, amount: str, *, both: bool
-) -> dict[str, str | None]:
-    """Set `resource` in limits (and in requests when `both`, or when requests already name it)."""
-    values: dict[str, str | None] = {container_path(container, "limits", resource): amount}
-    if both or current_value(workload, container_path(container, "requests", resource)) is not None:
-        values[container_path(container, "requests", resource)] = amount
-    return values
-
-
-def _cpu_values(workload: Mapping[str, Any], action: Action, min_delta: float) -> dict[str, str | None]:
-    match = _CORES.match(action.to_value)
-    if not match:
-        raise PlanError(f"cpu target {action.to_value!r} is not a number of cores")
-    target_pod = float(match.group(1))
-    container = action.container or str(gpu_container(workload).get("name"))
-    containers = _containers(workload)
-    current_pod = 0.0
-    current_own: float | None = None
-    for item in containers:
-        resources = item.get("resources") or {}
-        raw = (resources.get("limits") or {}).get("cpu") or (resources.get("requests") or {}).get("cpu")
-        if raw is not None:
-            cores = _quantity(raw, "cpu")
-            current_pod += cores
-            if item.get("name") == container:
-                current_own = cores
-    if not _delta_big_enough(target_pod, current_pod or None, min_delta):
-        return {}
-    own_target = max(0.1, target_pod - (current_pod - (current_own or 0.0)))
-    return _resource_values(workload, container, "cpu", format_cpu(own_target), both=True)
-
-
-def _memory_values(workload: Mapping[str, Any], action: Action, min_delta: float) -> dict[str, str | None]:
-    target = _quantity(action.to_value.split()[0] if action.to_value.strip() else action.to_value, "memory")
-    container = action.container or str(gpu_container(workload).get("name"))
-    current_raw = current_value(workload, container_path(container, "limits", "memory")) or current_value(
-        workload, container_path(container, "requests", "memory")
-    )
-    current = _quantity(current_raw, "memory") if current_raw is not None else None
-    if not _delta_big_enough(target, current, min_delta):
-        return {}
-    return _resource_values(workload, container, "memory", format_memory(target), both=False)
 
 
 def _quantity(value: str, what: str) -> float:
@@ -422,74 +563,86 @@ def _quantity(value: str, what: str) -> float:
     return number
 
 
-def _gpu_resource_values(workload: Mapping[str, Any], action: Action) -> dict[str, str | None]:
-    """Swap the container's GPU resource for the recommended one, with the node selector it needs."""
-    match = _RESOURCE_REQUEST.match(action.to_value)
-    if not match:
-        raise PlanError(f"GPU target {action.to_value!r} is not '<resource>: <count>'")
-    new_resource, count = match["resource"], match["count"]
-    if not GPU_RESOURCE_PATTERN.match(new_resource):
-        raise PlanError(f"{new_resource!r} is not a GPU resource")
-    container = gpu_container(workload)
-    name = str(container.get("name"))
-    resources = container.get("resources") or {}
+def replica_target(current: int, requested: int, *, min_replicas: int) -> int | None:
+    """The replica count to set for a request to go from `current` to `requested`; None for no change.
+
+    Invariants (property-tested): the result never moves against the requested direction, lies
+    between `current` and `requested`, and a scale-in never ends below `min_replicas` (a floor above
+    the current count turns a scale-in into no change, never into a scale-out).
+    """
+    if requested < 0 or current < 0:
+        raise PlanError(f"replica counts must not be negative (current {current}, requested {requested})")
+    if requested == current:
+        return None
+    if requested > current:
+        return requested
+    target = max(requested, min_replicas)
+    return target if target < current else None
+
+
+def same_value(path: str, live: str | None, wanted: str | None) -> bool:
+    """True when a live value equals a wanted one (quantities compared as numbers: 4 == 4000m)."""
+    if live is None or wanted is None:
+        return live == wanted
+    if not _CONTAINER_PATH.match(path):
+        return live == wanted
+    try:
+        return math.isclose(parse_quantity(live), parse_quantity(wanted), rel_tol=1e-9)
+    except QuantityError:
+        return live == wanted
+
+
+def _resource_target_values(
+    workload: Mapping[str, Any], action: Action, target: ActionTarget, min_delta: float
+) -> dict[str, str | None]:
+    container = target.container or action.container or str(gpu_container(workload).get("name"))
+    if container not in {str(c.get("name")) for c in _containers(workload)}:
+        raise PlanError(f"{action.type.value}: container {container!r} is not in the pod template")
     values: dict[str, str | None] = {}
-    for section in ("limits", "requests"):
-        for resource in resources.get(section) or {}:
-            if GPU_RESOURCE_PATTERN.match(resource) and resource != new_resource:
-                values[container_path(name, section, resource)] = None
-    had_requests = any(GPU_RESOURCE_PATTERN.match(r) for r in (resources.get("requests") or {}))
-    values[container_path(name, "limits", new_resource)] = count
-    if had_requests:
-        values[container_path(name, "requests", new_resource)] = count
-    selector = _NODE_SELECTOR_TEXT.search(match["rest"])
-    if selector:
-        for pair in selector["pairs"].split(","):
-            key, _, value = pair.strip().partition("=")
-            if not key or not value:
-                raise PlanError(f"node selector {pair!r} in {action.to_value!r} is not key=value")
-            values[node_selector_path(key)] = value
+    for resource in target.remove_resources:
+        for section in ("limits", "requests"):
+            if current_value(workload, container_path(container, section, resource)) is not None:
+                values[container_path(container, section, resource)] = None
+    for section, quantities in (("requests", target.requests), ("limits", target.limits)):
+        for resource, amount in quantities.items():
+            wanted = _quantity(amount, f"{action.type.value} {resource}")
+            path = container_path(container, section, resource)
+            live = current_value(workload, path)
+            live_amount = _quantity(live, resource) if live is not None else None
+            small = resource in ("cpu", "memory") and not _delta_big_enough(wanted, live_amount, min_delta)
+            if not small:
+                values[path] = amount
     return values
 
 
-def _gpu_count_values(workload: Mapping[str, Any], action: Action) -> dict[str, str | None]:
-    if not action.to_value.strip().isdigit():
-        raise PlanError(f"GPU count {action.to_value!r} is not a whole number")
-    container = gpu_container(workload)
-    name = str(container.get("name"))
-    resources = container.get("resources") or {}
-    resource = action.resource or next(
-        (r for r in (resources.get("limits") or {}) if GPU_RESOURCE_PATTERN.match(r)), "nvidia.com/gpu"
-    )
-    return _resource_values(workload, name, resource, action.to_value.strip(), both=False)
-
-
-def _replica_values(
-    workload: Mapping[str, Any], action: Action, settings: EffectiveSettings
+def _target_values(
+    workload: Mapping[str, Any],
+    action: Action,
+    settings: EffectiveSettings,
+    hpa: Mapping[str, Any] | None,
+    min_delta: float,
 ) -> dict[str, str | None]:
-    text = action.to_value.strip()
-    if not text.isdigit():
-        raise PlanError(f"replica target {action.to_value!r} is not a whole number")
-    target = int(text)
-    current = int(current_value(workload, REPLICAS_PATH) or "1")
-    if target < current:
-        target = max(target, settings.min_replicas)
-    return {} if target == current else {REPLICAS_PATH: str(target)}
-
-
-def _hpa_values(
-    action: Action, hpa: Mapping[str, Any] | None, settings: EffectiveSettings
-) -> dict[str, str | None]:
-    match = _BOUNDS.match(action.to_value)
-    if not match:
-        raise PlanError(f"HPA bounds {action.to_value!r} are not 'min-max'")
-    low, high = max(int(match["low"]), 1, settings.min_replicas), int(match["high"])
-    if low > high:
-        raise PlanError(f"HPA bounds {low}-{high}: minimum above maximum")
-    values: dict[str, str | None] = {}
-    if current_value({}, HPA_MIN_PATH, hpa) != str(low):
+    """The flat-path values one action sets, read only from its machine-readable `target`."""
+    target = action.target
+    if target is None:
+        raise PlanError(
+            f"{action.type.value}: the recommendation carries no machine-readable target; nothing is applied"
+        )
+    values = _resource_target_values(workload, action, target, min_delta)
+    if target.replicas is not None:
+        current = int(current_value(workload, REPLICAS_PATH) or "1")
+        to = replica_target(current, target.replicas, min_replicas=settings.min_replicas)
+        if to is not None:
+            values[REPLICAS_PATH] = str(to)
+    if target.min_replicas is not None or target.max_replicas is not None:
+        if hpa is None:
+            raise PlanError(f"{action.type.value}: no HorizontalPodAutoscaler to set bounds on")
+        spec = hpa.get("spec") or {}
+        low = max(int(target.min_replicas or spec.get("minReplicas") or 1), 1, settings.min_replicas)
+        high = int(target.max_replicas or spec.get("maxReplicas") or low)
+        if low > high:
+            raise PlanError(f"HPA bounds {low}-{high}: minimum above maximum")
         values[HPA_MIN_PATH] = str(low)
-    if current_value({}, HPA_MAX_PATH, hpa) != str(high):
         values[HPA_MAX_PATH] = str(high)
     return values
 
@@ -504,7 +657,8 @@ def plan_change(
 ) -> ChangePlan | None:
     """The values the selected actions set, with the values they replace; None when nothing changes.
 
-    Raises PlanError (with a message for status) when an action cannot be expressed as a patch.
+    Values come only from each action's `target` (never from the display strings). Raises PlanError
+    (with a message for status) when an action cannot be expressed as a patch.
     """
     kind = str(workload.get("kind", ""))
     pod_template(workload)  # fail early on kinds we never patch
@@ -514,24 +668,11 @@ def plan_change(
     applied: list[ActionType] = []
     left_out = list(selection.left_out)
     for action in selection.actions:
-        if action.type == ActionType.CPU:
-            values = _cpu_values(workload, action, min_delta)
-        elif action.type == ActionType.MEMORY:
-            values = _memory_values(workload, action, min_delta)
-        elif action.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING):
-            values = _gpu_resource_values(workload, action)
-        elif action.type == ActionType.GPU_COUNT:
-            values = _gpu_count_values(workload, action)
-        elif action.type == ActionType.REPLICAS:
-            values = _replica_values(workload, action, settings)
-        elif action.type == ActionType.RELEASE_IDLE:
-            values = {} if current_value(workload, REPLICAS_PATH) == "0" else {REPLICAS_PATH: "0"}
-        elif action.type == ActionType.HPA_BOUNDS:
-            values = _hpa_values(action, hpa, settings)
-        else:  # pragma: no cover - select_actions only passes applicable types
-            continue
+        values = _target_values(workload, action, settings, hpa, min_delta)
         values = {
-            path: value for path, value in values.items() if current_value(workload, path, hpa) != value
+            path: value
+            for path, value in values.items()
+            if not same_value(path, current_value(workload, path, hpa), value)
         }
         if not values:
             left_out.append(f"{action.type.value}: below the minimum change or already in place")
@@ -550,15 +691,30 @@ def plan_change(
     )
 
 
-def rollback_plan(record: ChangeRecord, workload_key: str = "") -> ChangePlan:
-    """The change that restores the values a recorded change replaced."""
-    target = dict(record.previous)
-    return ChangePlan(
+def rollback_plan(
+    record: ChangeRecord,
+    workload: Mapping[str, Any],
+    hpa: Mapping[str, Any] | None = None,
+    workload_key: str = "",
+) -> tuple[ChangePlan | None, tuple[str, ...]]:
+    """The change that restores what a recorded change replaced, for the fields that still hold the
+    values it set; and the fields someone else changed since (never overwritten)."""
+    target: dict[str, str | None] = {}
+    kept: list[str] = []
+    for path, ours in record.target.items():
+        if same_value(path, current_value(workload, path, hpa), ours):
+            target[path] = record.previous.get(path)
+        else:
+            kept.append(path)
+    if not target:
+        return None, tuple(sorted(kept))
+    plan = ChangePlan(
         change_id=change_id_for(workload_key, target, salt=f"rollback-of-{record.change_id}"),
         actions=record.actions,
         target=target,
-        previous=dict(record.target),
+        previous={path: record.target[path] for path in target},
     )
+    return plan, tuple(sorted(kept))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -693,27 +849,6 @@ def workload_patch(kind: str, values: Mapping[str, str | None], annotation: str 
     return body
 
 
-def apply_body(
-    workload: Mapping[str, Any], values: Mapping[str, str | None], annotation: str | None
-) -> dict[str, Any] | None:
-    """Server-side-apply body for the same change; None when it removes fields (SSA cannot delete
-    fields that other managers own, so such changes go as a strategic-merge patch)."""
-    own = _workload_values(values)
-    if any(value is None for value in own.values()):
-        return None
-    kind = str(workload.get("kind"))
-    metadata = workload.get("metadata") or {}
-    body = workload_patch(kind, own, annotation)
-    body["apiVersion"] = str(workload.get("apiVersion"))
-    body["kind"] = kind
-    body["metadata"] = {
-        "name": metadata.get("name"),
-        "namespace": metadata.get("namespace"),
-        **({"annotations": {CHANGE_ANNOTATION: annotation}} if annotation is not None else {}),
-    }
-    return body
-
-
 def hpa_patch(values: Mapping[str, str | None]) -> dict[str, Any] | None:
     """Merge patch of the HorizontalPodAutoscaler's bounds; None when the change has none."""
     spec: dict[str, Any] = {}
@@ -761,18 +896,21 @@ def _managed_key_paths(kind: str, path: str) -> list[str] | None:
     return None
 
 
-def declarative_owners(workload: Mapping[str, Any], paths: Iterable[str]) -> dict[str, list[str]]:
-    """Other field managers with a declared intent (server-side apply, client-side apply, Helm, Argo CD)
-    that own fields the change would set: manager -> paths. Such managers would revert the change on
-    their next sync, so the actuator reports them instead of fighting them."""
+def field_conflicts(workload: Mapping[str, Any], paths: Iterable[str]) -> dict[str, list[str]]:
+    """Other field managers that own fields the change would set: manager -> paths.
+
+    Any other manager is a conflict (a GitOps controller, Helm, an operator, client-side apply under
+    any name such as Argo CD's `argocd-controller` or Flux's), except kubectl's one-shot imperative
+    verbs, which hold no intent and revert nothing. The actuator reports conflicts instead of taking
+    the fields.
+    """
     kind = str(workload.get("kind", ""))
     owners: dict[str, list[str]] = {}
     for entry in (workload.get("metadata") or {}).get("managedFields") or []:
         manager = str(entry.get("manager", ""))
         if manager == FIELD_MANAGER:
             continue
-        declarative = entry.get("operation") == "Apply" or manager in DECLARATIVE_UPDATE_MANAGERS
-        if not declarative:
+        if manager in IMPERATIVE_MANAGERS and entry.get("operation") == "Update":
             continue
         fields = entry.get("fieldsV1") or {}
         for path in paths:
@@ -790,8 +928,8 @@ def conflict_reason(owners: Mapping[str, Sequence[str]]) -> str:
     return (
         "field manager conflict: "
         + "; ".join(parts)
-        + f" (declared there, so a change would be reverted; let that manager cede the fields to {FIELD_MANAGER!r}, "
-        "e.g. Argo CD ignoreDifferences.managedFieldsManagers, or change the manifest)"
+        + f" (owned there, so a change would be reverted or fought; let that manager cede the fields to "
+        f"{FIELD_MANAGER!r}, e.g. Argo CD ignoreDifferences.managedFieldsManagers, or change the manifest)"
     )
 
 
@@ -845,14 +983,115 @@ def signals_from_window(
 
 @dataclass(frozen=True)
 class PodHealth:
-    """What the workload's current pods look like after a change."""
+    """What the new revision's pods look like after a change: counts of each way a pod fails to start."""
 
     total: int = 0
     running: int = 0
     unschedulable: int = 0
     crash_looping: int = 0
+    image_pull: int = 0
+    init_failing: int = 0
+    gated: int = 0
     restarts: int = 0
     messages: tuple[str, ...] = ()
+
+    @property
+    def failing(self) -> int:
+        """Pods that will not start without a change (gated pods only after the grace period)."""
+        return self.unschedulable + self.crash_looping + self.image_pull + self.init_failing
+
+
+#: Waiting reasons of a container that will not start by itself.
+_IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+_CRASH_REASONS = frozenset(
+    {"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+)
+#: Restarts of one container after which it counts as crash-looping.
+CRASH_RESTARTS = 3
+
+
+def pod_health(pods: Iterable[Mapping[str, Any]]) -> PodHealth:
+    """Count pods that cannot be scheduled (or are held by scheduling gates), cannot pull their image,
+    crash or fail in an init container; pods being deleted are left out."""
+    counts = dict.fromkeys(
+        ("total", "running", "unschedulable", "crash", "pull", "init", "gated", "restarts"), 0
+    )
+    messages: list[str] = []
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        counts["total"] += 1
+        status = pod.get("status") or {}
+        name = str((pod.get("metadata") or {}).get("name"))
+        if status.get("phase") == "Running":
+            counts["running"] += 1
+        scheduled = _pod_condition(pod, "PodScheduled")
+        if scheduled is not None and scheduled.get("status") == "False":
+            if scheduled.get("reason") == "SchedulingGated":
+                counts["gated"] += 1
+                messages.append(f"{name}: scheduling gated")
+            elif scheduled.get("reason") == "Unschedulable":
+                counts["unschedulable"] += 1
+                messages.append(f"{name}: {scheduled.get('message') or 'unschedulable'}")
+        for section, key in (("initContainerStatuses", "init"), ("containerStatuses", "crash")):
+            for container in status.get(section) or []:
+                restarts = int(container.get("restartCount") or 0)
+                counts["restarts"] += restarts
+                waiting = (container.get("state") or {}).get("waiting") or {}
+                reason = str(waiting.get("reason") or "")
+                if reason in _IMAGE_PULL_REASONS:
+                    counts["pull"] += 1
+                    messages.append(f"{name}: {reason} {waiting.get('message') or ''}".strip())
+                elif reason in _CRASH_REASONS or restarts >= CRASH_RESTARTS:
+                    counts[key] += 1
+                    messages.append(f"{name}: {reason or f'{restarts} restarts'}")
+    return PodHealth(
+        total=counts["total"], running=counts["running"], unschedulable=counts["unschedulable"],
+        crash_looping=counts["crash"], image_pull=counts["pull"], init_failing=counts["init"],
+        gated=counts["gated"], restarts=counts["restarts"], messages=tuple(messages),
+    )  # fmt: skip
+
+
+def _pod_condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    return _condition(pod, kind)
+
+
+def new_revision_pods(
+    workload: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    replica_sets: Iterable[Mapping[str, Any]] = (),
+) -> list[Mapping[str, Any]]:
+    """The pods of the workload's newest revision only (old ReplicaSet pods are never measured).
+
+    Deployment: the pod-template-hash of the ReplicaSet whose revision annotation equals the
+    Deployment's. StatefulSet: controller-revision-hash equal to status.updateRevision. Other kinds:
+    every pod. An unknown revision yields no pods (no evidence rather than the wrong evidence).
+    """
+    kind = str(workload.get("kind", ""))
+    listed = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if kind == "StatefulSet":
+        revision = (workload.get("status") or {}).get("updateRevision")
+        return [p for p in listed if revision and _labels(p).get("controller-revision-hash") == revision]
+    if kind == "Deployment":
+        uid = (workload.get("metadata") or {}).get("uid")
+        revision = ((workload.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+        hashes = {
+            _labels(rs).get("pod-template-hash")
+            for rs in replica_sets
+            if revision is not None
+            and ((rs.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION) == revision
+            and any(ref.get("uid") == uid for ref in (rs.get("metadata") or {}).get("ownerReferences") or [])
+        }
+        hashes.discard(None)
+        return [p for p in listed if _labels(p).get("pod-template-hash") in hashes]
+    return listed
+
+
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def regression(
@@ -861,13 +1100,11 @@ def regression(
     health: PodHealth,
     actions: Iterable[ActionType] = (),
 ) -> str | None:
-    """Why the change made things worse, or None. Pods that do not schedule or crash always count;
-    a GPU busy drop counts except after adding replicas (load spread over more pods is the point)."""
-    if health.unschedulable:
+    """Why the change made things worse, or None. Pods that do not start always count; a GPU busy
+    drop counts except after adding replicas (load spread over more pods is the point)."""
+    if health.failing:
         detail = f": {health.messages[0]}" if health.messages else ""
-        return f"{health.unschedulable} new pod(s) cannot be scheduled{detail}"
-    if health.crash_looping:
-        return f"{health.crash_looping} new pod(s) crash-loop ({health.restarts} restarts)"
+        return f"{health.failing} new pod(s) cannot start{detail}"
     kinds = set(actions)
     if (
         BUSY_KEY in before
@@ -882,6 +1119,71 @@ def regression(
         if new - old > REGRESSION_CPU_RISE:
             return f"CPU saturation p95 rose from {old:.0%} to {new:.0%}"
     return None
+
+
+class Outcome(StrEnum):
+    """The verdict of one verification look."""
+
+    WAIT = "Wait"
+    ROLLED_OUT = "RolledOut"
+    VERIFIED = "Verified"
+    INCONCLUSIVE = "Inconclusive"
+    REGRESSED = "Regressed"
+
+
+#: Pods held by scheduling gates this long after the change count as failing.
+GATED_GRACE = timedelta(minutes=5)
+#: The rollout must complete within this time (or `verifyFor`, when longer) after the change.
+ROLLOUT_DEADLINE = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class VerificationInput:
+    """What one verification look sees."""
+
+    now: datetime
+    applied_at: datetime
+    rolled_out_at: datetime | None
+    verify_for: timedelta
+    rollout: str | None  # why the rollout is not complete; None when it is
+    failure: str | None  # a rollout failure (progress deadline exceeded)
+    health: PodHealth  # of the new revision's pods
+    before: Mapping[str, float]
+    after: Mapping[str, float]  # figures of the new revision's pods since the rollout completed
+    actions: tuple[ActionType, ...] = ()
+
+
+def verification_outcome(look: VerificationInput) -> tuple[Outcome, str]:
+    """Wait for the rollout, then for `verifyFor` of the new pods; never Verified without figures.
+
+    Pods that cannot start and failed rollouts are regressions at once, not after `verifyFor`.
+    """
+    problem = regression({}, {}, look.health)
+    if problem is not None:
+        return Outcome.REGRESSED, problem
+    if look.health.gated and look.now - look.applied_at >= GATED_GRACE:
+        return Outcome.REGRESSED, f"{look.health.gated} new pod(s) still held by scheduling gates"
+    if look.failure is not None:
+        return Outcome.REGRESSED, look.failure
+    if look.rolled_out_at is None:
+        if look.rollout is None:
+            return Outcome.ROLLED_OUT, "the new revision is fully rolled out"
+        if look.now - look.applied_at > max(ROLLOUT_DEADLINE, look.verify_for):
+            return (
+                Outcome.INCONCLUSIVE,
+                f"rollout not complete after {_human(look.now - look.applied_at)}: {look.rollout}",
+            )
+        return Outcome.WAIT, f"waiting for the rollout: {look.rollout}"
+    if look.now < look.rolled_out_at + look.verify_for:
+        return Outcome.WAIT, "measuring the new revision's pods"
+    if not look.after:
+        return Outcome.INCONCLUSIVE, "no figures from the new revision's pods: cannot verify"
+    if not any(key in look.before for key in look.after):
+        return Outcome.INCONCLUSIVE, "no figures comparable with before the change: cannot verify"
+    problem = regression(look.before, look.after, look.health, look.actions)
+    if problem is not None:
+        return Outcome.REGRESSED, problem
+    return Outcome.VERIFIED, improvement_summary(look.before, look.after)
 
 
 def improvement_summary(before: Mapping[str, float], after: Mapping[str, float]) -> str:

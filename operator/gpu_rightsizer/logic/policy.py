@@ -23,6 +23,7 @@ from gpu_rightsizer.model.crd import (
     IGNORE_ANNOTATION,
     GPURightsizingPolicy,
     GPURightsizingPolicySpec,
+    InconclusiveAction,
     LabelSelector,
     LabelSelectorRequirement,
     MaintenanceWindow,
@@ -204,11 +205,21 @@ class EffectiveSettings:
     allowed_mig_profiles: tuple[str, ...]
     maintenance_windows: tuple[MaintenanceWindow, ...]
     ignored: bool = False
+    max_staleness: timedelta = timedelta(minutes=15)
+    allow_single_replica: bool = False
+    max_pods_in_disruption: int = 10
+    max_rollbacks: int = 2
+    roll_back_inconclusive: bool = False
 
     @property
     def recommends(self) -> bool:
         """True unless the workload is switched off (mode Off or the ignore annotation)."""
         return self.mode != PolicyMode.OFF and not self.ignored
+
+    @property
+    def may_change(self) -> bool:
+        """True when an Apply policy governs the workload (dry-run included)."""
+        return self.recommends and self.mode == PolicyMode.APPLY
 
     def may_apply(self, action: ActionType) -> bool:
         """True when an Apply policy allows this action (dry-run included: the patch is still computed)."""
@@ -238,6 +249,11 @@ def effective_settings(policy: GPURightsizingPolicy | None, *, ignored: bool = F
         allowed_mig_profiles=tuple(safety.allowed_mig_profiles),
         maintenance_windows=tuple(safety.maintenance_windows),
         ignored=ignored,
+        max_staleness=parse_duration(safety.max_staleness),
+        allow_single_replica=safety.allow_single_replica,
+        max_pods_in_disruption=safety.max_pods_in_disruption,
+        max_rollbacks=safety.max_rollbacks,
+        roll_back_inconclusive=safety.on_inconclusive == InconclusiveAction.ROLL_BACK,
     )
 
 

@@ -79,6 +79,7 @@ class ApplyState(StrEnum):
     PENDING = "Pending"
     APPLIED = "Applied"
     VERIFIED = "Verified"
+    INCONCLUSIVE = "Inconclusive"
     ROLLED_BACK = "RolledBack"
     SKIPPED = "Skipped"
     BLOCKED = "Blocked"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -230,6 +231,50 @@ class Diagnosis(CamelModel):
     findings: list[Finding] = Field(default_factory=list)
 
 
+#: Entries kept in `status.apply.history` and `status.apply.regressed`.
+HISTORY_LENGTH = 20
+
+
+class ChangePhase(StrEnum):
+    """The life of one change: proposed -> intent recorded -> applied -> rolled out -> verified |
+    inconclusive | (rollback intent recorded -> rolled back) -> done. Abandoned: never sent, or left
+    in place unverified because its policy no longer applies it."""
+
+    PROPOSED = "Proposed"
+    INTENT_RECORDED = "IntentRecorded"
+    APPLIED = "Applied"
+    ROLLED_OUT = "RolledOut"
+    VERIFIED = "Verified"
+    INCONCLUSIVE = "Inconclusive"
+    ROLLBACK_INTENT_RECORDED = "RollbackIntentRecorded"
+    ROLLED_BACK = "RolledBack"
+    ABANDONED = "Abandoned"
+    DONE = "Done"
+
+
+class RegressedChange(CamelModel):
+    """A change that was rolled back, remembered with the workload generation it left behind."""
+
+    change_id: str
+    workload_generation: int | None = None
+    at: datetime
+
+
+class ChangeHistoryEntry(CamelModel):
+    """One finished (or abandoned) change, for the audit trail."""
+
+    change_id: str
+    at: datetime = Field(description="When the change was applied (or recorded, when never sent).")
+    finished_at: datetime | None = None
+    change: str = Field(
+        default="", description="What changed, e.g. containers[main].resources.limits[cpu] 1->4."
+    )
+    outcome: ChangePhase
+    reason: str = ""
+    before: dict[str, float] = Field(default_factory=dict, description="Figures before the change.")
+    after: dict[str, float] = Field(default_factory=dict, description="Figures of the new pods.")
+
+
 class ApplyStatus(CamelModel):
     """Where the recommendation stands on its way into the workload, with what is needed to undo it."""
 
@@ -251,6 +296,34 @@ class ApplyStatus(CamelModel):
     verify_after: datetime | None = Field(
         default=None, description="When the change is compared with before."
     )
+    change_id: str | None = Field(default=None, description="The change this state is about.")
+    rollback: str | None = Field(
+        default=None, description="The exact rollback patch (YAML), recorded before it is sent."
+    )
+    phase: ChangePhase | None = Field(default=None, description="Where the change is in its life.")
+    workload_generation: int | None = Field(
+        default=None, description="The workload's generation our last write produced."
+    )
+    rolled_out_at: datetime | None = Field(
+        default=None, description="When the new revision was first seen fully rolled out."
+    )
+    last_error: str | None = Field(default=None, description="The last API error, kept until the next step.")
+    rollbacks: int = Field(default=0, ge=0, description="Changes of this workload rolled back so far.")
+    regressed: list[RegressedChange] = Field(
+        default_factory=list,
+        max_length=HISTORY_LENGTH,
+        description="Changes that were rolled back: not retried until the workload's spec changes.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    cleared_token: str | None = Field(
+        default=None, description="The last gpurightsizer.io/clear-regressions value acted on."
+    )
+    history: list[ChangeHistoryEntry] = Field(
+        default_factory=list,
+        max_length=HISTORY_LENGTH,
+        description="The last changes, newest last: what, when, figures before and after, outcome.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
 
 
 class RecommendationSummary(CamelModel):
@@ -268,6 +341,9 @@ class GPURecommendationStatus(CamelModel):
     """Everything the operator concluded about the target; written only through the status subresource."""
 
     observed_generation: int | None = Field(default=None, ge=0)
+    workload_generation: int | None = Field(
+        default=None, ge=0, description="The target workload's metadata.generation the analysis saw."
+    )
     window: ObservedWindow | None = None
     allocation: AllocationStatus | None = None
     diagnosis: Diagnosis | None = None
@@ -466,10 +542,42 @@ _MIG_PROFILES_NEED_MIG_RULE = CelRule(
 )
 
 
+#: Bounds of the policy's durations (seconds): (CEL rule, message, field, low, high). A huge duration
+#: would overflow the operator's arithmetic, a tiny one removes the guard it stands for.
+_DURATION_BOUNDS: tuple[tuple[str, str, str, float], ...] = (
+    ("cooldown", "1m", "720h", 60.0),
+    ("verifyFor", "10s", "24h", 10.0),
+    ("maxStaleness", "1m", "24h", 60.0),
+)
+_DURATION_HIGH_SECONDS = {"720h": 720 * 3600.0, "24h": 24 * 3600.0}
+
+
+def _duration_rule(name: str, low: str, high: str) -> CelRule:
+    return CelRule(
+        f"!has(self.{name}) || (duration(self.{name}) >= duration('{low}')"
+        f" && duration(self.{name}) <= duration('{high}'))",
+        f"spec.safety.{name} must be between {low} and {high}",
+        field_path=f".{name}",
+    )
+
+
+_SNAKE = {"cooldown": "cooldown", "verifyFor": "verify_for", "maxStaleness": "max_staleness"}
+_SAFETY_DURATION_RULES: tuple[CelRule, ...] = tuple(
+    _duration_rule(name, low, high) for name, low, high, _ in _DURATION_BOUNDS
+)
+
+
+class InconclusiveAction(StrEnum):
+    """What the actuator does with a change it could not verify (no data, rollout never completed)."""
+
+    HOLD = "Hold"
+    ROLL_BACK = "RollBack"
+
+
 class Safety(CamelModel):
     """Guards around applying changes: rate limits, cooldown, maintenance windows, verification, sharing."""
 
-    model_config = _with_cel(_MIG_PROFILES_NEED_MIG_RULE)
+    model_config = _with_cel(_MIG_PROFILES_NEED_MIG_RULE, *_SAFETY_DURATION_RULES)
 
     max_changes_per_hour: MaxChangesPerHour = Field(default_factory=MaxChangesPerHour)
     cooldown: str = Field(
@@ -494,6 +602,34 @@ class Safety(CamelModel):
         description="How long after a change the same signals are compared with before.",
     )
     rollback_on_regression: bool = Field(default=True, description="Undo a change that made things worse.")
+    on_inconclusive: InconclusiveAction = Field(
+        default=InconclusiveAction.HOLD,
+        description="A change that cannot be verified (no data, rollout not complete in time) is held "
+        "in place with a warning (Hold) or undone (RollBack); it is never reported Verified.",
+    )
+    max_staleness: str = Field(
+        default="15m",
+        max_length=32,
+        pattern=DURATION_PATTERN,
+        description="The newest data a recommendation is based on must be at most this old to be acted on.",
+    )
+    allow_single_replica: bool = Field(
+        default=False,
+        description="Allow changes that restart the only pod of a single-replica workload (an outage).",
+    )
+    max_pods_in_disruption: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="Pods of this policy's workloads that may be restarting because of changes at once.",
+    )
+    max_rollbacks: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="After this many rollbacks of a workload's changes, it is Blocked until a person sets "
+        "the gpurightsizer.io/clear-regressions annotation on the workload.",
+    )
     sharing_strategy: SharingStrategy = Field(
         default=SharingStrategy.NONE,
         description="How this cluster shares GPUs (device plugin configuration).",
@@ -510,6 +646,15 @@ class Safety(CamelModel):
     @classmethod
     def _unique_profiles(cls, profiles: list[str]) -> list[str]:
         return _no_duplicates(profiles, "spec.safety.allowedMigProfiles")
+
+    @model_validator(mode="after")
+    def _durations_bounded(self) -> Safety:
+        for name, low, high, low_seconds in _DURATION_BOUNDS:
+            value = getattr(self, _SNAKE[name])
+            seconds = duration_seconds(value)
+            if not low_seconds <= seconds <= _DURATION_HIGH_SECONDS[high]:
+                raise ValueError(f"spec.safety.{name} must be between {low} and {high}")
+        return self
 
     @model_validator(mode="after")
     def _mig_profiles_need_mig(self) -> Safety:
@@ -690,5 +835,6 @@ ALL_CEL_RULES: tuple[CelRule, ...] = (
     _CLUSTER_CAP_RULE,
     _WINDOW_END_RULE,
     _MIG_PROFILES_NEED_MIG_RULE,
+    *_SAFETY_DURATION_RULES,
     *_POLICY_SPEC_RULES,
 )

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_rightsizer.logic import actuation
 from gpu_rightsizer.logic.actuation import ChangeRecord, GateContext, PlanError, PodHealth
@@ -23,7 +25,7 @@ from gpu_rightsizer.model.observation import (
     WorkloadRef,
     WorkloadWindow,
 )
-from gpu_rightsizer.model.result import Action
+from gpu_rightsizer.model.result import Action, ActionTarget
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)  # a Wednesday
 
@@ -48,6 +50,8 @@ def gate(**changes: Any) -> GateContext:
         "now": NOW,
         "staleness_limit": timedelta(minutes=5),
         "namespace": "team-a",
+        "analysed_generation": 3,
+        "live_generation": 3,
     }
     base.update(changes)
     return GateContext(**base)
@@ -91,20 +95,33 @@ def deployment(
     }
 
 
-def cpu_action(to: str = "4 cores (request and limit)") -> Action:
+def cpu_action(cores: str = "4", container: str | None = "main") -> Action:
+    """A CPU action as the engine publishes it: display text plus the machine-readable target."""
     return Action(
         type=ActionType.CPU,
         from_value="1 cores (limit)",
-        to_value=to,
+        to_value="display text the actuator never parses",
         reason="r",
         resource="cpu",
         automatic=True,
+        target=ActionTarget(container=container, requests={"cpu": cores}, limits={"cpu": cores}),
     )
 
 
-def mig_action(to: str = "nvidia.com/mig-1g.18gb: 1") -> Action:
+def mig_action(profile: str = "1g.18gb") -> Action:
     return Action(
-        type=ActionType.MIG_PROFILE, from_value="nvidia.com/gpu: 1", to_value=to, reason="r", automatic=True
+        type=ActionType.MIG_PROFILE,
+        from_value="nvidia.com/gpu: 1",
+        to_value="display",
+        reason="r",
+        automatic=True,
+        target=ActionTarget(
+            container="main",
+            requests={f"nvidia.com/mig-{profile}": "1"},
+            limits={f"nvidia.com/mig-{profile}": "1"},
+            remove_resources=["nvidia.com/gpu"],
+            gpu_capacity_change=True,
+        ),
     )
 
 
@@ -198,7 +215,7 @@ def test_cpu_plan_sets_request_and_limit_and_records_previous() -> None:
 def test_same_change_gets_the_same_id() -> None:
     first = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
     second = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
-    other = actuation.plan_change(deployment(), [cpu_action("6 cores")], settings(), workload_key="k")
+    other = actuation.plan_change(deployment(), [cpu_action("6")], settings(), workload_key="k")
     assert first is not None and second is not None and other is not None
     assert first.change_id == second.change_id != other.change_id
 
@@ -218,7 +235,27 @@ def test_advice_only_actions_are_never_applied() -> None:
 
 
 def test_small_cpu_change_is_below_the_minimum() -> None:
-    assert actuation.plan_change(deployment(cpu="4"), [cpu_action("4.2 cores")], settings()) is None
+    assert actuation.plan_change(deployment(cpu="4"), [cpu_action("4.2")], settings()) is None
+
+
+def test_an_action_without_a_target_is_never_applied_and_display_text_is_never_parsed() -> None:
+    untyped = Action(
+        type=ActionType.CPU,
+        from_value="1",
+        to_value="4 cores (request and limit)",
+        reason="r",
+        automatic=True,
+    )
+    with pytest.raises(PlanError, match="no machine-readable target"):
+        actuation.plan_change(deployment(), [untyped], settings())
+    lying = cpu_action("2").model_copy(update={"to_value": "64 cores"})
+    plan = actuation.plan_change(deployment(), [lying], settings())
+    assert plan is not None and plan.target["containers[main].resources.limits[cpu]"] == "2"
+
+
+def test_a_target_naming_an_unknown_container_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="not in the pod template"):
+        actuation.plan_change(deployment(), [cpu_action(container="ghost")], settings())
 
 
 def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
@@ -232,14 +269,14 @@ def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
             },
         },
     ]
-    plan = actuation.plan_change(deployment(containers=containers), [cpu_action("4.5 cores")], settings())
+    plan = actuation.plan_change(deployment(containers=containers), [cpu_action("4")], settings())
     assert plan is not None
     assert plan.target["containers[main].resources.limits[cpu]"] == "4"
     assert not any("sidecar" in path for path in plan.target)
 
 
 def test_unreadable_cpu_target_is_a_plan_error() -> None:
-    with pytest.raises(PlanError, match="not a number of cores"):
+    with pytest.raises(PlanError, match="not a Kubernetes quantity"):
         actuation.plan_change(deployment(), [cpu_action("lots")], settings())
 
 
@@ -251,6 +288,7 @@ def test_memory_plan_raises_the_limit() -> None:
         reason="r",
         resource="memory",
         automatic=True,
+        target=ActionTarget(container="main", requests={"memory": "16Gi"}, limits={"memory": "16Gi"}),
     )
     plan = actuation.plan_change(deployment(), [action], settings(actions=("memory",)))
     assert plan is not None
@@ -272,18 +310,6 @@ def test_mig_mixed_plan_swaps_the_gpu_resource() -> None:
     assert plan.previous["containers[main].resources.limits[nvidia.com/mig-1g.18gb]"] is None
 
 
-def test_mig_single_plan_sets_the_node_selector() -> None:
-    single = settings(actions=("migProfile",), sharingStrategy="mig-single", allowedMigProfiles=["1g.18gb"])
-    to = "nvidia.com/gpu: 1 (nodeSelector nvidia.com/gpu.product=NVIDIA-H200-MIG-1g.18gb, nvidia.com/mig.config=all-1g.18gb) (note)"
-    plan = actuation.plan_change(deployment(), [mig_action(to)], single)
-    assert plan is not None
-    assert plan.target["nodeSelector[nvidia.com/gpu.product]"] == "NVIDIA-H200-MIG-1g.18gb"
-    assert plan.target["nodeSelector[nvidia.com/mig.config]"] == "all-1g.18gb"
-    assert plan.previous["nodeSelector[nvidia.com/gpu.product]"] == "NVIDIA-H200"
-    assert plan.previous["nodeSelector[nvidia.com/mig.config]"] is None
-    assert "containers[main].resources.limits[nvidia.com/gpu]" not in plan.target  # already nvidia.com/gpu: 1
-
-
 def test_gpu_count_plan() -> None:
     action = Action(
         type=ActionType.GPU_COUNT,
@@ -292,18 +318,22 @@ def test_gpu_count_plan() -> None:
         reason="r",
         resource="nvidia.com/gpu",
         automatic=True,
+        target=ActionTarget(container="main", limits={"nvidia.com/gpu": "2"}, gpu_capacity_change=True),
     )
     plan = actuation.plan_change(deployment(), [action], settings(actions=("gpuCount",)))
     assert plan is not None and plan.target["containers[main].resources.limits[nvidia.com/gpu]"] == "2"
 
 
-def replicas_action(to: str, kind: ActionType = ActionType.REPLICAS) -> Action:
-    return Action(type=kind, from_value="x", to_value=to, reason="r", resource="replicas", automatic=True)
+def replicas_action(to: int, kind: ActionType = ActionType.REPLICAS) -> Action:
+    return Action(
+        type=kind, from_value="x", to_value="display", reason="r", resource="replicas", automatic=True,
+        target=ActionTarget(replicas=to),
+    )  # fmt: skip
 
 
 def test_scale_in_stops_at_min_replicas() -> None:
     plan = actuation.plan_change(
-        deployment(replicas=4), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2)
+        deployment(replicas=4), [replicas_action(1)], settings(actions=("replicas",), minReplicas=2)
     )
     assert plan is not None and plan.target == {"replicas": "2"}
 
@@ -311,7 +341,7 @@ def test_scale_in_stops_at_min_replicas() -> None:
 def test_scale_in_already_at_min_replicas_is_no_change() -> None:
     assert (
         actuation.plan_change(
-            deployment(replicas=2), [replicas_action("1")], settings(actions=("replicas",), minReplicas=2)
+            deployment(replicas=2), [replicas_action(1)], settings(actions=("replicas",), minReplicas=2)
         )
         is None
     )
@@ -320,36 +350,51 @@ def test_scale_in_already_at_min_replicas_is_no_change() -> None:
 def test_hpa_owned_replica_count_is_never_touched() -> None:
     hpa = {"metadata": {"name": "h"}, "spec": {"minReplicas": 2, "maxReplicas": 4}}
     plan = actuation.plan_change(
-        deployment(replicas=3), [replicas_action("5")], settings(actions=("replicas",)), hpa=hpa
+        deployment(replicas=3), [replicas_action(5)], settings(actions=("replicas",)), hpa=hpa
     )
     assert plan is None
     selection = actuation.select_actions(
-        [replicas_action("5")], settings(actions=("replicas",)), has_hpa=True, kind="Deployment"
+        [replicas_action(5)], settings(actions=("replicas",)), has_hpa=True, kind="Deployment"
     )
     assert "HorizontalPodAutoscaler owns the replica count" in selection.left_out[0]
 
 
 def test_hpa_bounds_are_patched_on_the_hpa() -> None:
     hpa = {"metadata": {"name": "h"}, "spec": {"minReplicas": 2, "maxReplicas": 4}}
-    action = replicas_action("2-8", ActionType.HPA_BOUNDS)
+    action = Action(
+        type=ActionType.HPA_BOUNDS, from_value="2-4", to_value="2-8", reason="r", automatic=True,
+        target=ActionTarget(min_replicas=2, max_replicas=8),
+    )  # fmt: skip
     plan = actuation.plan_change(deployment(replicas=3), [action], settings(actions=("replicas",)), hpa=hpa)
-    assert plan is not None and plan.target == {"hpa.maxReplicas": "8"}
+    assert plan is not None and plan.target == {"hpa.maxReplicas": "8"}  # minReplicas 2 already in place
     assert plan.touches_hpa
     assert actuation.hpa_patch(plan.target) == {"spec": {"maxReplicas": 8}}
     assert actuation.workload_patch("Deployment", plan.target, None) == {}
 
 
-def test_release_idle_scales_to_zero_only_when_allowed() -> None:
-    release = Action(
-        type=ActionType.RELEASE_IDLE, from_value="1 x gpu", to_value="0", reason="r", automatic=True
-    )
+def test_release_idle_respects_min_replicas() -> None:
+    release = replicas_action(0, ActionType.RELEASE_IDLE)
     assert actuation.plan_change(deployment(), [release], settings(actions=("cpu",))) is None
-    plan = actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",)))
+    # the default minReplicas (1) keeps a 1-replica workload as it is
+    assert actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",))) is None
+    plan = actuation.plan_change(deployment(replicas=3), [release], settings(actions=("releaseIdle",)))
+    assert plan is not None and plan.target == {"replicas": "1"}
+    plan = actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",), minReplicas=0))
     assert plan is not None and plan.target == {"replicas": "0"} and plan.previous == {"replicas": "1"}
 
 
+def test_min_replicas_never_turns_a_scale_in_into_a_scale_out() -> None:
+    plan = actuation.plan_change(
+        deployment(replicas=2), [replicas_action(1)], settings(actions=("replicas",), minReplicas=10000)
+    )
+    assert plan is None
+
+
 def test_conflicting_actions_are_not_combined() -> None:
-    count = Action(type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", automatic=True)
+    count = Action(
+        type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", automatic=True,
+        target=ActionTarget(limits={"nvidia.com/gpu": "2"}),
+    )  # fmt: skip
     chosen = actuation.select_actions(
         [mig_action(), count],
         settings(
@@ -392,29 +437,6 @@ def test_strategic_patch_deletes_with_null_and_carries_the_record() -> None:
     limits = body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": None, "nvidia.com/mig-1g.18gb": "1"}
     assert body["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] == "{}"
-    assert actuation.apply_body(deployment(), plan.target, "{}") is None  # removals cannot go by SSA
-
-
-def test_apply_body_is_a_named_partial_object() -> None:
-    plan = actuation.plan_change(deployment(), [cpu_action()], settings())
-    assert plan is not None
-    body = actuation.apply_body(deployment(), plan.target, "rec")
-    assert body is not None
-    assert (body["apiVersion"], body["kind"], body["metadata"]["name"], body["metadata"]["namespace"]) == (
-        "apps/v1",
-        "Deployment",
-        "x",
-        "team-a",
-    )
-    assert body["spec"] == {
-        "template": {
-            "spec": {
-                "containers": [
-                    {"name": "main", "resources": {"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}}
-                ]
-            }
-        }
-    }
 
 
 def test_replica_patch() -> None:
@@ -428,10 +450,26 @@ def test_rollback_restores_previous_values_including_removals() -> None:
     record = ChangeRecord(
         change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions
     )
-    undo = actuation.rollback_plan(record)
+    changed = deployment(gpu=("nvidia.com/mig-1g.18gb", "1"))
+    undo, kept = actuation.rollback_plan(record, changed)
+    assert undo is not None and kept == ()
     assert undo.target["containers[main].resources.limits[nvidia.com/gpu]"] == "1"
     assert undo.target["containers[main].resources.limits[nvidia.com/mig-1g.18gb]"] is None
     assert undo.change_id != plan.change_id
+
+
+def test_rollback_leaves_fields_someone_else_changed_since() -> None:
+    plan = actuation.plan_change(deployment(), [cpu_action("4")], settings())
+    assert plan is not None
+    record = ChangeRecord(change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous)
+    human = deployment(cpu="4")
+    human["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "6"  # kubectl edit
+    undo, kept = actuation.rollback_plan(record, human)
+    assert undo is not None
+    assert undo.target == {"containers[main].resources.requests[cpu]": "1"}
+    assert kept == ("containers[main].resources.limits[cpu]",)
+    everything_changed = deployment(cpu="6")
+    assert actuation.rollback_plan(record, everything_changed) == (None, tuple(sorted(plan.target)))
 
 
 def test_change_record_round_trips_and_tells_whether_a_change_landed() -> None:
@@ -489,17 +527,21 @@ def managed(manager: str, operation: str) -> dict[str, Any]:
     ("manager", "operation", "blocked"),
     [
         ("argocd-controller", "Apply", True),
+        ("argocd-controller", "Update", True),  # Argo CD's client-side apply
+        ("kustomize-controller", "Update", True),  # Flux
+        ("helm-controller", "Update", True),
         ("kubectl", "Apply", True),
         ("kubectl-client-side-apply", "Update", True),
+        ("some-operator", "Update", True),
         ("kubectl-create", "Update", False),
         ("kubectl-edit", "Update", False),
-        ("gpu-rightsizer", "Apply", False),
+        ("gpu-rightsizer", "Update", False),
     ],
 )
-def test_declarative_owners_are_reported(manager: str, operation: str, blocked: bool) -> None:
+def test_any_other_field_owner_is_a_conflict(manager: str, operation: str, blocked: bool) -> None:
     obj = deployment()
     obj["metadata"]["managedFields"] = [managed(manager, operation)]
-    owners = actuation.declarative_owners(obj, ["containers[main].resources.limits[cpu]"])
+    owners = actuation.field_conflicts(obj, ["containers[main].resources.limits[cpu]"])
     assert bool(owners) == blocked
     if blocked:
         assert manager in actuation.conflict_reason(owners)
@@ -508,7 +550,7 @@ def test_declarative_owners_are_reported(manager: str, operation: str, blocked: 
 def test_owner_of_another_field_is_no_conflict() -> None:
     obj = deployment()
     obj["metadata"]["managedFields"] = [managed("argocd-controller", "Apply")]
-    assert actuation.declarative_owners(obj, ["containers[main].resources.limits[memory]"]) == {}
+    assert actuation.field_conflicts(obj, ["containers[main].resources.limits[memory]"]) == {}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -590,9 +632,9 @@ def test_verification_measures_new_pods_against_the_new_cpu_limit() -> None:
             {},
             PodHealth(total=2, unschedulable=1, messages=("0/7 nodes are available",)),
             [ActionType.CPU],
-            "cannot be scheduled: 0/7",
+            "cannot start: 0/7",
         ),
-        ({}, {}, PodHealth(total=1, crash_looping=1, restarts=5), [ActionType.MIG_PROFILE], "crash-loop"),
+        ({}, {}, PodHealth(total=1, crash_looping=1, restarts=5), [ActionType.MIG_PROFILE], "cannot start"),
         (
             {"cpuSaturationP95": 0.5},
             {"cpuSaturationP95": 0.9},
@@ -621,3 +663,205 @@ def test_improvement_summary() -> None:
         {"gpuBusyP95": 0.35, "cpuSaturationP95": 0.98}, {"gpuBusyP95": 0.81, "cpuSaturationP95": 0.6}
     )
     assert text == "GPU busy p95 35%->81%, CPU saturation p95 98%->60%"
+
+
+# --------------------------------------------------------------------------------------------------
+# Replica invariants (property tests), availability gates, verification
+# --------------------------------------------------------------------------------------------------
+
+
+@given(
+    current=st.integers(min_value=0, max_value=20_000),
+    requested=st.integers(min_value=0, max_value=20_000),
+    floor=st.integers(min_value=0, max_value=20_000),
+)
+def test_replica_target_never_reverses_direction_nor_breaks_the_floor(
+    current: int, requested: int, floor: int
+) -> None:
+    result = actuation.replica_target(current, requested, min_replicas=floor)
+    if result is None:
+        return
+    assert result != current
+    assert (result > current) == (requested > current)  # never against the requested direction
+    assert min(current, requested) <= result <= max(current, requested)  # never past the request
+    if requested < current:
+        assert result >= floor  # a scale-in never ends below minReplicas
+
+
+def test_gates_refuse_partial_data_stale_data_and_an_old_generation() -> None:
+    partial = actuation.check_gates(
+        gate(warnings=("team-a/p-2: requests nvidia.com/gpu but has no GPU series",))
+    )
+    assert not partial.go and "partial data" in partial.reason
+    stale = actuation.check_gates(
+        gate(window_end=NOW - timedelta(minutes=20), staleness_limit=timedelta(minutes=15))
+    )
+    assert not stale.go and "stale" in stale.reason
+    moved = actuation.check_gates(gate(analysed_generation=2, live_generation=3))
+    assert not moved.go and "generation 2" in moved.reason
+    other = actuation.check_gates(gate(started_by="old-policy"))
+    assert not other.go and "started by policy 'old-policy'" in other.reason
+
+
+def rolled_out(obj: dict[str, Any], replicas: int = 2) -> dict[str, Any]:
+    obj["metadata"]["generation"] = 4
+    obj["status"] = {
+        "observedGeneration": 4, "replicas": replicas, "updatedReplicas": replicas,
+        "availableReplicas": replicas, "readyReplicas": replicas,
+    }  # fmt: skip
+    return obj
+
+
+def cpu_plan(obj: dict[str, Any]) -> actuation.ChangePlan:
+    plan = actuation.plan_change(obj, [cpu_action("4")], settings())
+    assert plan is not None
+    return plan
+
+
+def test_availability_gates_each_name_themselves() -> None:
+    many = rolled_out(deployment(replicas=2))
+    assert actuation.check_availability(cpu_plan(many), actuation.Availability(many), settings()) is None
+    owned = rolled_out(deployment(replicas=2))
+    owned["metadata"]["ownerReferences"] = [
+        {"kind": "InferenceService", "name": "llm", "controller": True, "apiVersion": "v1", "uid": "u"}
+    ]
+    verdict = actuation.check_availability(cpu_plan(owned), actuation.Availability(owned), settings())
+    assert verdict is not None and "change InferenceService/llm instead" in verdict.reason
+    single = rolled_out(deployment(replicas=1), replicas=1)
+    verdict = actuation.check_availability(cpu_plan(single), actuation.Availability(single), settings())
+    assert verdict is not None and "replica floor" in verdict.reason
+    assert (
+        actuation.check_availability(
+            cpu_plan(single), actuation.Availability(single), settings(allowSingleReplica=True)
+        )
+        is None
+    )
+    rolling = rolled_out(deployment(replicas=2))
+    rolling["status"]["updatedReplicas"] = 1
+    verdict = actuation.check_availability(cpu_plan(rolling), actuation.Availability(rolling), settings())
+    assert verdict is not None and "not fully rolled out" in verdict.reason
+    pdb = {"metadata": {"name": "keep-one"}, "spec": {"selector": {"matchLabels": {"app": "x"}}},
+           "status": {"disruptionsAllowed": 0}}  # fmt: skip
+    many["spec"]["template"]["metadata"] = {"labels": {"app": "x"}}
+    verdict = actuation.check_availability(cpu_plan(many), actuation.Availability(many, (pdb,)), settings())
+    assert verdict is not None and "PodDisruptionBudget keep-one" in verdict.reason
+    busy = actuation.Availability(rolled_out(deployment(replicas=2)), (), pods_in_disruption=9)
+    verdict = actuation.check_availability(cpu_plan(many), busy, settings())
+    assert verdict is not None and "disruption budget" in verdict.reason
+
+
+def pod(
+    name: str, *, phase: str = "Running", labels: dict[str, str] | None = None, **status: Any
+) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels or {}}, "status": {"phase": phase, **status}}
+
+
+def test_pod_health_sees_every_way_a_pod_fails_to_start() -> None:
+    waiting = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}
+    health = actuation.pod_health([
+        pod("a", phase="Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/6 nodes"}]),
+        pod("b", phase="Pending", containerStatuses=[waiting]),
+        pod("c", phase="Pending", initContainerStatuses=[{"restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]),
+        pod("d", phase="Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]),
+        pod("e"),
+    ])  # fmt: skip
+    assert (health.unschedulable, health.image_pull, health.init_failing, health.gated, health.running) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
+    assert health.failing == 3
+
+
+def test_only_the_new_revisions_pods_are_measured() -> None:
+    obj = deployment()
+    obj["metadata"].update({"uid": "d-1", "annotations": {actuation.REVISION_ANNOTATION: "2"}})
+    rs = [
+        {"metadata": {"labels": {"pod-template-hash": "old"}, "annotations": {actuation.REVISION_ANNOTATION: "1"},
+                      "ownerReferences": [{"uid": "d-1"}]}},
+        {"metadata": {"labels": {"pod-template-hash": "new"}, "annotations": {actuation.REVISION_ANNOTATION: "2"},
+                      "ownerReferences": [{"uid": "d-1"}]}},
+    ]  # fmt: skip
+    pods = [
+        pod("old-1", labels={"pod-template-hash": "old"}),
+        pod("new-1", labels={"pod-template-hash": "new"}),
+    ]
+    assert [p["metadata"]["name"] for p in actuation.new_revision_pods(obj, pods, rs)] == ["new-1"]
+    sts = {"kind": "StatefulSet", "metadata": {}, "status": {"updateRevision": "r2"}}
+    sts_pods = [
+        pod("s-0", labels={"controller-revision-hash": "r1"}),
+        pod("s-1", labels={"controller-revision-hash": "r2"}),
+    ]
+    assert [p["metadata"]["name"] for p in actuation.new_revision_pods(sts, sts_pods)] == ["s-1"]
+
+
+def look(**changes: Any) -> actuation.VerificationInput:
+    base: dict[str, Any] = {
+        "now": NOW, "applied_at": NOW - timedelta(minutes=40), "rolled_out_at": NOW - timedelta(minutes=35),
+        "verify_for": timedelta(minutes=30), "rollout": None, "failure": None, "health": PodHealth(total=1, running=1),
+        "before": {"gpuBusyP95": 0.3}, "after": {"gpuBusyP95": 0.6}, "actions": (ActionType.CPU,),
+    }  # fmt: skip
+    base.update(changes)
+    return actuation.VerificationInput(**base)
+
+
+def test_verification_never_verifies_without_evidence() -> None:
+    assert actuation.verification_outcome(look())[0] == actuation.Outcome.VERIFIED
+    outcome, reason = actuation.verification_outcome(look(after={}))
+    assert outcome == actuation.Outcome.INCONCLUSIVE and "no figures" in reason
+    outcome, _ = actuation.verification_outcome(look(before={}, after={"gpuBusyP95": 0.6}))
+    assert outcome == actuation.Outcome.INCONCLUSIVE
+
+
+def test_verification_waits_for_the_rollout_and_gives_up_inconclusive() -> None:
+    early = look(applied_at=NOW - timedelta(minutes=2), rolled_out_at=None, rollout="1/2 replicas updated")
+    assert actuation.verification_outcome(early)[0] == actuation.Outcome.WAIT
+    done = look(applied_at=NOW - timedelta(minutes=2), rolled_out_at=None, rollout=None)
+    assert actuation.verification_outcome(done)[0] == actuation.Outcome.ROLLED_OUT
+    late = look(applied_at=NOW - timedelta(hours=2), rolled_out_at=None, rollout="1/2 replicas updated")
+    assert actuation.verification_outcome(late)[0] == actuation.Outcome.INCONCLUSIVE
+    measuring = look(rolled_out_at=NOW - timedelta(minutes=5))
+    assert actuation.verification_outcome(measuring)[0] == actuation.Outcome.WAIT
+
+
+def test_pods_that_never_start_fail_the_change_within_minutes() -> None:
+    stuck = PodHealth(total=1, image_pull=1, messages=("p: ImagePullBackOff",))
+    outcome, reason = actuation.verification_outcome(
+        look(applied_at=NOW - timedelta(minutes=1), rolled_out_at=None, rollout="0/1 available", health=stuck)
+    )
+    assert outcome == actuation.Outcome.REGRESSED and "ImagePullBackOff" in reason
+    deadline = look(rolled_out_at=None, rollout="x", failure="rollout failed: ProgressDeadlineExceeded")
+    assert actuation.verification_outcome(deadline)[0] == actuation.Outcome.REGRESSED
+    gated = PodHealth(total=1, gated=1)
+    assert (
+        actuation.verification_outcome(
+            look(applied_at=NOW - timedelta(minutes=1), rolled_out_at=None, rollout="x", health=gated)
+        )[0]
+        == actuation.Outcome.WAIT
+    )
+    assert (
+        actuation.verification_outcome(
+            look(applied_at=NOW - timedelta(minutes=6), rolled_out_at=None, rollout="x", health=gated)
+        )[0]
+        == actuation.Outcome.REGRESSED
+    )
+
+
+def test_policy_durations_are_bounded() -> None:
+    for safety in (
+        {"cooldown": "99999999999999999999h"},
+        {"cooldown": "0s"},
+        {"verifyFor": "0s"},
+        {"maxStaleness": "48h"},
+    ):
+        with pytest.raises(ValueError, match="must be between"):
+            policy(**safety)
+
+
+def test_a_cronjob_change_disrupts_no_running_pod() -> None:
+    job = deployment(kind="CronJob")
+    plan = actuation.plan_change(job, [cpu_action("4")], settings())
+    assert plan is not None and not actuation.disrupts_pods(plan, job)
+    assert actuation.check_availability(plan, actuation.Availability(job), settings()) is None

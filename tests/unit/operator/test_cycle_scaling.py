@@ -183,3 +183,81 @@ def test_status_unchanged_ignores_only_the_window_times() -> None:
     assert not cycle.status_unchanged(old, more, later, fresh)
     assert not cycle.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
     assert not cycle.status_unchanged({}, moved, later, fresh), "nothing stored yet"
+
+
+class _Elector:
+    def __init__(self, leader: bool) -> None:
+        self.leader = leader
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+
+def test_a_standby_actuator_does_nothing_at_all() -> None:
+    class Untouchable(FakeKube):
+        def list_recommendations(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+            raise AssertionError("a standby actuator must not even list recommendations")
+
+    kube = Untouchable({}, {}, [])
+    ctx = memo_for(kube, role="actuator")
+    ctx.elector = _Elector(leader=False)  # type: ignore[assignment]
+    assert cycle.run_cycle(ctx, now=NOW) == 0
+
+
+def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = listing_cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+
+    def no_analysis(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the actuator re-ran the analysis")
+
+    monkeypatch.setattr(cycle, "analyse", no_analysis)
+    stepped: list[str] = []
+    monkeypatch.setattr(
+        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
+    )
+    ctx = memo_for(kube, role="actuator")
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    cycle.run_cycle(ctx, now=NOW)
+    assert sorted(stepped) == sorted(f"{ns}/Deployment/{name}" for ns, name in kube.workloads)
+    assert kube.status_patches == []  # the recommender's status is not written by an actuator
+
+
+def test_a_change_started_in_a_cycle_counts_against_the_disruption_budget_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_rightsizer.model.crd import ChangePhase
+
+    base = cluster(policy("a", "team-a"))
+    kube = ListingKube(base)
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    seen: list[tuple[str, int]] = []
+
+    def step(self: Any, case: Any, recent: Any) -> ChangePhase:
+        seen.append((case.ref.key, case.pods_in_disruption))
+        return ChangePhase.APPLIED  # every step starts a change
+
+    monkeypatch.setattr(cycle.changes.Actuator, "step", step)
+    ctx = memo_for(kube, role="actuator", namespaces=("team-a",), all_namespaces=False)
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    cycle.run_cycle(ctx, now=NOW)
+    assert [pods for _, pods in seen] == [0, 1]  # team-a/one's new change counts for team-a/two
+
+
+def test_an_opted_out_workload_with_a_change_in_flight_is_settled_before_its_recommendation_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = ListingKube(cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"}))
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Applied", "policy": "a"}
+    stepped: list[str] = []
+    monkeypatch.setattr(
+        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
+    )
+    ctx = memo_for(kube, role="all")
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    cycle.run_cycle(ctx, now=NOW)
+    assert "team-c/Deployment/solo" in stepped and "team-c/Deployment/solo" not in kube.deleted
+    kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Abandoned", "policy": "a"}
+    cycle.run_cycle(ctx, now=NOW)
+    assert "team-c/Deployment/solo" in kube.deleted

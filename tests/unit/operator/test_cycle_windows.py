@@ -4,16 +4,15 @@ without one."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 import pytest
 
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import cycle, metrics
+from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import Allocation, WorkloadRef, WorkloadWindow
@@ -117,15 +116,14 @@ def cluster(*policies: dict[str, Any], annotations: dict[str, str] | None = None
     return FakeKube(workloads, namespaces, list(policies))
 
 
-def memo_for(kube: FakeKube, **config: Any) -> kopf.Memo:
-    memo = kopf.Memo()
-    memo.config = OperatorConfig(
-        **{"prometheus_url": "http://prometheus.invalid", "window_seconds": 3600.0, **config}
+def memo_for(kube: FakeKube, **config: Any) -> OperatorContext:
+    """The operator context a cycle runs with, over the fake cluster."""
+    return OperatorContext(
+        config=OperatorConfig(
+            **{"prometheus_url": "http://prometheus.invalid", "window_seconds": 3600.0, **config}
+        ),
+        kube=kube,  # type: ignore[arg-type]
     )
-    memo.kube = kube
-    memo.known = set()
-    memo.lock = threading.Lock()
-    return memo
 
 
 class FetchRecorder:

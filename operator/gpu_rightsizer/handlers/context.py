@@ -1,0 +1,48 @@
+"""The operator's shared state: one typed object, held in kopf's memo.
+
+kopf gives each watched object a shallow copy of the memo when it first sees it, so an attribute
+assigned to the root memo later never reaches that object's handlers (proven in
+tests/unit/operator/test_lease.py). Everything the handlers share therefore lives in this one
+object, which every copy references: an update here is seen by every handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
+from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.model.crd import GPURightsizingPolicy
+
+
+@dataclass
+class OperatorContext:
+    """What the recommender, the cycle and the actuator share for the life of the process."""
+
+    config: OperatorConfig
+    kube: KubeAdapter
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Keys of workloads whose recommendation exists (guarded by `lock`).
+    known: set[str] = field(default_factory=set)
+    #: The policies as of the last cycle (replaced as a whole, read by the pod handler).
+    policies: list[GPURightsizingPolicy] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: time.monotonic() of the last finished cycle (liveness probe).
+    last_cycle: float = field(default_factory=time.monotonic)
+    cycle_task: asyncio.Task[Any] | None = None
+    elector: LeaseElector | None = None
+    lease_task: asyncio.Task[Any] | None = None
+
+
+def context_of(memo: kopf.Memo) -> OperatorContext:
+    """The context the startup handler put into the memo."""
+    found = memo.get("context")
+    if not isinstance(found, OperatorContext):
+        raise RuntimeError("the operator context is missing from kopf's memo: startup did not run")
+    return found

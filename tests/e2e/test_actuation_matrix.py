@@ -1,0 +1,535 @@
+"""The actuator's safety matrix on the real local cluster: every case at once, one table at the end.
+
+Each case is a short script (a generator that yields while it waits) in its own namespace with its
+own Apply policy, run side by side with the others so the whole matrix costs a few minutes. Most
+share one operator; the crash and lease cases start their own processes, with faults injected by
+tests/e2e/hooks/sitecustomize.py (never by the operator's code). Pods that never start are made so
+by the test writing an image-pull failure into their status, as a kubelet would (`fail_image_pull`).
+
+The printed table has one row per case: (case, expected, seen); the test fails unless every row holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Background, Kube
+from tests.e2e.test_actuation_e2e import FAST, create, fault, recommendation
+from tests.e2e.workloads import gpu_deployment, gpu_statefulset
+
+Script = Iterator[None]
+#: Seconds between two rounds over the running cases.
+ROUND = 2.0
+#: The whole matrix must settle within this time.
+MATRIX_TIMEOUT = 900.0
+
+
+class CaseFailedError(Exception):
+    """A case ended differently than expected; the message is what was seen."""
+
+
+@dataclass
+class Case:
+    """One row of the matrix."""
+
+    name: str
+    expected: str
+    script: Callable[[Env, Case], Script]
+    shared_operator: bool = True
+    namespace: str = ""
+    seen: str = "(not reached)"
+    ok: bool = False
+    processes: list[Background] = field(default_factory=list)
+
+
+@dataclass
+class Env:
+    kube: Kube
+    url: str
+    run_operator: Callable[..., Background]
+
+
+def until(predicate: Callable[[], Any], timeout: float, what: str) -> Iterator[None]:
+    """Yield until `predicate()` is truthy (API errors count as not yet); CaseFailedError on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        yield
+    raise CaseFailedError(f"timed out waiting for {what}")
+
+
+def hold(seconds: float) -> Iterator[None]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        yield
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers on the cluster
+# --------------------------------------------------------------------------------------------------
+
+
+def apply_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    return (recommendation(kube, namespace, name).get("status") or {}).get("apply") or {}
+
+
+def policy(kube: Kube, namespace: str, *, mode: str = "Apply", **safety: Any) -> None:
+    settings = {
+        "cooldown": "1h", "verifyFor": "30s", "allowSingleReplica": True,
+        "maxChangesPerHour": {"cluster": 100, "perNamespace": 20}, **safety,
+    }  # fmt: skip
+    kube.apply(
+        {
+            "apiVersion": "gpurightsizer.io/v1alpha1",
+            "kind": "GPURightsizingPolicy",
+            "metadata": {"name": f"matrix-{namespace}"},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "mode": mode,
+                "actions": ["cpu"],
+                "observation": {"minSamples": 10},
+                "safety": {k: v for k, v in settings.items() if v is not None},
+            },
+        }
+    )
+
+
+def template_cpu(
+    kube: Kube, namespace: str, kind: str = "deployment", name: str = "trainer"
+) -> tuple[str, str]:
+    obj = kube.get_json(kind, "-n", namespace, name)
+    resources = obj["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return str(resources["limits"]["cpu"]), str(resources["requests"]["cpu"])
+
+
+def generation(kube: Kube, namespace: str, kind: str = "deployment", name: str = "trainer") -> int:
+    return int(kube.get_json(kind, "-n", namespace, name)["metadata"]["generation"])
+
+
+def newest_hash(kube: Kube, namespace: str, app: str = "trainer") -> str:
+    """pod-template-hash of the Deployment's newest ReplicaSet."""
+    sets = kube.get_json("replicasets", "-n", namespace, "-l", f"app={app}")["items"]
+    newest = max(sets, key=lambda rs: int(rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]))
+    return str(newest["metadata"]["labels"]["pod-template-hash"])
+
+
+def first_revision(kube: Kube, namespace: str) -> Iterator[None]:
+    """Wait for the trainer Deployment's first ReplicaSet (the revision before any change)."""
+    yield from until(lambda: newest_hash(kube, namespace), 60, "the first ReplicaSet")
+
+
+def changed_revision(kube: Kube, namespace: str, before: str) -> Iterator[None]:
+    """Wait until the Deployment controller created the ReplicaSet of a newer revision."""
+    yield from until(lambda: newest_hash(kube, namespace) != before, 60, "the new revision's ReplicaSet")
+
+
+def fail_image_pull(kube: Kube, namespace: str, label: str, value: str) -> int:
+    """Report the pods with `label=value` as a kubelet does when their image cannot be pulled.
+
+    The container waits with ErrImagePull and the pod is not Ready, as a kubelet writes it. The phase
+    stays Running: KWOK's pod-ready stage turns every Pending pod Running at once (a kubelet would keep
+    it Pending); the actuator reads the container state and readiness, not the phase.
+    """
+    pods = kube.get_json("pods", "-n", namespace, "-l", f"{label}={value}")["items"]
+    failed = 0
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        failed += 1
+        states = [s.get("state") or {} for s in pod["status"].get("containerStatuses") or []]
+        if states and (states[0].get("waiting") or {}).get("reason") == "ErrImagePull":
+            continue
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "ContainersNotReady"},
+                {"type": "ContainersReady", "status": "False", "lastTransitionTime": now},
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": 0,
+                    "started": False,
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": f"pull {c['image']}: not found"}},
+                }
+                for c in pod["spec"]["containers"]
+            ],
+        }  # fmt: skip
+        kube.kubectl(
+            "patch", "pod", "-n", namespace, name, "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": status}),
+        )  # fmt: skip
+    return failed
+
+
+def in_phase(kube: Kube, namespace: str, *phases: str, name: str = "deployment-trainer") -> bool:
+    return apply_status(kube, namespace, name).get("phase") in phases
+
+
+def own_operator(
+    env: Env, case: Case, lease: str, name: str, extra_env: dict[str, str] | None = None
+) -> Background:
+    process = env.run_operator(
+        "--role", "all", "--prometheus-url", env.url, "-n", case.namespace, "--lease-name", lease, *FAST,
+        name=f"{case.name}-{name}", env=extra_env,
+    )  # fmt: skip
+    case.processes.append(process)
+    return process
+
+
+def trainer(kube: Kube, namespace: str, **options: Any) -> None:
+    create(kube, gpu_deployment("trainer", namespace, scenario="input-cpu-bound", cpu="1", **options))
+
+
+# --------------------------------------------------------------------------------------------------
+# The cases
+# --------------------------------------------------------------------------------------------------
+
+
+def mode_switch(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns)
+    yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
+    before = generation(kube, ns)
+    policy(kube, ns, mode="Recommend", verifyFor="10m")
+    yield from until(lambda: in_phase(kube, ns, "Abandoned"), 60, "the change to be abandoned")
+    yield from hold(20)
+    writes = generation(kube, ns) - before
+    state = apply_status(kube, ns, "deployment-trainer")
+    case.seen = f"{state.get('state')}/{state.get('phase')}, workload writes after the switch: {writes}"
+    case.ok = writes == 0 and "patch" not in state and "left in place unverified" in state.get("reason", "")
+
+
+def human_edit(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns)
+    yield from until(lambda: in_phase(kube, ns, "RolledOut"), 300, "the change to roll out")
+    ours, our_hash = template_cpu(kube, ns), newest_hash(kube, ns)
+    kube.kubectl(
+        "patch", "deployment", "-n", ns, "trainer", "-p",
+        json.dumps({"spec": {"template": {"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "6"}}}]}}}}),
+    )  # fmt: skip
+    yield from until(lambda: newest_hash(kube, ns) != our_hash, 30, "the person's revision")
+    bad = newest_hash(kube, ns)
+    yield from until(
+        lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0 and in_phase(kube, ns, "RolledBack"),
+        180, "the rollback",
+    )  # fmt: skip
+    limit, request = template_cpu(kube, ns)
+    case.seen = (
+        f"ours {ours[1]}/{ours[0]}, person set limit 6; after rollback limit {limit}, request {request}"
+    )
+    case.ok = limit == "6" and request == "1"
+
+
+def crash_during_apply(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns)
+    trainer(kube, ns)
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    crashing = own_operator(env, case, lease, "crashing", fault("intent"))
+    yield from until(lambda: crashing.process.poll() is not None, 300, "the crash after the intent")
+    intent = apply_status(kube, ns, "deployment-trainer")
+    untouched = template_cpu(kube, ns) == ("1", "1")
+    own_operator(env, case, lease, "restarted")
+    yield from until(
+        lambda: apply_status(kube, ns, "deployment-trainer").get("state") in ("Verified", "Inconclusive", "RolledBack"),
+        300, "the resumed change to settle",
+    )  # fmt: skip
+    final = apply_status(kube, ns, "deployment-trainer")
+    rollouts = len(kube.get_json("replicasets", "-n", ns, "-l", "app=trainer")["items"]) - 1
+    same = str(intent.get("changeId")) in final.get("reason", "")
+    case.seen = (
+        f"exit {crashing.process.returncode} at {intent.get('phase')} (workload untouched: {untouched}); "
+        f"then {final.get('state')}, rollouts {rollouts}, same change {same}"
+    )
+    case.ok = (
+        crashing.process.returncode == 17 and intent.get("phase") == "IntentRecorded" and untouched
+        and final.get("state") == "Verified" and rollouts == 1 and same
+    )  # fmt: skip
+
+
+def crash_during_rollback(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns)
+    yield from first_revision(kube, ns)
+    initial = newest_hash(kube, ns)
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    crashing = own_operator(env, case, lease, "crashing", fault("rollback"))
+    yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
+    yield from changed_revision(kube, ns, initial)
+    bad = newest_hash(kube, ns)
+    yield from until(
+        lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0 and crashing.process.poll() is not None,
+        120, "the crash after the rollback intent",
+    )  # fmt: skip
+    intent = apply_status(kube, ns, "deployment-trainer")
+    still_ours = template_cpu(kube, ns)[0] != "1"
+    own_operator(env, case, lease, "restarted")
+    yield from until(lambda: in_phase(kube, ns, "RolledBack"), 120, "the rollback to finish")
+    settled_generation = generation(kube, ns)
+    yield from hold(20)
+    limit, request = template_cpu(kube, ns)
+    rewrites = generation(kube, ns) - settled_generation
+    case.seen = (
+        f"exit {crashing.process.returncode} at {intent.get('phase')} (change still in place: {still_ours}); "
+        f"then RolledBack, cpu {limit}/{request}, writes after: {rewrites}"
+    )
+    case.ok = (
+        crashing.process.returncode == 17 and intent.get("phase") == "RollbackIntentRecorded" and still_ours
+        and (limit, request) == ("1", "1") and rewrites == 0
+    )  # fmt: skip
+
+
+def delayed_renewals(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns)
+    trainer(kube, ns)
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    slow = own_operator(env, case, lease, "slow", fault(renew_delay=30))
+    yield from until(lambda: "now the leader" in slow.output(), 60, "the slow actuator to lead")
+    healthy = own_operator(env, case, lease, "healthy")
+    yield from until(lambda: slow.process.poll() is not None, 120, "the slow actuator to exit")
+    yield from until(
+        lambda: apply_status(kube, ns, "deployment-trainer").get("state") in ("Verified", "Inconclusive", "RolledBack"),
+        300, "the change to settle",
+    )  # fmt: skip
+    final = apply_status(kube, ns, "deployment-trainer")
+    rollouts = len(kube.get_json("replicasets", "-n", ns, "-l", "app=trainer")["items"]) - 1
+    sent_by_slow = "ChangeApplied" in slow.output() or "applied change" in slow.output()
+    case.seen = (
+        f"slow exit {slow.process.returncode} ({'lost the lease' in slow.output()}); healthy leads "
+        f"({'now the leader' in healthy.output()}): {final.get('state')}, rollouts {rollouts}, slow wrote: {sent_by_slow}"
+    )
+    case.ok = (
+        slow.process.returncode == 3 and "now the leader" in healthy.output() and final.get("state") == "Verified"
+        and rollouts == 1 and not sent_by_slow
+    )  # fmt: skip
+
+
+def blocked_case(
+    reason: str, setup: Callable[[Kube, str], None], name: str = "deployment-trainer"
+) -> Callable[[Env, Case], Script]:
+    """A case whose change must be Blocked with `reason`, the workload untouched."""
+
+    def script(env: Env, case: Case) -> Script:
+        kube, ns = env.kube, case.namespace
+        setup(kube, ns)
+        yield from until(
+            lambda: reason in apply_status(kube, ns, name).get("reason", ""),
+            300,
+            f"a Blocked reason with {reason!r}",
+        )
+        yield from hold(10)
+        state = apply_status(kube, ns, name)
+        cpu = template_cpu(kube, ns)
+        case.seen = f"{state.get('state')}: {state.get('reason', '')[:90]}; cpu {cpu[0]}"
+        case.ok = state.get("state") == "Blocked" and reason in state.get("reason", "") and cpu == ("1", "1")
+
+    return script
+
+
+def pdb_setup(kube: Kube, ns: str) -> None:
+    policy(kube, ns)
+    trainer(kube, ns, replicas=2)
+    create(kube, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-both", "namespace": ns},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "trainer"}}},
+    })  # fmt: skip
+
+
+def single_replica_setup(kube: Kube, ns: str) -> None:
+    policy(kube, ns, allowSingleReplica=None)
+    trainer(kube, ns)
+
+
+def controller_owned_setup(kube: Kube, ns: str) -> None:
+    policy(kube, ns)
+    create(kube, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "llm", "namespace": ns}})
+    uid = kube.get_json("configmap", "-n", ns, "llm")["metadata"]["uid"]
+    manifest = gpu_deployment("trainer", ns, scenario="input-cpu-bound", cpu="1")
+    manifest["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "llm", "uid": uid, "controller": True}
+    ]
+    create(kube, manifest)
+
+
+def argocd_setup(kube: Kube, ns: str) -> None:
+    """Created as Argo CD's client-side apply does: Update operations as field manager argocd-controller."""
+    import yaml
+
+    policy(kube, ns)
+    manifest = gpu_deployment("trainer", ns, scenario="input-cpu-bound", cpu="1")
+    kube.kubectl(
+        "create", "--field-manager=argocd-controller", "-f", "-", input_text=yaml.safe_dump(manifest)
+    )
+
+
+def image_never_pulls(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns)
+    yield from first_revision(kube, ns)
+    initial = newest_hash(kube, ns)
+    yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
+    applied_at = time.monotonic()
+    yield from changed_revision(kube, ns, initial)
+    bad = newest_hash(kube, ns)
+    yield from until(
+        lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0 and in_phase(kube, ns, "RolledBack"),
+        300, "the rollback",
+    )  # fmt: skip
+    seconds = time.monotonic() - applied_at
+    state = apply_status(kube, ns, "deployment-trainer")
+    cpu = template_cpu(kube, ns)
+    case.seen = (
+        f"RolledBack {seconds:.0f} s after the change: {state.get('reason', '')[40:120]}; cpu {cpu[0]}"
+    )
+    case.ok = "ErrImagePull" in state.get("reason", "") and seconds < 180 and cpu == ("1", "1")
+
+
+def statefulset_rollback(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    create(kube, gpu_statefulset("trainer", ns, scenario="input-cpu-bound", cpu="1"))
+    name = "statefulset-trainer"
+
+    def update_revision() -> str:
+        return str(kube.get_json("statefulset", "-n", ns, "trainer")["status"].get("updateRevision") or "")
+
+    yield from until(update_revision, 60, "the first revision")
+    initial = update_revision()
+    yield from until(
+        lambda: in_phase(kube, ns, "Applied", "RolledOut", name=name), 300, "the change to be applied"
+    )
+    yield from until(lambda: update_revision() != initial, 60, "the new revision")
+    bad = update_revision()
+    yield from until(
+        lambda: fail_image_pull(kube, ns, "controller-revision-hash", bad) >= 0
+        and in_phase(kube, ns, "RolledBack", name=name),
+        300, "the rollback",
+    )  # fmt: skip
+
+    def recovered() -> dict[str, Any] | None:
+        sts = kube.get_json("statefulset", "-n", ns, "trainer")
+        pod = kube.get_json("pod", "-n", ns, "trainer-0")
+        fresh = pod["metadata"]["labels"].get("controller-revision-hash") == sts["status"].get(
+            "updateRevision"
+        )
+        running = pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+        return (
+            pod
+            if fresh and running and pod["metadata"]["labels"].get("controller-revision-hash") != bad
+            else None
+        )
+
+    yield from until(recovered, 120, "trainer-0 to run the restored revision")
+    pod = kube.get_json("pod", "-n", ns, "trainer-0")
+    cpu = pod["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    case.seen = f"RolledBack; stuck pod replaced: trainer-0 {pod['status']['phase']} with cpu {cpu}"
+    case.ok = cpu == "1"
+
+
+def policy_deleted(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns)
+    yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
+    before = generation(kube, ns)
+    kube.kubectl("delete", "gpurightsizingpolicy", f"matrix-{ns}")
+    yield from until(lambda: in_phase(kube, ns, "Abandoned"), 60, "the change to be abandoned")
+    yield from hold(20)
+    writes = generation(kube, ns) - before
+    state = apply_status(kube, ns, "deployment-trainer")
+    case.seen = f"{state.get('state')}/{state.get('phase')}, workload writes after the delete: {writes}"
+    case.ok = writes == 0 and "left in place unverified" in state.get("reason", "")
+
+
+def cases() -> list[Case]:
+    return [
+        Case("mode switch mid-change", "Abandoned, no workload write after the switch", mode_switch),
+        Case("human edit between apply and rollback", "rollback keeps the person's limit 6, restores request 1", human_edit),
+        Case("SIGKILL during apply", "intent recorded, workload untouched; resumed once: Verified, 1 rollout", crash_during_apply, shared_operator=False),
+        Case("SIGKILL during rollback", "rollback intent recorded; resumed: RolledBack, cpu 1, never re-applied", crash_during_rollback, shared_operator=False),
+        Case("two actuators, one with renewals delayed", "slow one exits (3) without writing; the other applies once", delayed_renewals, shared_operator=False),
+        Case("PDB at zero allowance", "Blocked: PodDisruptionBudget, untouched", blocked_case("PodDisruptionBudget keep-both", pdb_setup)),
+        Case("single-replica Deployment", "Blocked: replica floor, untouched", blocked_case("replica floor", single_replica_setup)),
+        Case("image that never pulls", "RolledBack within 3 minutes: ErrImagePull", image_never_pulls),
+        Case("StatefulSet rollback", "RolledBack; the stuck pod replaced with cpu 1", statefulset_rollback),
+        Case("controller-owned Deployment", "Blocked: names ConfigMap/llm, untouched", blocked_case("controlled by ConfigMap/llm", controller_owned_setup)),
+        Case("field owned by simulated Argo CD", "Blocked: conflict with argocd-controller, untouched", blocked_case("'argocd-controller'", argocd_setup)),
+        Case("policy deleted mid-verification", "Abandoned, no workload write after the delete", policy_deleted),
+    ]  # fmt: skip
+
+
+def table(rows: list[Case]) -> str:
+    widths = [max(len(r.name) for r in rows), max(len(r.expected) for r in rows)]
+    lines = [f"{'case':<{widths[0]}} | {'expected':<{widths[1]}} | seen", "-" * (widths[0] + widths[1] + 60)]
+    for row in rows:
+        mark = "ok  " if row.ok else "FAIL"
+        lines.append(f"{row.name:<{widths[0]}} | {row.expected:<{widths[1]}} | {mark} {row.seen}")
+    return "\n".join(lines)
+
+
+def test_actuation_matrix(
+    kube: Kube, live_metrics: str, run_operator: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = Env(kube, live_metrics, run_operator)
+    only = os.environ.get("GPURS_MATRIX_CASES")  # a comma-separated subset, to rerun failed rows
+    rows = [row for row in cases() if not only or any(part.strip() in row.name for part in only.split(","))]
+    for row in rows:
+        row.namespace = kube.create_namespace("mx")
+    shared = [row.namespace for row in rows if row.shared_operator]
+    operator = run_operator(
+        "--role", "all", "--prometheus-url", live_metrics, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}",
+        *FAST, *[arg for ns in shared for arg in ("-n", ns)], name="shared",
+    )  # fmt: skip
+    scripts: dict[str, Script] = {row.name: row.script(env, row) for row in rows}
+    deadline = time.monotonic() + MATRIX_TIMEOUT
+    while scripts and time.monotonic() < deadline:
+        for row in rows:
+            script = scripts.get(row.name)
+            if script is None:
+                continue
+            try:
+                next(script)
+            except StopIteration:
+                del scripts[row.name]
+            except CaseFailedError as failure:
+                row.seen = str(failure)
+                del scripts[row.name]
+            except Exception as error:  # a broken step is a failed row, not a crashed matrix
+                row.seen = f"error: {error}"[:200]
+                del scripts[row.name]
+        time.sleep(ROUND)
+    with capsys.disabled():
+        print("\n" + table(rows) + "\n")
+    details = "".join(diagnostics(kube, row, operator) for row in rows if not row.ok)
+    assert all(row.ok for row in rows), "\n" + table(rows) + details
+
+
+def diagnostics(kube: Kube, row: Case, shared: Background) -> str:
+    """What a failed row's namespace holds, and the tail of the operator log that served it."""
+    objects = kube.kubectl(
+        "get", "deploy,sts,rs,pods,gpurecommendations", "-n", row.namespace, "-o", "wide", check=False
+    ).stdout
+    apply = json.dumps(apply_status(kube, row.namespace, "deployment-trainer"), indent=1)[:1500]
+    logs = [p.output()[-1500:] for p in row.processes] or [shared.output()[-1500:]]
+    return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nstatus.apply: {apply}\n" + "\n".join(logs)
