@@ -45,7 +45,9 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
-    ctx = OperatorContext(config=CONFIG, kube=KubeAdapter(cycle.api_client()))
+    ctx = OperatorContext(
+        config=CONFIG, kube=KubeAdapter(cycle.api_client()), windows=cycle.window_sources(CONFIG)
+    )
     memo.context = ctx
     ctx.cycle_task = asyncio.create_task(cycle.analysis_loop(ctx))
 
