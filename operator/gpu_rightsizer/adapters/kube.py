@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_rightsizer.adapters.backoff import with_backoff
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.logic.workloads import recommendation_name
 from gpu_rightsizer.model.observation import WorkloadRef
 
@@ -73,6 +74,8 @@ class KubeAdapter:
         self.custom = client.CustomObjectsApi(self.api_client)
         #: How retries of throttled writes wait (tests replace it).
         self.sleep: Callable[[float], None] = time.sleep
+        #: Owners kept up to date by watch events (set by the recommender, which feeds it).
+        self.owner_cache: OwnerCache | None = None
 
     def _plain(self, obj: Any) -> Any:
         """A client model as the plain JSON-like structure the API server sent."""
@@ -103,6 +106,17 @@ class KubeAdapter:
         result.setdefault("apiVersion", _API_VERSIONS[kind])
         return result
 
+    def read_owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """An owner for the owner walk: from `owner_cache` when watch events feed one (a slim copy:
+        identity, controller reference, labels, annotations, replicas), else read from the API."""
+        cache = self.owner_cache
+        if cache is None:
+            return self.read(kind, namespace, name)
+        found, _ = cache.lookup_through(lambda _v, k, ns, n: (self.read(k, ns, n), False))(
+            "", kind, namespace, name
+        )
+        return found
+
     def resolve_owner(self, pod: Mapping[str, Any]) -> ResolvedWorkload:
         """Follow controller ownerReferences up: Pod -> ReplicaSet -> Deployment, Job -> CronJob, ...
 
@@ -116,7 +130,7 @@ class KubeAdapter:
             owner_ref = _controller_ref(current)
             if owner_ref is None or owner_ref.get("kind") not in _API_VERSIONS:
                 break
-            owner = self.read(str(owner_ref["kind"]), namespace, str(owner_ref["name"]))
+            owner = self.read_owner(str(owner_ref["kind"]), namespace, str(owner_ref["name"]))
             if owner is None:
                 break
             current = owner

@@ -22,13 +22,17 @@ KEPT_METADATA = ("name", "namespace", "uid", "ownerReferences", "labels", "annot
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of an object the owner walk and the pod handler read."""
+    """The part of an object the owner walk and the pod handler read (of the spec, its replicas)."""
     metadata = body.get("metadata") or {}
-    return {
+    kept: dict[str, Any] = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {key: metadata[key] for key in KEPT_METADATA if key in metadata},
     }
+    replicas = (body.get("spec") or {}).get("replicas")
+    if replicas is not None:
+        kept["spec"] = {"replicas": replicas}
+    return kept
 
 
 class OwnerCache:
@@ -40,19 +44,18 @@ class OwnerCache:
         self.hits = 0
         self.misses = 0
 
-    @staticmethod
-    def _key(body: Mapping[str, Any]) -> tuple[str, str, str]:
-        metadata = body.get("metadata") or {}
-        return str(body.get("kind")), str(metadata.get("namespace", "")), str(metadata.get("name"))
+    def event(self, event_type: str | None, body: Mapping[str, Any], kind: str | None = None) -> None:
+        """One watch event: ADDED/MODIFIED (or the initial listing, type None) store, DELETED drops.
 
-    def event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        """One watch event: ADDED/MODIFIED (or the initial listing, type None) store, DELETED drops."""
-        key = self._key(body)
+        `kind` names the watched kind when the body does not carry it (listed items may not)."""
+        metadata = body.get("metadata") or {}
+        kind = str(body.get("kind") or kind)
+        key = (kind, str(metadata.get("namespace", "")), str(metadata.get("name")))
         with self._lock:
             if event_type == "DELETED":
                 self._objects.pop(key, None)
             else:
-                self._objects[key] = slim(body)
+                self._objects[key] = slim({**body, "kind": kind})
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.model.observation import WorkloadRef
 
 pytestmark = pytest.mark.asyncio
@@ -271,3 +272,50 @@ async def test_events_are_posted_on_the_workload_and_failures_do_not_raise(
 
     kmock[f"post /api/v1/namespaces/{NS}/events"] << 403
     await call(lambda: adapter.post_event(ref, "uid-deploy", "DiagnosisChanged", "again"))  # logged only
+
+
+# --------------------------------------------------------------------------------------------------
+# Owners from the watched cache
+# --------------------------------------------------------------------------------------------------
+
+
+def reads(handler: kmock.KubernetesEmulator) -> list[str]:
+    return [f"{request.url}" for request in handler if str(request.method) == "method.GET"]
+
+
+async def test_watched_owners_resolve_pod_events_without_reads(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    """Pod events of a thousand-pod rollout cost no owner GETs once the owners' watch has them."""
+    pod = seed_deployment_chain(kmock)
+    adapter.owner_cache = OwnerCache()
+    adapter.owner_cache.event(None, kmock.objects["apps/v1/deployments", NS, "trainer"], "Deployment")
+    adapter.owner_cache.event(None, kmock.objects["apps/v1/replicasets", NS, "trainer-5d4"], "ReplicaSet")
+    for _ in range(20):
+        resolved = await call(adapter.resolve_owner, pod)
+        assert resolved.ref == WorkloadRef(
+            namespace=NS, kind="Deployment", name="trainer", api_version="apps/v1"
+        )
+        assert resolved.uid == "uid-deploy"
+    assert reads(kmock) == []
+
+
+async def test_an_owner_not_watched_yet_is_read_once(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    pod = seed_deployment_chain(kmock)
+    adapter.owner_cache = OwnerCache()
+    for _ in range(5):
+        resolved = await call(adapter.resolve_owner, pod)
+        assert resolved.ref.name == "trainer"
+    assert len(reads(kmock)) == 2  # the ReplicaSet and the Deployment, once each
+    assert "template" not in (resolved.obj.get("spec") or {})  # the kept copy is slim
+
+
+async def test_without_a_cache_every_walk_reads_the_owners(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    pod = seed_deployment_chain(kmock)
+    for _ in range(3):
+        await call(adapter.resolve_owner, pod)
+    assert len(reads(kmock)) == 6

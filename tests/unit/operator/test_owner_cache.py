@@ -82,3 +82,29 @@ def test_the_copy_keeps_no_spec() -> None:
     kept = slim(replicaset("web-1", owner="web"))
     assert "spec" not in kept
     assert kept["metadata"]["labels"] == {"a": "b"} and kept["kind"] == "ReplicaSet"
+
+
+def test_the_recommender_feeds_the_cache_from_watch_events() -> None:
+    import kopf
+
+    from gpu_rightsizer.adapters.kube import KubeAdapter
+    from gpu_rightsizer.config import OperatorConfig
+    from gpu_rightsizer.handlers import recommender
+    from gpu_rightsizer.handlers.context import OperatorContext
+
+    kube = KubeAdapter()
+    kube.owner_cache = OwnerCache()
+    memo = kopf.Memo()
+    memo.context = OperatorContext(config=OperatorConfig(), kube=kube)
+    handler = recommender._owner_event_handler("ReplicaSet")
+    listed = {key: value for key, value in replicaset("web-1", owner="web").items() if key != "kind"}
+    handler(type=None, body=listed, memo=memo)  # the initial listing's items carry no kind
+    assert kube.owner_cache.get("ReplicaSet", "ml", "web-1") is not None
+    handler(type="DELETED", body=listed, memo=memo)
+    assert kube.owner_cache.get("ReplicaSet", "ml", "web-1") is None
+    assert {kind for *_, kind in recommender.OWNER_KINDS} >= {
+        "ReplicaSet",
+        "Deployment",
+        "Job",
+        "StatefulSet",
+    }
