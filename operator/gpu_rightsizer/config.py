@@ -45,6 +45,35 @@ def parse_duration(text: str) -> float:
     return total
 
 
+class MatcherError(argparse.ArgumentTypeError, ValueError):
+    """A label matcher that does not parse."""
+
+
+_MATCHER = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*$')
+_SIMPLE_MATCHER = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)=([^\"{},]*)$")
+
+
+def parse_matchers(texts: list[str]) -> tuple[str, ...]:
+    """PromQL label matchers from `name=value` or `name=~"regex"` texts, normalised to `name="value"`.
+
+    Like krr's `--prometheus-label`: every query then selects one cluster of a multi-cluster store.
+    """
+    matchers = []
+    for text in texts:
+        full, simple = _MATCHER.match(text), _SIMPLE_MATCHER.match(text)
+        if full:
+            matchers.append(f'{full.group(1)}{full.group(2)}"{full.group(3)}"')
+        elif simple:
+            matchers.append(f'{simple.group(1)}="{simple.group(2)}"')
+        else:
+            raise MatcherError(f'invalid label matcher {text!r} (examples: cluster=prod, cluster=~"prod-.*")')
+    return tuple(matchers)
+
+
+def _optional_duration(text: str | None) -> float | None:
+    return parse_duration(text) if text else None
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     """Everything `run` needs; immutable once parsed."""
@@ -53,6 +82,11 @@ class OperatorConfig:
     prometheus_token_file: str | None = None
     prometheus_ca_file: str | None = None
     prometheus_insecure: bool = False
+    prometheus_timeout_seconds: float = 30.0
+    #: Query step; None follows the window (about 60 points, 1-60 s).
+    prometheus_step_seconds: float | None = None
+    #: Extra label matchers for every query (`cluster="prod"`), for multi-cluster stores.
+    prometheus_matchers: tuple[str, ...] = ()
     interval_seconds: float = 300.0
     window_seconds: float = 3600.0
     #: Re-read every window whole each cycle instead of incrementally (for comparison and debugging).
@@ -90,6 +124,16 @@ class OperatorConfig:
             prometheus_ca_file=args.prometheus_ca_file or env.get("GPURS_PROMETHEUS_CA_FILE") or None,
             prometheus_insecure=bool(
                 args.prometheus_insecure or env.get("GPURS_PROMETHEUS_INSECURE") == "true"
+            ),
+            prometheus_timeout_seconds=parse_duration(
+                getattr(args, "prometheus_timeout", None) or env.get("GPURS_PROMETHEUS_TIMEOUT", "30s")
+            ),
+            prometheus_step_seconds=_optional_duration(
+                getattr(args, "prometheus_step", None) or env.get("GPURS_PROMETHEUS_STEP")
+            ),
+            prometheus_matchers=parse_matchers(
+                list(getattr(args, "prometheus_label", None) or [])
+                or [m for m in env.get("GPURS_PROMETHEUS_LABELS", "").split(";") if m.strip()]
             ),
             interval_seconds=parse_duration(args.interval or env.get("GPURS_INTERVAL", "5m")),
             window_seconds=parse_duration(args.window or env.get("GPURS_WINDOW", "1h")),

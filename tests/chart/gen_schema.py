@@ -153,6 +153,16 @@ def build() -> JsonSchema:
                             },
                             required=["configMapName", "key"],
                         ),
+                        "timeout": {"type": "string", "pattern": PROM_DURATION, "minLength": 2},
+                        "step": {"type": "string", "anyOf": [{"maxLength": 0}, {"pattern": PROM_DURATION}]},
+                        "extraMatchers": {
+                            "type": "array",
+                            "maxItems": 8,
+                            "items": {
+                                "type": "string",
+                                "pattern": r'^[a-zA-Z_][a-zA-Z0-9_]*((=~|!=|!~|=)"[^"]*"|=[^"{},]*)$',
+                            },
+                        },
                     },
                     required=["url"],
                 ),

@@ -122,6 +122,11 @@ def test_operator_args_follow_values(full_render: HelmResult) -> None:
     assert "--prometheus-url=https://prometheus.monitoring.svc:9091" in args
     assert "--prometheus-token-file=/var/run/secrets/gpu-rightsizer/prometheus/token" in args
     assert "--prometheus-ca-file=/etc/gpu-rightsizer/prometheus-ca/ca.crt" in args
+    assert {"--prometheus-timeout=90s", "--prometheus-step=30s"} <= set(args)
+    assert [a for a in args if a.startswith("--prometheus-label=")] == [
+        "--prometheus-label=cluster=prod",
+        '--prometheus-label=region=~"eu-.*"',
+    ]
     assert {"--interval=10m", "--window=6h", "--metrics-port=9090", "--verbose"} <= set(args)
     assert "--liveness=http://0.0.0.0:8080/healthz" in args
     policy = full_render.one("GPURightsizingPolicy", "cluster-default")
@@ -453,6 +458,19 @@ def test_recommender_reads_and_writes_only_recommendations(
         for verb in ("create", "patch", "delete"):
             assert can(grants, verb, "gpurightsizer.io", "gpurecommendations", namespace)
         assert can(grants, "create", "", "events", namespace)
+        # the owner walk reads the known custom controllers by name (logic/owners.py)
+        for group, resource in [
+            ("kubeflow.org", "pytorchjobs"),
+            ("trainer.kubeflow.org", "trainjobs"),
+            ("jobset.x-k8s.io", "jobsets"),
+            ("ray.io", "rayclusters"),
+            ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+            ("argoproj.io", "rollouts"),
+            ("serving.kserve.io", "inferenceservices"),
+            ("serving.knative.dev", "services"),
+        ]:
+            assert can(grants, "get", group, resource, namespace), (group, resource, namespace)
+            assert not can(grants, "patch", group, resource, namespace), (group, resource, namespace)
         for group, resource, verb in WORKLOAD_WRITES + FORBIDDEN_EVERYWHERE:
             assert not can(grants, verb, group, resource, namespace), (verb, group, resource, namespace)
     assert can(grants, "list", "", "nodes", None)

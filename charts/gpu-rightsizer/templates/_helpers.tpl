@@ -159,6 +159,13 @@ Prometheus connection: container args. Call with the root context.
 {{- if .Values.prometheus.caCertificate.configMapName }}
 - --prometheus-ca-file=/etc/gpu-rightsizer/prometheus-ca/{{ .Values.prometheus.caCertificate.key }}
 {{- end }}
+- --prometheus-timeout={{ .Values.prometheus.timeout }}
+{{- with .Values.prometheus.step }}
+- --prometheus-step={{ . }}
+{{- end }}
+{{- range .Values.prometheus.extraMatchers }}
+- {{ printf "--prometheus-label=%s" . | quote }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -118,31 +118,13 @@ class KubeAdapter:
         return found
 
     def resolve_owner(self, pod: Mapping[str, Any]) -> ResolvedWorkload:
-        """Follow controller ownerReferences up: Pod -> ReplicaSet -> Deployment, Job -> CronJob, ...
+        """The pod's top-level owner, through any controller kind (see `logic.owners`)."""
+        from gpu_rightsizer.adapters.owners import OwnerReader, resolve_pod
 
-        Stops at the first owner of a kind we do not manage, or that has gone: the last known object
-        is then the workload (a bare Pod owns itself).
-        """
-        metadata = pod.get("metadata") or {}
-        namespace = str(metadata.get("namespace", "default"))
-        current: Mapping[str, Any] = {**pod, "kind": "Pod", "apiVersion": "v1"}
-        for _ in range(5):  # ownership chains are short; the bound protects against cycles
-            owner_ref = _controller_ref(current)
-            if owner_ref is None or owner_ref.get("kind") not in _API_VERSIONS:
-                break
-            owner = self.read_owner(str(owner_ref["kind"]), namespace, str(owner_ref["name"]))
-            if owner is None:
-                break
-            current = owner
-        meta = current.get("metadata") or {}
-        kind = str(current.get("kind", "Pod"))
-        ref = WorkloadRef(
-            namespace=namespace,
-            kind=kind,
-            name=str(meta.get("name")),
-            api_version=_API_VERSIONS.get(kind, "v1"),
-        )
-        return ResolvedWorkload(ref=ref, uid=str(meta.get("uid", "")), obj=current)
+        top, obj, _ = resolve_pod(OwnerReader(self, owners_only=True), pod)
+        namespace = str((pod.get("metadata") or {}).get("namespace", "default"))
+        ref = WorkloadRef(namespace=namespace, kind=top.kind, name=top.name, api_version=top.api_version)
+        return ResolvedWorkload(ref=ref, uid=str((obj.get("metadata") or {}).get("uid") or top.uid), obj=obj)
 
     def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any] | None:
         """The workload's GPURecommendation, or None."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from gpu_rightsizer.adapters import exposition
 from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     Allocation,
@@ -45,15 +46,9 @@ Key = tuple[str, str]  # (namespace, name)
 Sample = tuple[float, float]
 Samples = list[Sample]
 
-_KIND_API = {
-    "Deployment": "apps/v1",
-    "StatefulSet": "apps/v1",
-    "DaemonSet": "apps/v1",
-    "ReplicaSet": "apps/v1",
-    "Job": "batch/v1",
-    "CronJob": "batch/v1",
-    "Pod": "v1",
-}
+#: The controller owner of an object in a namespace, from a source other than kube-state-metrics (the
+#: operator passes API reads): KSM has no owner series for StatefulSets, Deployments or custom kinds.
+ExtraOwners = Callable[[str, ObjectLink], ObjectLink | None]
 
 
 # --- inventory: who owns which pod, and what it asked for ------------------------------------------------
@@ -66,6 +61,9 @@ class PodInfo:
     node: str | None = None
     owner_kind: str | None = None
     owner_name: str | None = None
+    owner_is_controller: bool = False
+    #: `leaderworkerset.sigs.k8s.io/name` when kube_pod_labels carries it (LWS puts it on every pod).
+    leaderworkerset: str | None = None
     cpu_request: float | None = None
     cpu_limit: float | None = None
     memory_request: float | None = None
@@ -76,6 +74,8 @@ class PodInfo:
         default_factory=dict
     )  # (resource, container, limit)
     workload_type: str | None = None
+    #: HAMi vGPU requests (nvidia.com/gpumem, gpucores, gpumem-percentage) -> amount
+    hami: dict[str, float] = field(default_factory=dict)
     restarts: float = 0.0
     oom_killed: bool = False
 
@@ -93,6 +93,23 @@ class Inventory:
     replicas: dict[tuple[str, str, str], int] = field(default_factory=dict)
     hpa_target: dict[Key, tuple[str, str]] = field(default_factory=dict)
     hpa_bounds: dict[Key, dict[str, int]] = field(default_factory=dict)
+    extra_owners: ExtraOwners | None = None
+    #: kube_pod_labels / kube_node_labels rows seen, and whether any carried a Kubernetes label.
+    label_rows: dict[str, list[bool]] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """What the label metrics lack: kube-state-metrics 2.x exports only allowlisted labels
+        (`--metric-labels-allowlist`; the kube-state-metrics chart's `metricLabelsAllowlist` is empty by
+        default), so a label metric without any `label_*` is said, not read as "no such label". Node
+        labels are said by the capacity reader (`adapters.capacity`)."""
+        found = []
+        if (rows := self.label_rows.get(mn.KSM_POD_LABELS)) and not any(rows):
+            found.append(
+                "kube_pod_labels carries no pod labels: the gpurightsizer.io/workload-type and "
+                "leaderworkerset.sigs.k8s.io/name labels are lost; set kube-state-metrics "
+                'metricLabelsAllowlist "pods=[gpurightsizer.io/workload-type,leaderworkerset.sigs.k8s.io/name]"'
+            )
+        return found
 
     def pod(self, namespace: str, name: str) -> PodInfo:
         """The record of a pod, created on first use."""
@@ -104,11 +121,17 @@ class Inventory:
             return
         namespace = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
         pod_name = mn.first_label(labels, mn.POD_LABELS)
+        if metric in (mn.KSM_POD_LABELS, mn.KSM_NODE_LABELS):
+            self.label_rows.setdefault(metric, []).append(any(k.startswith("label_") for k in labels))
         if metric == mn.KSM_POD_OWNER and pod_name and value > 0:
             info = self.pod(namespace, pod_name)
             kind = labels.get("owner_kind", mn.KSM_NO_OWNER)
-            if kind != mn.KSM_NO_OWNER or info.owner_kind is None:
+            controller = labels.get("owner_is_controller", "true") == "true"
+            if info.owner_kind is None or (
+                kind != mn.KSM_NO_OWNER and (controller or not info.owner_is_controller)
+            ):
                 info.owner_kind, info.owner_name = kind, labels.get("owner_name", mn.KSM_NO_OWNER)
+                info.owner_is_controller = controller and kind != mn.KSM_NO_OWNER
         elif (
             metric == mn.KSM_REPLICASET_OWNER
             and value > 0
@@ -129,8 +152,10 @@ class Inventory:
             )
         elif metric == mn.KSM_POD_INFO and pod_name:
             self.pod(namespace, pod_name).node = labels.get(mn.NODE_LABEL) or None
-        elif metric == mn.KSM_POD_LABELS and pod_name and labels.get(mn.POD_LABEL_WORKLOAD_TYPE):
-            self.pod(namespace, pod_name).workload_type = labels[mn.POD_LABEL_WORKLOAD_TYPE]
+        elif metric == mn.KSM_POD_LABELS and pod_name:
+            info = self.pod(namespace, pod_name)
+            info.workload_type = labels.get(mn.POD_LABEL_WORKLOAD_TYPE) or info.workload_type
+            info.leaderworkerset = labels.get(mn.POD_LABEL_LWS_NAME) or info.leaderworkerset
         elif metric in (mn.KSM_POD_REQUESTS, mn.KSM_POD_LIMITS) and pod_name:
             self._add_resource(self.pod(namespace, pod_name), metric == mn.KSM_POD_LIMITS, labels, value)
         elif metric == mn.KSM_POD_RESTARTS and pod_name:
@@ -175,6 +200,8 @@ class Inventory:
                 info.memory_limit = (info.memory_limit or 0.0) + value
             else:
                 info.memory_request = (info.memory_request or 0.0) + value
+        elif resource.replace("_", "-") in mn.HAMI_RESOURCES:
+            info.hami[resource.replace("_", "-")] = value
         elif mn.is_gpu_resource(resource):
             # Extended resources have request == limit; prefer limits, count each container once.
             container = labels.get("container", "")
@@ -185,17 +212,33 @@ class Inventory:
             info.gpu_count = sum(v for k, v in chosen.items() if k[0] == info.gpu_resource)
 
     def workload_of(self, namespace: str, pod: str) -> WorkloadRef:
-        """The top-level owner of a pod (ReplicaSet → Deployment, Job → CronJob); bare pods own themselves."""
-        info = self.pods.get((namespace, pod))
-        kind, name = (info.owner_kind, info.owner_name) if info else (None, None)
-        if not kind or kind == mn.KSM_NO_OWNER or not name:
-            return WorkloadRef(namespace=namespace, kind="Pod", name=pod, api_version="v1")
-        if kind == "ReplicaSet":
-            kind, name = self.replicaset_owner.get((namespace, name), (kind, name))
-        elif kind == "Job":
-            kind, name = self.job_owner.get((namespace, name), (kind, name))
+        """The top-level owner of a pod, by the walk every entry point shares (`logic.owners`).
+
+        kube-state-metrics gives the pod's owner, a ReplicaSet's and a Job's; `extra_owners` (API reads,
+        in the operator) the rest. A pod of a LeaderWorkerSet belongs to it by its LWS label.
+        """
+
+        def parent_of(link: ObjectLink) -> ObjectLink | None:
+            found: tuple[str, str] | None = None
+            info = self.pods.get((namespace, link.name)) if link.kind == "Pod" else None
+            if info is not None:
+                if info.leaderworkerset:
+                    return ObjectLink("LeaderWorkerSet", info.leaderworkerset)
+                if info.owner_kind and info.owner_kind != mn.KSM_NO_OWNER and info.owner_name:
+                    found = (info.owner_kind, info.owner_name)
+            elif link.kind == "ReplicaSet":
+                found = self.replicaset_owner.get((namespace, link.name))
+            elif link.kind == "Job":
+                found = self.job_owner.get((namespace, link.name))
+            if found is not None:
+                return ObjectLink(found[0], found[1], api_version_for(found[0]))
+            if self.extra_owners is not None and link.kind != "Pod":
+                return self.extra_owners(namespace, link)
+            return None
+
+        top = resolve_workload(ObjectLink("Pod", pod, "v1"), parent_of).workload
         return WorkloadRef(
-            namespace=namespace, kind=kind, name=name, api_version=_KIND_API.get(kind, "apps/v1")
+            namespace=namespace, kind=top.kind, name=top.name, api_version=top.api_version or ""
         )
 
     def hpa_for(self, ref: WorkloadRef) -> HPAInfo | None:
@@ -529,6 +572,8 @@ def allocation_for(
     sharing_label = inventory.node_sharing.get(node or "", "none")
     if mig_profile:
         sharing = "mig"
+    elif any(i.hami for i in infos):
+        sharing = "hami"
     elif gpu_resource == "nvidia.com/gpu.shared" or shared or sharing_label in ("time-slicing", "mps"):
         sharing = sharing_label if sharing_label in ("time-slicing", "mps") else "time-slicing"
     else:
@@ -692,6 +737,7 @@ def _windows(
                 step_candidates.append(ts)
     collector.finish_inventory()
     step = step_seconds or infer_step(step_candidates)
+    requesting = attribute_devices(collector)
     shared: dict[tuple[str | None, str], int] = defaultdict(int)
     for series in collector.pods.values():
         for device in series.devices.values():
@@ -702,7 +748,7 @@ def _windows(
     observations: dict[Key, PodObservation] = {}
     pod_warnings: dict[Key, list[str]] = {}
     for key, series in collector.pods.items():
-        if has_ksm and key not in collector.inventory.pods:
+        if (has_ksm and key not in collector.inventory.pods) or (requesting and key not in requesting):
             continue
         warnings: list[str] = []
         info = collector.inventory.pods.get(key)
@@ -729,6 +775,27 @@ def _windows(
         namespace,
         workload,
     )
+
+
+def attribute_devices(collector: SeriesCollector) -> set[Key]:
+    """Pods that request a GPU resource (kube-state-metrics); other pods' device series become board data.
+
+    A ServiceMonitor or PodMonitor adds the scraped pod's own `namespace`/`pod` to series that have
+    none: idle GPUs and dcgm-exporter's device-level copies then look like the exporter's (or the
+    agent's) devices. Only pods that request a GPU own devices; without any request series (no
+    kube-state-metrics) nothing changes.
+    """
+    requesting = {key for key, info in collector.inventory.pods.items() if info.gpu_resource}
+    if not requesting:
+        return requesting
+    for key in [k for k, series in collector.pods.items() if k not in requesting and series.devices]:
+        for uuid, device in collector.pods[key].devices.items():
+            board = collector.boards.setdefault((device.node or "", uuid), device)
+            if board is not device:
+                for signal, samples in device.signals.items():
+                    board.signals.setdefault(signal, samples)
+        collector.pods[key].devices.clear()
+    return requesting
 
 
 def _workload_serving_stats(collector: SeriesCollector, step: float) -> dict[str, dict[Signal, SignalStats]]:

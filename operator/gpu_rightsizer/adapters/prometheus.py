@@ -12,12 +12,15 @@ GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label v
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -25,8 +28,11 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows
+from gpu_rightsizer.adapters.capacity import capacity_from_ksm
+from gpu_rightsizer.adapters.openmetrics import ExtraOwners, Inventory, Key, assemble_windows
+from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     GPUObservation,
@@ -37,6 +43,7 @@ from gpu_rightsizer.model.observation import (
 )
 
 Progress = Callable[[str], None]
+LOG = logging.getLogger(__name__)
 
 #: Keys that identify one device series after label folding.
 GPU_KEYS = ("namespace", "pod", "hostname", "UUID", "gpu", "GPU_I_ID", "GPU_I_PROFILE", "modelName", "vgpu")
@@ -77,6 +84,8 @@ class PrometheusConfig:
     timeout_seconds: float = 30.0
     max_concurrency: int = 4
     retries: int = 1
+    #: Label matchers added to every selector, e.g. ('cluster="prod"',): one cluster of a shared store.
+    extra_matchers: tuple[str, ...] = ()
 
 
 def _duration(seconds: float) -> str:
@@ -169,6 +178,62 @@ def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Calla
     )
 
 
+#: Every metric name the queries select by name (serving metrics are selected by `__name__` regex).
+_SELECTED_NAMES: tuple[str, ...] = tuple(
+    sorted(
+        {
+            value
+            for value in vars(mn).values()
+            if isinstance(value, str) and value.startswith(("DCGM_FI_", "container_", "kube_"))
+        },
+        key=len,
+        reverse=True,
+    )
+)
+_CADVISOR_NAMES: tuple[str, ...] = tuple(n for n in _SELECTED_NAMES if n.startswith("container_"))
+#: GPU pods as kube-state-metrics sees them: a container requests an NVIDIA GPU, MIG slice or share
+#: (`nvidia_com_gpu`, `nvidia_com_mig_1g_10gb`, or the unsanitised names of newer releases).
+GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).*"}}'
+GPU_PODS = f"(max by (namespace, pod) ({GPU_REQUEST_SELECTOR}) > 0)"
+
+
+def add_matchers(query: str, matchers: Sequence[str], names: Sequence[str] = _SELECTED_NAMES) -> str:
+    """`query` with `matchers` added to every selector of the metrics `names` (and `{__name__=~...}`).
+
+    Used for the extra matcher of multi-cluster stores (krr's `--prometheus-label`): on Thanos,
+    Mimir or VictoriaMetrics, same-named pods of different clusters would otherwise merge.
+    """
+    if not matchers:
+        return query
+    extra = ",".join(matchers)
+    pattern = re.compile(r'(?<![\w:"|])(' + "|".join(map(re.escape, names)) + r")(?![\w:])(\{[^}]*\})?")
+
+    def add(match: re.Match[str]) -> str:
+        body = (match.group(2) or "{}")[1:-1].strip()
+        return f"{match.group(1)}{{{body + ',' if body else ''}{extra}}}"
+
+    query = pattern.sub(add, query)
+    if names is _SELECTED_NAMES:
+        query = query.replace("{__name__=~", "{" + extra + ",__name__=~")
+    return query
+
+
+def _promql_regex_literal(text: str) -> str:
+    """`text` matched literally by a regex inside a PromQL double-quoted string: backslashes doubled,
+    since PromQL strings take Go escapes and a single backslash before a dash is a parse error."""
+    return re.escape(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Callable[[str], str]:
+    """Pod statistics for the containers of GPU pods only, and cAdvisor selectors limited to the
+    namespaces that have GPU pods: without this each statistic ran over every container of the cluster."""
+    alternatives = "|".join(_promql_regex_literal(n) for n in sorted(namespaces))
+    scope = (f'namespace=~"{alternatives}"',) if namespaces else ()
+    return lambda offset: (
+        f"({add_matchers(inner(offset), scope, _CADVISOR_NAMES)}) and on (namespace, pod) {GPU_PODS}"
+    )
+
+
 def _gauge_by_pod(selector: str) -> Callable[[str], str]:
     return lambda offset: f"sum by (namespace, pod) ({fold_labels(f'{selector}{offset} {_SENTINEL_FILTER}')})"
 
@@ -192,6 +257,8 @@ class PrometheusSource:
             method="POST",
         )
         self.queries_sent = 0
+        #: What the last read found missing in the data (label allowlists), for people to fix.
+        self.notes: list[str] = []
 
     # -- transport ----------------------------------------------------------------------------------
     def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
@@ -223,11 +290,22 @@ class PrometheusSource:
         return result
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
-        """An instant query at `at`."""
+        """An instant query at `at` (with the configured extra matchers)."""
+        query = add_matchers(query, self.config.extra_matchers)
         return self._call(what, lambda: self.client.custom_query(query, params={"time": f"{at:.3f}"}))
 
+    def gpu_namespaces(self, at: float, window_seconds: float) -> list[str]:
+        """Namespaces where kube-state-metrics shows a pod requesting a GPU resource in the window."""
+        rows = self.instant(
+            "namespaces with GPU pods",
+            f"count by (namespace) (max_over_time({GPU_REQUEST_SELECTOR}[{_duration(window_seconds)}]) > 0)",
+            at,
+        )
+        return sorted({str(row["metric"]["namespace"]) for row in rows if row["metric"].get("namespace")})
+
     def range(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        """A range query."""
+        """A range query (with the configured extra matchers)."""
+        query = add_matchers(query, self.config.extra_matchers)
         return self._call(
             what,
             lambda: self.client.custom_query_range(
@@ -254,14 +332,25 @@ class PrometheusSource:
         namespace: str | None = None,
         workload: str | None = None,
         progress: Progress | None = None,
+        owners: ExtraOwners | None = None,
     ) -> list[WorkloadWindow]:
-        """Workload windows over [at - window, at]."""
+        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or 60.0
         rate_window = max(3 * step, 180.0)
         say = progress or (lambda _message: None)
         self.check(end)
+        gpu_namespaces = self.gpu_namespaces(end, window_seconds)
+        if not gpu_namespaces:
+            say(
+                "kube-state-metrics shows no pod requesting an NVIDIA GPU resource: pod statistics are "
+                "not limited to GPU pods"
+            )
+
+        def scoped(inner: Callable[[str], str]) -> Callable[[str], str]:
+            return only_gpu_pods(inner, gpu_namespaces) if gpu_namespaces else inner
+
         jobs: dict[str, tuple[str, str]] = {}  # name → (kind, query)
         for source in mn.GPU_SIGNAL_SOURCES:
             floor = mn.ACTIVITY_FLOORS.get(source.signal)
@@ -285,12 +374,17 @@ class PrometheusSource:
             else:
                 expr = _gauge_by_pod(f'{pod_source.metric}{{container!="",container!="POD"}}')
             floor = mn.ACTIVITY_FLOORS.get(pod_source.signal)
-            jobs[f"pod:{pod_source.signal.value}"] = ("pod", stats_query(expr, window_seconds, step, floor))
+            jobs[f"pod:{pod_source.signal.value}"] = (
+                "pod",
+                stats_query(scoped(expr), window_seconds, step, floor),
+            )
         throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)
         periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)
         jobs[f"pod:{Signal.CPU_THROTTLED_RATIO.value}"] = (
             "pod",
-            stats_query(lambda o: f"({throttled(o)}) / ({periods(o)} > 0)", window_seconds, step, 0.0),
+            stats_query(
+                scoped(lambda o: f"({throttled(o)}) / ({periods(o)} > 0)"), window_seconds, step, 0.0
+            ),
         )
         serving = self._serving_exprs(rate_window)
         for signal, expr in serving.items():
@@ -310,7 +404,7 @@ class PrometheusSource:
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
         )
-        ranges["range:cpu"] = _rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True)("")
+        ranges["range:cpu"] = scoped(_rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True))("")
         total = len(jobs) + len(ranges)
         say(
             f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})"
@@ -330,7 +424,21 @@ class PrometheusSource:
                 done += 1
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
-        return self._assemble(results, start, end, step, coarse, namespace, workload)
+        return self._assemble(results, start, end, step, coarse, namespace, workload, owners)
+
+    def read_capacity(self, at: datetime | None = None) -> ClusterCapacity:
+        """Node pools from kube-state-metrics' allocatable and node labels (the API-less fallback)."""
+        end = (at or datetime.now(tz=UTC)).timestamp()
+        allocatable = self.instant(
+            "node allocatable",
+            f"max by (node, resource) (last_over_time({mn.KSM_NODE_ALLOCATABLE}[15m]))",
+            end,
+        )
+        labels = self.instant("node labels", f"last_over_time({mn.KSM_NODE_LABELS}[15m])", end)
+        return capacity_from_ksm(
+            ((dict(row["metric"]), _value(row)) for row in allocatable),
+            (dict(row["metric"]) for row in labels),
+        )
 
     @staticmethod
     def _serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
@@ -357,16 +465,20 @@ class PrometheusSource:
         coarse: float,
         namespace: str | None,
         workload: str | None,
+        owners: ExtraOwners | None = None,
         series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
     ) -> list[WorkloadWindow]:
         """Windows from the answers; `series_stats` gives a family's statistics already summarised
         (the incremental reads), in place of its `stat`-labelled rows."""
-        inventory = Inventory()
+        inventory = Inventory(extra_owners=owners)
         for name, rows in results.items():
             if name.startswith("ksm:"):
                 metric = name.removeprefix("ksm:")
                 for row in rows:
                     inventory.add(metric, dict(row["metric"]), _value(row))
+        self.notes = inventory.notes()
+        for note in self.notes:
+            LOG.warning("%s", note)
         # device stats: (ns, pod) → device id → signal → stats; board-level series have no pod
         devices: dict[Key, dict[str, dict[str, Any]]] = defaultdict(dict)
         boards: dict[tuple[str, str], dict[str, Any]] = {}
@@ -413,6 +525,16 @@ class PrometheusSource:
             value = _value(row)
             if not st.is_missing(value):
                 entry["xids"].add(int(value))
+        requesting = {key for key, info in inventory.pods.items() if info.gpu_resource}
+        if requesting:  # a device belongs to a pod that requests a GPU, never to the exporter's own pod
+            for key in [k for k in devices if k not in requesting]:
+                for device_id, entry in devices.pop(key).items():
+                    board_of_device = boards.setdefault(
+                        (entry["labels"].get("hostname", ""), entry["labels"].get("UUID") or device_id),
+                        {"labels": entry["labels"], "stats": {}, "xids": set()},
+                    )
+                    for signal, summary in entry["stats"].items():
+                        board_of_device["stats"].setdefault(signal, summary)
         shared: dict[tuple[str, str], int] = defaultdict(int)
         for per_pod in devices.values():
             for device_id, entry in per_pod.items():
@@ -422,7 +544,7 @@ class PrometheusSource:
         has_ksm = bool(inventory.pods)
         observations: dict[Key, PodObservation] = {}
         for key in set(devices) | set(pod_stats) | {k for k, i in inventory.pods.items() if i.gpu_resource}:
-            if has_ksm and key not in inventory.pods:
+            if (has_ksm and key not in inventory.pods) or (requesting and key not in requesting):
                 continue
             info = inventory.pods.get(key)
             gpus = []
@@ -583,6 +705,21 @@ def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, flo
             raise PrometheusSourceError(f"malformed range answer from Prometheus: {error}") from error
         out[(labels.get("namespace", ""), labels["pod"])] = samples
     return out
+
+
+def source_for(cfg: OperatorConfig) -> PrometheusSource:
+    """The operator's Prometheus source from its configuration (token file, TLS, timeout, matchers)."""
+    token = Path(cfg.prometheus_token_file).read_text().strip() if cfg.prometheus_token_file else None
+    return PrometheusSource(
+        PrometheusConfig(
+            url=cfg.prometheus_url or "",
+            bearer_token=token,
+            ca_file=cfg.prometheus_ca_file,
+            insecure=cfg.prometheus_insecure,
+            timeout_seconds=cfg.prometheus_timeout_seconds,
+            extra_matchers=cfg.prometheus_matchers,
+        )
+    )
 
 
 def read_prometheus(

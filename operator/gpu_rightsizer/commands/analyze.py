@@ -24,6 +24,7 @@ from gpu_rightsizer.config import parse_duration
 
 if TYPE_CHECKING:
     from gpu_rightsizer.model.observation import WorkloadWindow
+    from gpu_rightsizer.model.result import Analysis
 
 DEFAULT_WINDOW_SECONDS = 3600.0
 DEFAULT_MAX_INPUT_MIB = 4096
@@ -115,9 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
     parser.add_argument(
         "--sharing",
-        choices=("mig-mixed", "mig-single", "time-slicing", "mps", "none"),
-        default="mig-mixed",
-        help="the cluster's GPU-sharing strategy (what a smaller allocation may be)",
+        choices=("auto", "mig-mixed", "mig-single", "time-slicing", "mps", "none"),
+        default="auto",
+        help="the cluster's GPU-sharing strategy (what a smaller allocation may be); auto (default) "
+        "reads it from the nodes' GPU feature discovery labels and allocatable resources in the data "
+        "(kube-state-metrics), and assumes mig-mixed only when the data has no node at all",
     )
     auth = parser.add_argument_group("Prometheus connection")
     auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
@@ -129,6 +132,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates"
     )
     auth.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
+    auth.add_argument(
+        "--prometheus-label",
+        dest="prometheus_labels",
+        metavar="MATCHER",
+        action="append",
+        default=[],
+        help='extra label matcher for every query, e.g. cluster=prod or cluster=~"prod-.*" (multi-cluster '
+        "stores: Thanos, Mimir, VictoriaMetrics); repeatable",
+    )
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
 
 
@@ -159,14 +171,18 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
+    from gpu_rightsizer.adapters.capacity import capacity_from_file
     from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
         PrometheusConfig,
+        PrometheusSource,
         PrometheusSourceError,
-        read_prometheus,
     )
+    from gpu_rightsizer.config import MatcherError, parse_matchers
+    from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
@@ -187,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
             path = Path(args.openmetrics)
             limits = ReadLimits(max_bytes=getattr(args, "max_input_mib", DEFAULT_MAX_INPUT_MIB) * 2**20)
             window_seconds = args.window or DEFAULT_WINDOW_SECONDS
+            capacity = capacity_from_file(path, limits)
 
             def read(seconds: float) -> list[WorkloadWindow]:
                 return read_openmetrics(
@@ -220,9 +237,10 @@ def run(args: argparse.Namespace) -> int:
                 insecure=args.insecure_skip_tls_verify,
                 timeout_seconds=args.timeout,
                 max_concurrency=max(1, args.max_concurrency),
+                extra_matchers=parse_matchers(list(getattr(args, "prometheus_labels", []) or [])),
             )
-            windows = read_prometheus(
-                config,
+            source = PrometheusSource(config)
+            windows = source.read(
                 window_seconds=args.window or DEFAULT_WINDOW_SECONDS,
                 at=args.at,
                 step_seconds=args.step,
@@ -230,19 +248,37 @@ def run(args: argparse.Namespace) -> int:
                 workload=args.workload,
                 progress=_progress,
             )
-    except (OpenMetricsError, PrometheusSourceError) as error:
+            capacity = source.read_capacity(args.at)
+            for note in source.notes:
+                _progress(f"note: {note}")
+    except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     _progress(f"{len(windows)} GPU workload(s) read in {time.monotonic() - started:.1f}s; diagnosing")
-    sharing = SharingStrategy(args.sharing)
+    explicit = None if args.sharing == "auto" else SharingStrategy(args.sharing)
+    for note in capacity.notes:
+        _progress(f"note: {note}")
+    if explicit is None and not capacity.known:
+        _progress("no node capacity in the data: assuming MIG mixed; pass --sharing to say otherwise")
+    elif capacity.known:
+        _progress(f"node pools ({capacity.source}): " + "; ".join(p.describe() for p in capacity.pools))
     rows = []
-    for index, window in enumerate(windows, start=1):
-        analysis = analyze_window(window, settings, sharing=sharing)
+    for index, read_window in enumerate(windows, start=1):
+        sharing = sharing_for(capacity, read_window.allocation.gpu_model, explicit)
+        window, notes = observe_sharing(read_window, capacity)
+
+        def run(
+            profiles: list[str] | None, window: WorkloadWindow = window, sharing: SharingStrategy = sharing
+        ) -> Analysis:
+            return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
+
+        analysis = with_notes(analyze_within(capacity, window.allocation.gpu_model, run), notes)
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
-        rows.append(ReportRow(analysis=analysis, warnings=list(window.warnings), window=span))
+        warnings = sorted(set(window.warnings) | set(notes))
+        rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))
         if len(windows) > 50 and index % 50 == 0:
             _progress(f"diagnosed {index}/{len(windows)}")
     sys.stdout.write(render(rows, args.output))

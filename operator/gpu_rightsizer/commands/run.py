@@ -27,6 +27,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prometheus-insecure", action="store_true", help="skip TLS verification (testing only)"
     )
+    parser.add_argument(
+        "--prometheus-timeout", help="seconds per query, e.g. 60s (env GPURS_PROMETHEUS_TIMEOUT; default 30s)"
+    )
+    parser.add_argument(
+        "--prometheus-step",
+        help="query step, e.g. 30s (env GPURS_PROMETHEUS_STEP; default: the window / 60, 1-60 s)",
+    )
+    parser.add_argument(
+        "--prometheus-label",
+        action="append",
+        metavar="MATCHER",
+        help="extra label matcher for every query, e.g. cluster=prod (repeatable; env GPURS_PROMETHEUS_LABELS, "
+        "separated by ';')",
+    )
     parser.add_argument("--interval", help="analysis interval, e.g. 5m (env GPURS_INTERVAL; default 5m)")
     parser.add_argument("--window", help="observation window, e.g. 1h (env GPURS_WINDOW; default 1h)")
     parser.add_argument(

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,13 +22,17 @@ from typing import Any
 
 from kubernetes import client, config
 
+from gpu_rightsizer.adapters.capacity import load_capacity
 from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
+from gpu_rightsizer.adapters.openmetrics import ExtraOwners
+from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
+from gpu_rightsizer.adapters.prometheus import source_for
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, metrics
 from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -37,7 +41,8 @@ from gpu_rightsizer.logic.policy import (
     policy_problems,
     settings_for_workload,
 )
-from gpu_rightsizer.logic.status import analysed_status, merge_conditions
+from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
+from gpu_rightsizer.logic.status import analysed_status, merge_conditions, metrics_condition
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -67,44 +72,36 @@ def api_client() -> client.ApiClient:
     return client.ApiClient()
 
 
-def fetch_windows(cfg: OperatorConfig, start: datetime, end: datetime) -> list[WorkloadWindow]:
+def fetch_windows(
+    cfg: OperatorConfig, start: datetime, end: datetime, owners: ExtraOwners | None = None
+) -> list[WorkloadWindow]:
     """All workload windows over [start, end] from the configured Prometheus, in one batch of queries.
 
     The step follows the window (about 60 points, between 1 s and 60 s), so short windows used in
     tests and demos still carry enough samples.
     """
-    from pathlib import Path
+    from gpu_rightsizer.adapters.prometheus import source_for
 
-    from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
-
-    token = Path(cfg.prometheus_token_file).read_text().strip() if cfg.prometheus_token_file else None
-    source = PrometheusSource(
-        PrometheusConfig(
-            url=cfg.prometheus_url or "",
-            bearer_token=token,
-            ca_file=cfg.prometheus_ca_file,
-            insecure=cfg.prometheus_insecure,
-        )
-    )
+    source = source_for(cfg)
     window_seconds = max(1.0, (end - start).total_seconds())
-    step = max(1.0, min(60.0, window_seconds / 60.0))
+    step = cfg.prometheus_step_seconds or max(1.0, min(60.0, window_seconds / 60.0))
     namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
-    return source.read(window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace)
-
-
-def prometheus_source(cfg: OperatorConfig) -> PrometheusSource:
-    """The configured Prometheus (token file, TLS) for the incremental reads of `WindowSources`."""
-    from pathlib import Path
-
-    token = Path(cfg.prometheus_token_file).read_text().strip() if cfg.prometheus_token_file else None
-    return PrometheusSource(
-        PrometheusConfig(
-            url=cfg.prometheus_url or "",
-            bearer_token=token,
-            ca_file=cfg.prometheus_ca_file,
-            insecure=cfg.prometheus_insecure,
-        )
+    return source.read(
+        window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace, owners=owners
     )
+
+
+def capacity_from_metrics(cfg: OperatorConfig, end: datetime) -> Callable[[], ClusterCapacity] | None:
+    """Node capacity from kube-state-metrics, for when the API server's nodes cannot be listed."""
+    if not cfg.prometheus_url:
+        return None
+
+    def read() -> ClusterCapacity:
+        from gpu_rightsizer.adapters.prometheus import source_for
+
+        return source_for(cfg).read_capacity(end)
+
+    return read
 
 
 def window_sources(cfg: OperatorConfig) -> WindowSources | None:
@@ -114,7 +111,11 @@ def window_sources(cfg: OperatorConfig) -> WindowSources | None:
     """
     if cfg.full_window_reads or not cfg.prometheus_url:
         return None
-    return WindowSources(lambda: prometheus_source(cfg), budget_seconds=max(5.0, cfg.interval_seconds / 2))
+    return WindowSources(
+        lambda: source_for(cfg),
+        budget_seconds=max(5.0, cfg.interval_seconds / 2),
+        step_seconds=cfg.prometheus_step_seconds,
+    )
 
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
@@ -159,18 +160,32 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
 
 
 def analyse(
-    window: WorkloadWindow, settings: EffectiveSettings, now: datetime, window_seconds: float | None = None
+    window: WorkloadWindow,
+    settings: EffectiveSettings,
+    now: datetime,
+    window_seconds: float | None = None,
+    capacity: ClusterCapacity | None = None,
 ) -> Analysis:
-    """Run the engine with the policy's sharing strategy, MIG profiles and thresholds."""
-    sharing = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
-    return analyze_window(
-        window,
-        engine_settings(settings, window_seconds),
-        sharing=sharing,
-        now=now,
-        allowed_mig_profiles=list(settings.allowed_mig_profiles) or None,
-        min_replicas=settings.min_replicas if settings.policy is not None else 0,
-    )
+    """Run the engine with the cluster's sharing strategy (the policy's when no node is known), MIG
+    profiles and thresholds, then keep its advice to what the node pools can schedule."""
+    fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
+    capacity = capacity or ClusterCapacity()
+    sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
+    window, notes = observe_sharing(window, capacity)
+    thresholds = engine_settings(settings, window_seconds)
+
+    def run(profiles: list[str] | None) -> Analysis:
+        return analyze_window(
+            window,
+            thresholds,
+            sharing=sharing,
+            now=now,
+            allowed_mig_profiles=profiles,
+            min_replicas=settings.min_replicas if settings.policy is not None else 0,
+        )
+
+    allowed = list(settings.allowed_mig_profiles) or None
+    return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed), notes)
 
 
 def with_hpa(window: WorkloadWindow, hpa: Mapping[str, Any] | None) -> WorkloadWindow:
@@ -204,11 +219,15 @@ class CycleState:
     workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
     hpas: dict[tuple[str, str, str], dict[str, Any]] | None = None
+    #: What the nodes offer (node pools), read once per cycle.
+    capacity: ClusterCapacity = field(default_factory=ClusterCapacity)
 
     def workload(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
         """The workload from this cycle's listing, else (a kind not listed, or not found) a GET."""
         found = self.workloads.get(ref.kind, {}).get((ref.namespace, ref.name))
-        return found if found is not None else kube.read(ref.kind, ref.namespace, ref.name)
+        if found is None:  # any kind: a PyTorchJob, a LeaderWorkerSet, ... (adapters.owners)
+            found = read_workload(kube, ref.api_version, ref.kind, ref.namespace, ref.name)
+        return found
 
     def hpa_of(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
         """The HPA scaling the workload, from this cycle's listing when there is one."""
@@ -440,6 +459,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     ctx.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
+    state.capacity = load_capacity(kube, capacity_from_metrics(cfg, end))
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
@@ -452,7 +472,16 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             pending.append(item)
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
-    batches = _fetch_batches(cfg, window_lengths, end, ctx.windows, backfilling)
+    failures: dict[float, str] = {}
+    batches = _fetch_batches(
+        cfg,
+        window_lengths,
+        end,
+        api_parent_lookup(kube, cfg.namespaces if not cfg.all_namespaces else (), state.workloads),
+        failures,
+        ctx.windows,
+        backfilling,
+    )
     if ctx.windows is not None and window_lengths:
         for seconds in ctx.windows.keep_only(set(window_lengths)):
             for gauge in (metrics.BACKFILL_PROGRESS, metrics.SAMPLES_FETCHED):
@@ -465,7 +494,9 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     work: list[tuple[_Pending, WorkloadWindow]] = []
     for item in pending:
         batch = batches.get(item.window_seconds)
-        if batch is None:  # no metrics for this window this cycle: keep what the status says
+        if batch is None:  # no metrics for this window this cycle: keep what the status says, and say so
+            if item.window_seconds in failures and _has_role(cfg, "recommender"):
+                say_metrics_failed(kube, item.ref, item.recommendation, failures[item.window_seconds], end)
             continue
         window = batch.get(item.ref.key)
         if window is not None:
@@ -550,6 +581,8 @@ def _fetch_batches(
     cfg: OperatorConfig,
     windows: list[float],
     end: datetime,
+    owners: ExtraOwners | None = None,
+    failures: dict[float, str] | None = None,
     sources: WindowSources | None = None,
     backfilling: set[float] | None = None,
 ) -> dict[float, dict[str, WorkloadWindow]]:
@@ -567,7 +600,7 @@ def _fetch_batches(
     for seconds in windows:
         try:
             if sources is not None:
-                incremental, report = sources.fetch(seconds, end, namespace=namespace)
+                incremental, report = sources.fetch(seconds, end, namespace=namespace, owners=owners)
                 publish_read(seconds, report, complete=incremental is not None)
                 if incremental is None:
                     if backfilling is not None:
@@ -575,9 +608,12 @@ def _fetch_batches(
                     continue
                 fetched = incremental
             else:
-                fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end)
+                fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end, owners)
         except Exception as error:
             metrics.ERRORS.labels("metrics_source").inc()
+            metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(0)
+            if failures is not None:
+                failures[seconds] = f"{type(error).__name__}: {error}"
             LOG.warning(
                 "metrics source %s failed for the %s window; recommendations keep their last "
                 "analysis this cycle: %s",
@@ -587,7 +623,36 @@ def _fetch_batches(
             )
             continue
         batches[seconds] = {window.workload.key: window for window in fetched}
+        metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
+        metrics.METRICS_LAST_SUCCESS.set(time.time())
     return batches
+
+
+def _duration_label(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+def say_metrics_failed(
+    kube: KubeAdapter, ref: WorkloadRef, recommendation: Mapping[str, Any], error: str, now: datetime
+) -> None:
+    """Set `MetricsAvailable=False` on a recommendation whose batch failed; the analysis stays as it was."""
+    old = list((recommendation.get("status") or {}).get("conditions") or [])
+    generation = (recommendation.get("metadata") or {}).get("generation")
+    fresh = metrics_condition(error, now, generation).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+    previous = next((c for c in old if c.get("type") == fresh["type"]), None)
+    if (
+        previous is not None
+        and previous.get("status") == "False"
+        and previous.get("message") == fresh["message"]
+    ):
+        return
+    try:
+        kube.patch_recommendation_status(ref, {"conditions": merge_conditions(old, [fresh])})
+    except Exception:
+        metrics.ERRORS.labels("kubernetes").inc()
+        LOG.exception("could not mark the metrics of %s as unavailable", ref.key)
 
 
 def _prepare(
@@ -654,7 +719,7 @@ def _analyse_and_write(
     if not _has_role(cfg, "recommender"):
         return _Analysed(item=item, window=window, hpa=hpa, analysis=None, uid=uid)
     try:
-        analysis = analyse(window, settings, state.now, item.window_seconds)
+        analysis = analyse(window, settings, state.now, item.window_seconds, state.capacity)
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)

@@ -48,3 +48,12 @@ WORKLOADS_PENDING = Gauge(
     "gpu_rightsizer_workloads_pending_window",
     "Workloads whose window is still being backfilled: their recommendations keep their last status.",
 )
+METRICS_SOURCE_UP = Gauge(
+    "gpu_rightsizer_metrics_source_up",
+    "1 when the last batch of metric queries for an observation window was answered, 0 when it failed.",
+    ["window"],
+)
+METRICS_LAST_SUCCESS = Gauge(
+    "gpu_rightsizer_metrics_last_success_timestamp_seconds",
+    "Unix time of the last answered batch of metric queries.",
+)

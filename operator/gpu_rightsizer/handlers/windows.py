@@ -30,9 +30,17 @@ def step_for(window_seconds: float) -> float:
 class WindowSources:
     """One incremental source per window length, created on first use and dropped when unused."""
 
-    def __init__(self, make_source: Callable[[], PrometheusSource], *, budget_seconds: float) -> None:
+    def __init__(
+        self,
+        make_source: Callable[[], PrometheusSource],
+        *,
+        budget_seconds: float,
+        step_seconds: float | None = None,
+    ) -> None:
         self.make_source = make_source
         self.budget_seconds = budget_seconds
+        #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
+        self.step_seconds = step_seconds
         self.sources: dict[float, IncrementalSource] = {}
         self._lock = threading.Lock()
 
@@ -41,7 +49,9 @@ class WindowSources:
             found = self.sources.get(window_seconds)
             if found is None:
                 found = IncrementalSource(
-                    self.make_source(), window_seconds=window_seconds, step_seconds=step_for(window_seconds)
+                    self.make_source(),
+                    window_seconds=window_seconds,
+                    step_seconds=self.step_seconds or step_for(window_seconds),
                 )
                 self.sources[window_seconds] = found
             return found

@@ -161,6 +161,28 @@ def analysed_status(
                 analysis.summary or analysis.primary.value,
                 now,
                 generation,
-            )
+            ),
+            metrics_condition(None, now, generation),
         ],
+    )
+
+
+#: Condition type that says whether the last batch of metric queries for this workload was answered.
+METRICS_CONDITION = "MetricsAvailable"
+
+
+def metrics_condition(error: str | None, now: datetime, generation: int | None) -> Condition:
+    """`MetricsAvailable`: True after an answered batch; False, with the error, when the batch failed
+    and the status still shows the previous analysis (so it is never silently stale)."""
+    if error is None:
+        return _condition(
+            METRICS_CONDITION, True, "QueriesAnswered", "the last query batch was answered", now, generation
+        )
+    return _condition(
+        METRICS_CONDITION,
+        False,
+        "QueryFailed",
+        f"the last query batch failed, so this status still shows the previous analysis: {error}"[:1024],
+        now,
+        generation,
     )

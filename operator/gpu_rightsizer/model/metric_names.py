@@ -179,8 +179,19 @@ NODE_LABEL_GPU_PRODUCT: Final = "label_nvidia_com_gpu_product"  # e.g. NVIDIA-H1
 NODE_LABEL_GPU_MEMORY: Final = "label_nvidia_com_gpu_memory"  # MiB
 NODE_LABEL_GPU_SHARING: Final = "label_nvidia_com_gpu_sharing_strategy"  # time-slicing|mps|none
 NODE_LABEL_GPU_REPLICAS: Final = "label_nvidia_com_gpu_replicas"
+NODE_LABEL_MIG_STRATEGY: Final = "label_nvidia_com_mig_strategy"  # none|single|mixed
+NODE_LABEL_MIG_CONFIG: Final = "label_nvidia_com_mig_config"  # MIG manager layout, e.g. all-1g.10gb
+KSM_NODE_ALLOCATABLE: Final = "kube_node_status_allocatable"  # {node,resource,unit}
 #: Optional pod label `gpurightsizer.io/workload-type` (training|inference), as kube_pod_labels shows it.
 POD_LABEL_WORKLOAD_TYPE: Final = "label_gpurightsizer_io_workload_type"
+#: LeaderWorkerSet's group label on every leader and worker pod (`leaderworkerset.sigs.k8s.io/name`).
+POD_LABEL_LWS_NAME: Final = "label_leaderworkerset_sigs_k8s_io_name"
+
+#: HAMi vGPU resources: a pod asks `nvidia.com/gpu` for physical GPUs plus a memory and core share
+#: (HAMi README, "nvidia.com/gpu refers to the number of physical GPUs").
+HAMI_RESOURCES: Final[frozenset[str]] = frozenset(
+    {"nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"}
+)
 
 #: Owner kind kube-state-metrics writes for a pod without a controller.
 KSM_NO_OWNER: Final = "<none>"

@@ -157,7 +157,7 @@ class Allocation(BaseModel):
     gpu_model: str | None = Field(default=None, description="GFD product label, e.g. NVIDIA-H100-80GB-HBM3.")
     gpu_memory_mib: float | None = Field(default=None, description="Memory of one allocated GPU or slice.")
     mig_profile: str | None = None
-    sharing: str = Field(default="exclusive", description="exclusive, mig, time-slicing or mps.")
+    sharing: str = Field(default="exclusive", description="exclusive, mig, time-slicing, mps or hami.")
     cpu_request_cores: float | None = None
     cpu_limit_cores: float | None = None
     memory_request_bytes: float | None = None

@@ -107,8 +107,11 @@ def _owner(pod: Any) -> tuple[str, str, str]:
     if not refs:
         return "Pod", pod.metadata.name, "Pod"
     ref = refs[0]
+    labels = pod.metadata.labels or {}
+    if ref.kind == "ReplicaSet" and labels.get("rollouts-pod-template-hash"):  # an Argo Rollout's
+        return "Rollout", ref.name.removesuffix(f"-{labels['rollouts-pod-template-hash']}"), "ReplicaSet"
     if ref.kind == "ReplicaSet":
-        template_hash = (pod.metadata.labels or {}).get("pod-template-hash")
+        template_hash = labels.get("pod-template-hash")
         name = ref.name.removesuffix(f"-{template_hash}") if template_hash else ref.name.rsplit("-", 1)[0]
         return "Deployment", name, "ReplicaSet"
     return ref.kind, ref.name, ref.kind

@@ -653,7 +653,10 @@ def _gpu_devices(scenario: Scenario, ctx: PodContext) -> list[tuple[int, str]]:
         index = ctx.pod_index // scenario.pods_per_gpu
         return [(index, gpu_uuid(ctx.node, index))]
     base = ctx.pod_index * max(1, ctx.gpu_count) % 8
-    return [((base + i) % 8, gpu_uuid(ctx.node, (base + i) % 8)) for i in range(max(1, ctx.gpu_count))]
+    # An exclusive GPU is the pod's alone: two workloads placed on one simulated node never get the
+    # same device (a UUID shared by two pods is read as a time-sliced GPU).
+    owner = f"{ctx.node}/{ctx.namespace}/{ctx.workload}"
+    return [((base + i) % 8, gpu_uuid(owner, (base + i) % 8)) for i in range(max(1, ctx.gpu_count))]
 
 
 def pod_series(
@@ -908,7 +911,7 @@ def cluster_series(
                     {
                         "namespace": ns,
                         "replicaset": owner_name,
-                        "owner_kind": "Deployment",
+                        "owner_kind": scenario.kind,
                         "owner_name": ctx.workload,
                     },
                     1.0,
@@ -997,6 +1000,7 @@ def pod_contexts(scenario: Scenario, start: float, end: float) -> list[PodContex
     else:
         owner_kind, owner_name = scenario.kind, scenario.name
     contexts = []
+    placement = scenario.name
     for index in range(max(1, scenario.replicas) if scenario.kind != "Pod" else 1):
         if scenario.kind == "Deployment":
             pod = f"{owner_name}-{digest[(index % 4) : (index % 4) + 5]}{index}"
@@ -1009,9 +1013,9 @@ def pod_contexts(scenario: Scenario, start: float, end: float) -> list[PodContex
         if scenario.node_prefix is not None:
             node = f"{scenario.node_prefix}-{0 if scenario.pods_per_gpu > 1 else index}"
         elif scenario.pods_per_gpu > 1:
-            node = f"gpu-node-{zlib.crc32(scenario.name.encode()) % 97:02d}"
+            node = f"gpu-ts-node-{zlib.crc32(placement.encode()) % 97:02d}"  # a time-slicing pool
         else:
-            node = f"gpu-node-{(zlib.crc32(scenario.name.encode()) + index) % 97:02d}"
+            node = f"gpu-node-{(zlib.crc32(placement.encode()) + index) % 97:02d}"
         contexts.append(
             PodContext(
                 namespace=scenario.namespace,

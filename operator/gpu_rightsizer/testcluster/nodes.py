@@ -23,6 +23,8 @@ class GPUNodeModel:
 H100_80GB = GPUNodeModel("NVIDIA-H100-80GB-HBM3", 81559, "hopper")
 H200 = GPUNodeModel("NVIDIA-H200", 143771, "hopper")
 A100_80GB = GPUNodeModel("NVIDIA-A100-SXM4-80GB", 81920, "ampere")
+A100_40GB = GPUNodeModel("NVIDIA-A100-SXM4-40GB", 40960, "ampere")
+L4 = GPUNodeModel("NVIDIA-L4", 23034, "ada-lovelace", mig_capable=False)
 GPU_MODELS: dict[str, GPUNodeModel] = {"h100": H100_80GB, "h200": H200, "a100": A100_80GB}
 
 #: A mixed MIG layout per product, as `nvidia.com/mig.config` names such layouts: resource -> count
@@ -53,6 +55,12 @@ class NodeSpec:
     memory: str = "1Ti"
     mig_mixed: bool = False
     extra_labels: dict[str, str] = field(default_factory=dict)
+    #: MIG strategy single with every GPU cut into this profile (e.g. "1g.10gb", 7 per GPU).
+    mig_single_profile: str | None = None
+    #: Time-slicing replicas per GPU (0: none); shared GPUs stay `nvidia.com/gpu` with the product
+    #: label suffixed `-SHARED` unless `rename_shared` (device plugin `renameByDefault: true`).
+    time_slicing_replicas: int = 0
+    rename_shared: bool = False
 
     def manifest(self) -> dict[str, Any]:
         """The Node object, with status, ready for `kubectl apply`."""
@@ -79,6 +87,23 @@ class NodeSpec:
                 labels["nvidia.com/mig.strategy"] = "mixed"
                 labels["nvidia.com/mig.config"] = "all-balanced"
                 resources.update({k: str(v) for k, v in MIG_MIXED_LAYOUTS[self.gpu.product].items()})
+            elif self.mig_single_profile:
+                labels["nvidia.com/mig.strategy"] = "single"
+                labels["nvidia.com/mig.config"] = f"all-{self.mig_single_profile}"
+                labels["nvidia.com/gpu.product"] = f"{self.gpu.product}-MIG-{self.mig_single_profile}"
+                resources["nvidia.com/gpu"] = str(
+                    self.gpus * 7 // int(self.mig_single_profile.split("g.")[0])
+                )
+            elif self.time_slicing_replicas:
+                labels["nvidia.com/mig.strategy"] = "none"
+                labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+                labels["nvidia.com/gpu.replicas"] = str(self.time_slicing_replicas)
+                shared = str(self.gpus * self.time_slicing_replicas)
+                if self.rename_shared:
+                    resources["nvidia.com/gpu.shared"] = shared
+                else:
+                    labels["nvidia.com/gpu.product"] = f"{self.gpu.product}-SHARED"
+                    resources["nvidia.com/gpu"] = shared
             else:
                 labels["nvidia.com/mig.strategy"] = "none"
                 resources["nvidia.com/gpu"] = str(self.gpus)
@@ -109,6 +134,18 @@ class NodeSpec:
                 "phase": "Running",
             },
         }
+
+
+def sharing_pool_nodes() -> list[NodeSpec]:
+    """Node pools for capacity tests, each shaped as GFD and the device plugin publish it: MIG single
+    A100 80GB (1g.10gb), time-sliced L4 without renaming (`nvidia.com/gpu`, product `-SHARED`), and a
+    time-sliced A100 40GB renamed to `nvidia.com/gpu.shared`. Whole-GPU pools and MIG mixed are in the
+    default fleet."""
+    return [
+        NodeSpec("gpu-a100-mig-single-0", A100_80GB, mig_single_profile="1g.10gb"),
+        NodeSpec("gpu-l4-ts-0", L4, gpus=4, time_slicing_replicas=4),
+        NodeSpec("gpu-a100-40-ts-renamed-0", A100_40GB, gpus=4, time_slicing_replicas=4, rename_shared=True),
+    ]
 
 
 def default_nodes() -> list[NodeSpec]:

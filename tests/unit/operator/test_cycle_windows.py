@@ -136,7 +136,9 @@ class FetchRecorder:
         self.failing = failing
         self.calls: list[float] = []
 
-    def __call__(self, cfg: OperatorConfig, start: datetime, end: datetime) -> list[WorkloadWindow]:
+    def __call__(
+        self, cfg: OperatorConfig, start: datetime, end: datetime, owners: object = None
+    ) -> list[WorkloadWindow]:
         seconds = (end - start).total_seconds()
         self.calls.append(seconds)
         if seconds in self.failing:
@@ -160,7 +162,11 @@ def analysed_with(monkeypatch: pytest.MonkeyPatch) -> dict[str, float | None]:
     original = cycle.analyse
 
     def recording(
-        window: WorkloadWindow, settings: Any, now: datetime, window_seconds: float | None = None
+        window: WorkloadWindow,
+        settings: Any,
+        now: datetime,
+        window_seconds: float | None = None,
+        capacity: Any = None,
     ) -> Any:
         seen[window.workload.key] = window_seconds
         assert window.duration_seconds == window_seconds, "the window read is the window analysed"
@@ -230,8 +236,17 @@ def test_a_failing_batch_changes_nothing_for_its_workloads_only(
     cycle.run_cycle(memo_for(kube), now=NOW)
 
     assert metrics.ERRORS.labels("metrics_source")._value.get() == errors_before + 1
-    patched = {key for key, _ in kube.status_patches}
-    assert patched == {"team-b/Deployment/three", "team-c/Deployment/solo"}
+    assert metrics.METRICS_SOURCE_UP.labels("600s")._value.get() == 0
+    analysed = {key for key, body in kube.status_patches if "diagnosis" in body}
+    assert analysed == {"team-b/Deployment/three", "team-c/Deployment/solo"}
+    # the failed batch's workloads keep their analysis, and their status says the metrics failed
+    stale = {key: body for key, body in kube.status_patches if key.startswith("team-a/")}
+    assert set(stale) == {"team-a/Deployment/one", "team-a/Deployment/two"}
+    for body in stale.values():
+        assert set(body) == {"conditions"}
+        condition = next(c for c in body["conditions"] if c["type"] == "MetricsAvailable")
+        assert condition["status"] == "False" and condition["reason"] == "QueryFailed"
+    patched = analysed
     assert not any(key.startswith("team-a/") for key, _, _ in kube.events)
     assert set(analysed_with) == patched
 
@@ -266,7 +281,11 @@ def _analysis_with(code: str, summary: str) -> Any:
     from gpu_rightsizer.model.result import Analysis
 
     def fake(
-        window: WorkloadWindow, settings: Any, now: datetime, window_seconds: float | None = None
+        window: WorkloadWindow,
+        settings: Any,
+        now: datetime,
+        window_seconds: float | None = None,
+        capacity: Any = None,
     ) -> Any:
         real = analyze_window(window, cycle.engine_settings(settings, window_seconds), now=now)
         assert isinstance(real, Analysis)
@@ -285,7 +304,7 @@ class FakeWindowSources:
         self.kept: list[set[float]] = []
 
     def fetch(
-        self, window_seconds: float, end: datetime, *, namespace: str | None = None
+        self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any
     ) -> tuple[list[WorkloadWindow] | None, CycleReport]:
         done = self.reads[window_seconds] = self.reads.get(window_seconds, 0) + 1
         report = CycleReport(backfilling=done <= self.cycles, samples=10 * done)

@@ -129,13 +129,91 @@ async def test_a_missing_owner_stops_at_the_last_known_object(
     assert (resolved.ref.kind, resolved.ref.name, resolved.uid) == ("ReplicaSet", "trainer-5d4", "uid-rs")
 
 
-async def test_an_owner_of_an_unmanaged_kind_is_not_followed(
+def _ref(kind: str, name: str, api_version: str, uid: str) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+async def test_a_crd_owner_is_the_workload_with_its_own_api_version(
     kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
 ) -> None:
-    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray", "uid": "u", "controller": True}
+    kmock.objects["ray.io/v1/rayclusters", NS, "ray"] = {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta("ray", "uid-ray"),
+    }  # fmt: skip
+    owner = _ref("RayCluster", "ray", "ray.io/v1", "uid-ray")
     resolved = await call(adapter.resolve_owner, {"metadata": meta("ray-worker", "uid-pod", owner)})
-    assert (resolved.ref.kind, resolved.ref.name) == ("Pod", "ray-worker")
-    assert len(kmock) == 0
+    assert resolved.ref == WorkloadRef(namespace=NS, kind="RayCluster", name="ray", api_version="ray.io/v1")
+    assert resolved.uid == "uid-ray"
+
+
+async def test_trainjob_pods_resolve_through_job_and_jobset_to_the_trainjob(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    kmock.objects["trainer.kubeflow.org/v1alpha1/trainjobs", NS, "llm"] = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta("llm", "uid-tj"),
+    }  # fmt: skip
+    kmock.objects["jobset.x-k8s.io/v1alpha2/jobsets", NS, "llm"] = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": meta("llm", "uid-js", _ref("TrainJob", "llm", "trainer.kubeflow.org/v1alpha1", "uid-tj")),
+    }  # fmt: skip
+    kmock.objects["batch/v1/jobs", NS, "llm-node-0"] = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": meta("llm-node-0", "uid-job", _ref("JobSet", "llm", "jobset.x-k8s.io/v1alpha2", "uid-js")),
+        "spec": {"template": TEMPLATE},
+    }  # fmt: skip
+    pod = {"metadata": meta("llm-node-0-0-x", "uid-pod", owned("Job", "llm-node-0", "uid-job"))}
+    resolved = await call(adapter.resolve_owner, pod)
+    assert (resolved.ref.kind, resolved.ref.name, resolved.ref.api_version, resolved.uid) == (
+        "TrainJob", "llm", "trainer.kubeflow.org/v1alpha1", "uid-tj"
+    )  # fmt: skip
+
+
+async def test_leaderworkerset_workers_and_leaders_share_one_workload(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    """LWS makes the leader pod the controller of each worker StatefulSet (lws pod_controller.go)."""
+    lws = _ref("LeaderWorkerSet", "vllm", "leaderworkerset.x-k8s.io/v1", "uid-lws")
+    kmock.objects["leaderworkerset.x-k8s.io/v1/leaderworkersets", NS, "vllm"] = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta("vllm", "uid-lws"),
+    }  # fmt: skip
+    kmock.objects["apps/v1/statefulsets", NS, "vllm"] = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta("vllm", "uid-leader-sts", lws),
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE},
+    }  # fmt: skip
+    leader_sts = _ref("StatefulSet", "vllm", "apps/v1", "uid-leader-sts")
+    kmock.objects["v1/pods", NS, "vllm-0"] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": meta("vllm-0", "uid-leader", leader_sts),
+    }  # fmt: skip
+    kmock.objects["apps/v1/statefulsets", NS, "vllm-0"] = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": meta("vllm-0", "uid-worker-sts", _ref("Pod", "vllm-0", "v1", "uid-leader")),
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE},
+    }  # fmt: skip
+    worker = {
+        "metadata": meta("vllm-0-1", "uid-w", _ref("StatefulSet", "vllm-0", "apps/v1", "uid-worker-sts"))
+    }
+    leader = kmock.objects["v1/pods", NS, "vllm-0"]
+    for pod in (worker, leader):
+        resolved = await call(adapter.resolve_owner, pod)
+        assert (resolved.ref.kind, resolved.ref.name, resolved.ref.api_version) == (
+            "LeaderWorkerSet", "vllm", "leaderworkerset.x-k8s.io/v1"
+        )  # fmt: skip
+
+
+async def test_an_unreadable_custom_owner_is_still_the_workload(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    """No RBAC for the CRD: the ownerReference names it fully, so it is the workload (never the pod)."""
+    kmock["get /apis/example.com/v1/namespaces/team-a/trainers/t"] << 403
+    kmock["get /apis/example.com/v1"] << {
+        "kind": "APIResourceList", "groupVersion": "example.com/v1",
+        "resources": [{"name": "trainers", "singularName": "trainer", "namespaced": True, "kind": "Trainer",
+                       "verbs": ["get"]}],
+    }  # fmt: skip
+    owner = _ref("Trainer", "t", "example.com/v1", "uid-t")
+    resolved = await call(adapter.resolve_owner, {"metadata": meta("t-0", "uid-pod", owner)})
+    assert resolved.ref == WorkloadRef(namespace=NS, kind="Trainer", name="t", api_version="example.com/v1")
+    assert resolved.uid == "uid-t"
+    assert not writes(kmock)
 
 
 @pytest.mark.parametrize("status", [500, 403])

@@ -1,0 +1,30 @@
+"""docs/clusters.md must match the code: the owner table, the flags and the metric names it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_rightsizer.logic.owners import KNOWN_CONTROLLERS
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "clusters.md"
+OPERATOR = Path(__file__).resolve().parents[3] / "operator" / "gpu_rightsizer"
+
+
+def test_every_known_controller_is_in_the_owner_table() -> None:
+    text = DOC.read_text()
+    for kind, known in KNOWN_CONTROLLERS.items():
+        assert kind in text, kind
+        if "." in known.api_version:
+            assert known.api_version.split("/")[0] in text, known.api_version
+
+
+def test_flags_and_metrics_named_in_the_doc_exist() -> None:
+    text = DOC.read_text()
+    code = "".join(path.read_text() for path in OPERATOR.rglob("*.py"))
+    for name in (
+        "--prometheus-label", "--prometheus-timeout", "--prometheus-step", "GPURS_PROMETHEUS_LABELS",
+        "GPURS_PROMETHEUS_TIMEOUT", "GPURS_PROMETHEUS_STEP", "gpu_rightsizer_metrics_source_up",
+        "gpu_rightsizer_metrics_last_success_timestamp_seconds", "MetricsAvailable", "QueryFailed",
+        "--sharing",
+    ):  # fmt: skip
+        assert name in text and name in code, name

@@ -1,0 +1,40 @@
+"""The operator cycle plans with the cluster's sharing strategy and keeps advice to what nodes offer."""
+
+from __future__ import annotations
+
+from tests.unit.logic.test_capacity import MIG_MIXED, TIME_SLICED, WHOLE
+from tests.unit.logic.test_diagnose import oversized
+
+from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.logic.capacity import capacity_from_nodes
+from gpu_rightsizer.logic.policy import settings_for_workload
+from gpu_rightsizer.model.codes import ActionType
+
+NOW = oversized().end
+
+
+def test_no_mig_on_the_nodes_means_no_automatic_mig_advice_and_no_savings() -> None:
+    settings = settings_for_workload([], {}, {}, {})
+    window = oversized()
+    before = cycle.analyse(window, settings, NOW)  # no node facts: the old default (mig-mixed)
+    assert any(a.type is ActionType.MIG_PROFILE and a.automatic for a in before.actions)
+    after = cycle.analyse(window, settings, NOW, None, capacity_from_nodes([WHOLE]))
+    assert not any(
+        a.automatic and a.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING) for a in after.actions
+    )
+    assert after.savings.gpu_hours_per_day == 0
+
+
+def test_a_time_slicing_pool_without_renaming_gives_advice_naming_what_it_needs() -> None:
+    settings = settings_for_workload([], {}, {}, {})
+    analysis = cycle.analyse(oversized(), settings, NOW, None, capacity_from_nodes([WHOLE, TIME_SLICED]))
+    sharing = next(a for a in analysis.actions if a.type is ActionType.GPU_SHARING)
+    assert not sharing.automatic and "renameByDefault" in sharing.reason
+
+
+def test_a_mig_mixed_pool_keeps_the_automatic_slice() -> None:
+    settings = settings_for_workload([], {}, {}, {})
+    analysis = cycle.analyse(oversized(), settings, NOW, None, capacity_from_nodes([WHOLE, MIG_MIXED]))
+    mig = next(a for a in analysis.actions if a.type is ActionType.MIG_PROFILE)
+    assert mig.automatic and mig.resource == "nvidia.com/mig-2g.20gb"
+    assert analysis.savings.gpu_hours_per_day > 0
