@@ -7,8 +7,11 @@ operator, then measures two sizes in turn: first N0 GPU Deployments (default 50)
 real (not InsufficientData) diagnosis, the cycle duration (p50/max, from the operator's log), the
 Prometheus queries per cycle (from Prometheus's own `prometheus_http_requests_total`), the
 kube-apiserver requests per cycle by verb and resource, and the operator's RSS (from /proc). The
-queries-per-cycle ratio between the sizes shows whether Prometheus load grows with the workload count.
-Everything is torn down on exit, on Ctrl-C and on SIGTERM.
+queries-per-cycle ratio between the sizes shows whether Prometheus load grows with the workload count;
+Prometheus' CPU-seconds per steady cycle come from its own `process_cpu_seconds_total`. With
+`--krr-python` and `--krr-dir` (robusta-dev/krr in its own checkout and virtualenv), the operator is
+then stopped and KRR's `simple` strategy runs once against the same Prometheus, printed next to our
+steady cycle with the ratios. Everything is torn down on exit, on Ctrl-C and on SIGTERM.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -143,6 +147,12 @@ def prometheus_queries(prometheus_url: str) -> float:
     return sum(v for labels, v in rows if labels.get("handler") in ("/api/v1/query", "/api/v1/query_range"))
 
 
+def prometheus_cpu_seconds(prometheus_url: str) -> float:
+    """CPU-seconds Prometheus has spent so far (its own `process_cpu_seconds_total`)."""
+    rows = samples(http_text(f"{prometheus_url}/metrics"), "process_cpu_seconds_total")
+    return rows[0][1] if rows else 0.0
+
+
 def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
     """kube-apiserver's request counter, summed by `VERB resource[/subresource]` (WATCH excluded)."""
     text = cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout
@@ -181,6 +191,8 @@ class Phase:
     time_to_diagnoses: float | None = None
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
     queries_per_cycle: list[float] = field(default_factory=list)
+    prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
+    cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
     apiserver_per_cycle: dict[str, float] = field(default_factory=dict)
     apiserver_rate: float = 0.0
     steady_cycle_count: int = 0
@@ -269,6 +281,7 @@ class Bench:
         seen = len(cycle_lines(self.log))
         lists_before = self.own_lists
         marks: list[tuple[float, float]] = []  # (monotonic, prometheus queries) at each cycle end
+        cpu_marks: list[float] = []  # Prometheus CPU-seconds at each cycle end
         api_before: dict[str, float] | None = None
         api_started = 0.0
         limit = min(time.monotonic() + 30 * (cycles + 2), self.deadline + 60)
@@ -280,6 +293,7 @@ class Bench:
                 if api_before is None:
                     api_before, api_started = apiserver_requests(self.cluster), time.monotonic()
                 marks.append((time.monotonic(), queries))
+                cpu_marks.append(prometheus_cpu_seconds(self.prometheus_url))
                 self.marks.append((lines[-1][0] if len(lines) == seen + 1 else -1, queries))
                 seen = self.lines_seen = len(lines)
             time.sleep(0.25)
@@ -288,6 +302,8 @@ class Bench:
         api_after = apiserver_requests(self.cluster)
         span = time.monotonic() - api_started
         phase.steady_cycle_count = len(marks) - 1
+        phase.prometheus_cpu_per_cycle = [b - a for a, b in itertools.pairwise(cpu_marks)]
+        phase.cycle_spans = [b[0] - a[0] for a, b in itertools.pairwise(marks)]
         delta = {key: value - api_before.get(key, 0.0) for key, value in api_after.items()}
         own = self.own_lists - lists_before
         delta[f"LIST {PLURAL}"] = delta.get(f"LIST {PLURAL}", 0.0) - own
@@ -330,6 +346,10 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         "Prometheus queries per cycle",
         [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],
     )
+    row(
+        "Prometheus CPU-seconds per cycle",
+        [",".join(f"{c:.2f}" for c in p.prometheus_cpu_per_cycle) or "n/a" for p in phases],
+    )
     row("kube-apiserver requests/s (all)", [fmt(p.apiserver_rate, "") for p in phases])
     row("operator RSS now / peak (MiB)", [f"{p.rss[0]:.0f} / {p.rss[1]:.0f}" for p in phases])
     keys = sorted({k for p in phases for k in p.apiserver_per_cycle if PLURAL in k or "deployments" in k
@@ -348,6 +368,48 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         small_c, large_c = (statistics.median(s for _, s in p.cycles) for p in phases)
         print(f"cycle duration p50 ratio: {large_c / small_c:.2f}x for "
               f"{phases[1].workloads / phases[0].workloads:.1f}x the workloads")  # fmt: skip
+    sys.stdout.flush()
+
+
+def krr_side_by_side(
+    args: argparse.Namespace, cluster: LocalCluster, prometheus_url: str, phase: Phase, logs: Path
+) -> None:
+    """One KRR `simple` run against the same Prometheus, next to one of our steady cycles."""
+    from krr_side_by_side import measure
+
+    command = [
+        args.krr_python, str(Path(args.krr_dir) / "krr.py"), "simple",
+        "--prometheus-url", prometheus_url, "--kubeconfig", str(cluster.kubeconfig),
+        "--history_duration", args.krr_history, "--formatter", "json",
+        "--fileoutput", str(logs / "krr.json"),
+    ]  # fmt: skip
+    # Prometheus also scrapes and compacts: its idle CPU rate is taken away from both sides
+    idle_started, idle_cpu = time.monotonic(), prometheus_cpu_seconds(prometheus_url)
+    time.sleep(15)
+    idle_rate = (prometheus_cpu_seconds(prometheus_url) - idle_cpu) / (time.monotonic() - idle_started)
+    say("running KRR's simple strategy against the same Prometheus")
+    krr = measure("krr simple", command, prometheus_url, logs / "krr.log")
+    krr_cpu = krr.cpu_seconds - idle_rate * krr.wall_seconds
+    ours_wall = statistics.median(s for _, s in phase.cycles) if phase.cycles else None
+    ours_queries = statistics.median(phase.queries_per_cycle) if phase.queries_per_cycle else None
+    ours_cpu = (
+        statistics.median(
+            c - idle_rate * span
+            for c, span in zip(phase.prometheus_cpu_per_cycle, phase.cycle_spans, strict=True)
+        )
+        if phase.prometheus_cpu_per_cycle
+        else None
+    )
+    print(f"\nKRR side by side at N={phase.workloads} ({phase.pods} pods); KRR exit code {krr.exit_code}")
+    print(f"Prometheus CPU without queries: {idle_rate:.3f} CPU-s per second, taken away from both sides")
+    print(f"{'':32s}{'ours (cycle p50)':>18s}{'krr simple':>14s}{'krr / ours':>12s}")
+    for label, ours, theirs in (
+        ("wall time (s)", ours_wall, krr.wall_seconds),
+        ("Prometheus queries", ours_queries, krr.queries),
+        ("Prometheus CPU-seconds", ours_cpu, krr_cpu),
+    ):
+        ratio = f"{theirs / ours:.1f}x" if ours else "n/a"
+        print(f"{label:32s}{fmt(ours, ''):>18s}{theirs:>14.1f}{ratio:>12s}")
     sys.stdout.flush()
 
 
@@ -378,7 +440,14 @@ def main() -> int:
         default=240,
         help="stop waiting this long after the operator starts (default 240 s)",
     )
+    parser.add_argument(
+        "--krr-python", default=None, help="python of KRR's own virtualenv: run KRR side by side"
+    )
+    parser.add_argument("--krr-dir", default=None, help="checkout of robusta-dev/krr (holds krr.py)")
+    parser.add_argument("--krr-history", default="1", help="KRR --history_duration in hours (default 1)")
     args = parser.parse_args()
+    if bool(args.krr_python) != bool(args.krr_dir):
+        parser.error("--krr-python and --krr-dir go together")
     if not 0 <= args.small < args.workloads:
         parser.error("--small must be below --workloads")
 
@@ -434,6 +503,8 @@ def main() -> int:
                     expected |= {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in batch}
                     pods = sum(m["spec"]["replicas"] for b in batches[: number + 1] for m in b)
                     phases.append(bench.measure(expected, pods, started, args.timeout, args.steady_cycles))
+            if args.krr_python and phases:  # the operator is stopped: Prometheus serves KRR alone
+                krr_side_by_side(args, cluster, prometheus.url, phases[-1], logs)
     except KeyboardInterrupt:
         say("interrupted")
     finally:

@@ -89,6 +89,8 @@ class OperatorConfig:
     prometheus_matchers: tuple[str, ...] = ()
     interval_seconds: float = 300.0
     window_seconds: float = 3600.0
+    #: Re-read every window whole each cycle instead of incrementally (for comparison and debugging).
+    full_window_reads: bool = False
     namespaces: tuple[str, ...] = ()
     all_namespaces: bool = True
     role: Role = "recommender"
@@ -135,6 +137,9 @@ class OperatorConfig:
             ),
             interval_seconds=parse_duration(args.interval or env.get("GPURS_INTERVAL", "5m")),
             window_seconds=parse_duration(args.window or env.get("GPURS_WINDOW", "1h")),
+            full_window_reads=bool(
+                getattr(args, "full_window_reads", False) or env.get("GPURS_FULL_WINDOW_READS") == "true"
+            ),
             namespaces=namespaces,
             all_namespaces=not namespaces,
             role=role,  # type: ignore[arg-type]

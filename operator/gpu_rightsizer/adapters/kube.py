@@ -15,6 +15,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_rightsizer.adapters.backoff import with_backoff
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.logic.workloads import recommendation_name
 from gpu_rightsizer.model.observation import WorkloadRef
 
@@ -70,6 +72,10 @@ class KubeAdapter:
         self.apps = client.AppsV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        #: How retries of throttled writes wait (tests replace it).
+        self.sleep: Callable[[float], None] = time.sleep
+        #: Owners kept up to date by watch events (set by the recommender, which feeds it).
+        self.owner_cache: OwnerCache | None = None
 
     def _plain(self, obj: Any) -> Any:
         """A client model as the plain JSON-like structure the API server sent."""
@@ -100,11 +106,22 @@ class KubeAdapter:
         result.setdefault("apiVersion", _API_VERSIONS[kind])
         return result
 
+    def read_owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """An owner for the owner walk: from `owner_cache` when watch events feed one (a slim copy:
+        identity, controller reference, labels, annotations, replicas), else read from the API."""
+        cache = self.owner_cache
+        if cache is None:
+            return self.read(kind, namespace, name)
+        found, _ = cache.lookup_through(lambda _v, k, ns, n: (self.read(k, ns, n), False))(
+            "", kind, namespace, name
+        )
+        return found
+
     def resolve_owner(self, pod: Mapping[str, Any]) -> ResolvedWorkload:
         """The pod's top-level owner, through any controller kind (see `logic.owners`)."""
         from gpu_rightsizer.adapters.owners import OwnerReader, resolve_pod
 
-        top, obj, _ = resolve_pod(OwnerReader(self), pod)
+        top, obj, _ = resolve_pod(OwnerReader(self, owners_only=True), pod)
         namespace = str((pod.get("metadata") or {}).get("namespace", "default"))
         ref = WorkloadRef(namespace=namespace, kind=top.kind, name=top.name, api_version=top.api_version)
         return ResolvedWorkload(ref=ref, uid=str((obj.get("metadata") or {}).get("uid") or top.uid), obj=obj)
@@ -168,14 +185,20 @@ class KubeAdapter:
         """Merge-patch the status subresource of the workload's GPURecommendation.
 
         With `resource_version`, the write is conditional: the API server answers 409 when the object
-        changed since that version was read (optimistic concurrency, no lost update).
+        changed since that version was read (optimistic concurrency, no lost update). Retried on 429
+        (after the server's Retry-After) and 5xx: a large cycle writes many statuses from a few
+        threads, and an API server under load asks them to slow down.
         """
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         return _as_dict(
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref), body
+            with_backoff(
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref), body
+                ),
+                what=f"status of {ref.key}",
+                sleep=self.sleep,
             )
         )
 
@@ -215,9 +238,13 @@ class KubeAdapter:
         return list(listed.get("items", []))
 
     def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch a policy's status subresource."""
-        self.custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, POLICIES, name, {"status": dict(status)}
+        """Merge-patch a policy's status subresource (retried on 429 and 5xx, as recommendations are)."""
+        with_backoff(
+            lambda: self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, POLICIES, name, {"status": dict(status)}
+            ),
+            what=f"status of policy {name}",
+            sleep=self.sleep,
         )
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:

@@ -38,8 +38,11 @@ class OwnerReader:
     Discovery answers (kind -> plural) are cached per instance.
     """
 
-    def __init__(self, kube: KubeAdapter) -> None:
+    def __init__(self, kube: KubeAdapter, *, owners_only: bool = False) -> None:
         self.kube = kube
+        #: The objects read are walked for their owners only: built-in kinds may come from the
+        #: adapter's watched owner cache (slim copies, no spec) instead of a GET.
+        self.owners_only = owners_only
         self._plurals: dict[tuple[str, str], str | None] = {}
         self._lock = threading.Lock()
 
@@ -87,7 +90,11 @@ class OwnerReader:
         if group in _BUILT_IN_GROUPS:
             if kind not in _BUILT_IN_KINDS:
                 return None, False
-            found = self.kube.read(kind, namespace, name)
+            found = (
+                self.kube.read_owner(kind, namespace, name)
+                if self.owners_only
+                else self.kube.read(kind, namespace, name)
+            )
             return found, found is None
         plural = self.plural(api_version, kind)
         if plural is None:

@@ -16,7 +16,7 @@ import logging
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -476,7 +476,10 @@ class PrometheusSource:
         namespace: str | None,
         workload: str | None,
         owners: ExtraOwners | None = None,
+        series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
     ) -> list[WorkloadWindow]:
+        """Windows from the answers; `series_stats` gives a family's statistics already summarised
+        (the incremental reads), in place of its `stat`-labelled rows."""
         inventory = Inventory(extra_owners=owners)
         for name, rows in results.items():
             if name.startswith("ksm:"):
@@ -495,7 +498,10 @@ class PrometheusSource:
             kind, _, what = name.partition(":")
             if kind == "gpu":
                 signal, scale = _gpu_signal(what)
-                for labels, summary in _stats_by_series(rows, GPU_KEYS, scale, signal).items():
+                summarised = (series_stats or {}).get(name)
+                if summarised is None:
+                    summarised = _stats_by_series(rows, GPU_KEYS, scale, signal)
+                for labels, summary in summarised.items():
                     label_map = dict(labels)
                     uuid = label_map.get("UUID") or f"gpu{label_map.get('gpu', '?')}"
                     device_id = f"{uuid}-{label_map['GPU_I_ID']}" if label_map.get("GPU_I_ID") else uuid
@@ -512,7 +518,10 @@ class PrometheusSource:
                     entry["stats"][signal] = summary
             elif kind == "pod":
                 signal = Signal(what)
-                for labels, summary in _stats_by_series(rows, POD_KEYS, 1.0, signal).items():
+                summarised = (series_stats or {}).get(name)
+                if summarised is None:
+                    summarised = _stats_by_series(rows, POD_KEYS, 1.0, signal)
+                for labels, summary in summarised.items():
                     label_map = dict(labels)
                     pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = summary
         for row in results.get("xid", []):
@@ -651,38 +660,47 @@ def _stats_by_series(
         grouped[identity][stat] = _value(row)
     out: dict[tuple[tuple[str, str], ...], SignalStats] = {}
     for identity, values in grouped.items():
-        count = values.get("count", 0.0)
-        needed = ("mean", "p50", "p95", "p99", "max", "min")
-        if count < 1 or any(k not in values or math.isnan(values[k]) for k in needed):
-            continue
-        spread = (values.get("p95", 0.0) - values.get("p05", 0.0)) * abs(scale)
-        sawtooth = None
-        if (
-            signal in mn.RATIO_SIGNALS
-            and count >= 3
-            and "absstep" in values
-            and not math.isnan(values["absstep"])
-        ):
-            sawtooth = (
-                0.0
-                if spread < st.DEFAULT_SAWTOOTH_FLOOR
-                else min(1.0, values["absstep"] * abs(scale) / spread)
-            )
-        active = values.get("active")
-        trend = values.get("trend")
-        out[identity] = SignalStats(
-            samples=int(count),
-            mean=values["mean"] * scale,
-            p50=values["p50"] * scale,
-            p95=values["p95"] * scale,
-            p99=values["p99"] * scale,
-            max=values["max"] * scale,
-            min=values["min"] * scale,
-            active_fraction=None if active is None or math.isnan(active) else min(1.0, max(0.0, active)),
-            trend_per_hour=None if trend is None or math.isnan(trend) else trend * scale,
-            sawtooth=sawtooth,
-        )
+        summary = summary_from_figures(values, scale, signal)
+        if summary is not None:
+            out[identity] = summary
     return out
+
+
+def summary_from_figures(values: Mapping[str, float], scale: float, signal: Signal) -> SignalStats | None:
+    """One series' `SignalStats` from its figures by `stat` name, in the exported unit × `scale`.
+
+    The figures are what `stats_query` computes (or what the incremental reads keep): count, mean,
+    p05..p99, min, max, and optionally active, trend and absstep. None without a usable sample.
+    """
+    count = values.get("count", 0.0)
+    needed = ("mean", "p50", "p95", "p99", "max", "min")
+    if count < 1 or any(k not in values or math.isnan(values[k]) for k in needed):
+        return None
+    spread = (values.get("p95", 0.0) - values.get("p05", 0.0)) * abs(scale)
+    sawtooth = None
+    if (
+        signal in mn.RATIO_SIGNALS
+        and count >= 3
+        and "absstep" in values
+        and not math.isnan(values["absstep"])
+    ):
+        sawtooth = (
+            0.0 if spread < st.DEFAULT_SAWTOOTH_FLOOR else min(1.0, values["absstep"] * abs(scale) / spread)
+        )
+    active = values.get("active")
+    trend = values.get("trend")
+    return SignalStats(
+        samples=int(count),
+        mean=values["mean"] * scale,
+        p50=values["p50"] * scale,
+        p95=values["p95"] * scale,
+        p99=values["p99"] * scale,
+        max=values["max"] * scale,
+        min=values["min"] * scale,
+        active_fraction=None if active is None or math.isnan(active) else min(1.0, max(0.0, active)),
+        trend_per_hour=None if trend is None or math.isnan(trend) else trend * scale,
+        sawtooth=sawtooth,
+    )
 
 
 def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, float]]]:

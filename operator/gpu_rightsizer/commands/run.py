@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--interval", help="analysis interval, e.g. 5m (env GPURS_INTERVAL; default 5m)")
     parser.add_argument("--window", help="observation window, e.g. 1h (env GPURS_WINDOW; default 1h)")
+    parser.add_argument(
+        "--full-window-reads",
+        action="store_true",
+        help="query each whole window every cycle instead of only the new interval "
+        "(env GPURS_FULL_WINDOW_READS=true; for comparison and debugging)",
+    )
     parser.add_argument("--role", choices=["recommender", "actuator", "all"], help="what this process does")
     parser.add_argument(
         "--metrics-port", type=int, help="port of the operator's own /metrics (default 9090; 0 = off)"

@@ -18,6 +18,7 @@ import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
 from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 
 
@@ -37,6 +38,8 @@ class OperatorContext:
     last_cycle: float = field(default_factory=time.monotonic)
     cycle_task: asyncio.Task[Any] | None = None
     elector: LeaseElector | None = None
+    #: Incremental metric windows kept across cycles (None: every cycle reads whole windows).
+    windows: WindowSources | None = None
     lease_task: asyncio.Task[Any] | None = None
 
 

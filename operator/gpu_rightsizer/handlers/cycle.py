@@ -10,6 +10,7 @@ one analysis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter as Tally
@@ -22,12 +23,15 @@ from typing import Any
 from kubernetes import client, config
 
 from gpu_rightsizer.adapters.capacity import load_capacity
+from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.openmetrics import ExtraOwners
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
+from gpu_rightsizer.adapters.prometheus import source_for
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, metrics
 from gpu_rightsizer.handlers.context import OperatorContext
+from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
@@ -98,6 +102,20 @@ def capacity_from_metrics(cfg: OperatorConfig, end: datetime) -> Callable[[], Cl
         return source_for(cfg).read_capacity(end)
 
     return read
+
+
+def window_sources(cfg: OperatorConfig) -> WindowSources | None:
+    """Incremental windows for the operator's life; None with `--full-window-reads` or no Prometheus.
+
+    A cycle spends at most half an interval on backfill queries, so it still finishes in time.
+    """
+    if cfg.full_window_reads or not cfg.prometheus_url:
+        return None
+    return WindowSources(
+        lambda: source_for(cfg),
+        budget_seconds=max(5.0, cfg.interval_seconds / 2),
+        step_seconds=cfg.prometheus_step_seconds,
+    )
 
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
@@ -452,14 +470,24 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
+    window_lengths = sorted({item.window_seconds for item in pending})
+    backfilling: set[float] = set()
     failures: dict[float, str] = {}
     batches = _fetch_batches(
         cfg,
-        sorted({item.window_seconds for item in pending}),
+        window_lengths,
         end,
         api_parent_lookup(kube, cfg.namespaces if not cfg.all_namespaces else (), state.workloads),
         failures,
+        ctx.windows,
+        backfilling,
     )
+    if ctx.windows is not None and window_lengths:
+        for seconds in ctx.windows.keep_only(set(window_lengths)):
+            for gauge in (metrics.BACKFILL_PROGRESS, metrics.SAMPLES_FETCHED):
+                with contextlib.suppress(KeyError):  # never published
+                    gauge.remove(f"{seconds:g}")
+    metrics.WORKLOADS_PENDING.set(sum(1 for item in pending if item.window_seconds in backfilling))
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
@@ -524,23 +552,63 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     return updated
 
 
+def publish_read(window_seconds: float, report: CycleReport, *, complete: bool) -> None:
+    """One window's incremental read as the operator's own metrics and log lines."""
+    label = f"{window_seconds:g}"
+    metrics.SAMPLES_FETCHED.labels(label).set(report.samples)
+    for family, seconds in report.durations:
+        metrics.QUERY_DURATION.labels(family).observe(seconds)
+    metrics.BACKFILL_PROGRESS.labels(label).set(1.0 if complete else report.backfill_progress)
+    if report.errors:
+        metrics.ERRORS.labels("metrics_source").inc(len(report.errors))
+        LOG.warning(
+            "%d Prometheus queries failed for the %s s window (asked again next cycle); first: %s",
+            len(report.errors),
+            label,
+            report.errors[0],
+        )
+    if not complete:
+        LOG.info(
+            "backfilling the %s s window: %d/%d chunks (%.0f%%); its recommendations keep their last status",
+            label,
+            report.backfill_done,
+            report.backfill_total,
+            100 * report.backfill_progress,
+        )
+
+
 def _fetch_batches(
     cfg: OperatorConfig,
     windows: list[float],
     end: datetime,
     owners: ExtraOwners | None = None,
     failures: dict[float, str] | None = None,
+    sources: WindowSources | None = None,
+    backfilling: set[float] | None = None,
 ) -> dict[float, dict[str, WorkloadWindow]]:
     """Window length -> workload key -> window: one batch of queries per distinct window length.
 
-    A window whose batch fails is left out (counted and logged); the others still go ahead.
+    With `sources`, each window comes from its incremental reads (only the interval since the last
+    cycle is queried); a window still being backfilled gives no batch and is added to `backfilling`,
+    so its workloads keep their last status. Without, the whole window is read. A window whose
+    batch fails is left out (counted and logged); the others still go ahead.
     """
     if not cfg.prometheus_url or not windows:
         return {}
     batches: dict[float, dict[str, WorkloadWindow]] = {}
+    namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
     for seconds in windows:
         try:
-            fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end, owners)
+            if sources is not None:
+                incremental, report = sources.fetch(seconds, end, namespace=namespace, owners=owners)
+                publish_read(seconds, report, complete=incremental is not None)
+                if incremental is None:
+                    if backfilling is not None:
+                        backfilling.add(seconds)
+                    continue
+                fetched = incremental
+            else:
+                fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end, owners)
         except Exception as error:
             metrics.ERRORS.labels("metrics_source").inc()
             metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(0)

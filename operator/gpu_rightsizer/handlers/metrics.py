@@ -28,6 +28,26 @@ ACTIONS_APPLIED = Counter(
     "Changes carried out by the actuator, by action and result.",
     ["action", "result"],
 )
+SAMPLES_FETCHED = Gauge(
+    "gpu_rightsizer_cycle_samples_fetched",
+    "Samples the last cycle read from Prometheus (the new interval, or backfill chunks), by window.",
+    ["window"],
+)
+QUERY_DURATION = Histogram(
+    "gpu_rightsizer_query_duration_seconds",
+    "Duration of one Prometheus query by family (gpu, pod, xid, ksm, range).",
+    ["family"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
+BACKFILL_PROGRESS = Gauge(
+    "gpu_rightsizer_backfill_progress_ratio",
+    "Share of the window's backfill read since the start (1 once complete), by window.",
+    ["window"],
+)
+WORKLOADS_PENDING = Gauge(
+    "gpu_rightsizer_workloads_pending_window",
+    "Workloads whose window is still being backfilled: their recommendations keep their last status.",
+)
 METRICS_SOURCE_UP = Gauge(
     "gpu_rightsizer_metrics_source_up",
     "1 when the last batch of metric queries for an observation window was answered, 0 when it failed.",

@@ -11,12 +11,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, cycle
 from gpu_rightsizer.handlers.context import OperatorContext, context_of
@@ -45,7 +47,10 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
-    ctx = OperatorContext(config=CONFIG, kube=KubeAdapter(cycle.api_client()))
+    kube = KubeAdapter(cycle.api_client())
+    if CONFIG.role != "actuator":  # the pod handler walks owners from the watched copies
+        kube.owner_cache = OwnerCache()
+    ctx = OperatorContext(config=CONFIG, kube=kube, windows=cycle.window_sources(CONFIG))
     memo.context = ctx
     ctx.cycle_task = asyncio.create_task(cycle.analysis_loop(ctx))
 
@@ -64,6 +69,32 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
 def last_cycle_age(memo: kopf.Memo, **_: Any) -> float:
     """Readiness/liveness detail: how long ago the analysis cycle last completed (or started waiting)."""
     return round(time.monotonic() - context_of(memo).last_cycle, 1)
+
+
+#: Kinds that own pods, watched so the pod handler walks owners without reading them: (group, version,
+#: plural, kind).
+OWNER_KINDS = (
+    ("apps", "v1", "replicasets", "ReplicaSet"),
+    ("apps", "v1", "deployments", "Deployment"),
+    ("apps", "v1", "statefulsets", "StatefulSet"),
+    ("apps", "v1", "daemonsets", "DaemonSet"),
+    ("batch", "v1", "jobs", "Job"),
+    ("batch", "v1", "cronjobs", "CronJob"),
+)
+
+
+def _owner_event_handler(kind: str) -> Callable[..., None]:
+    def owner_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        """Keep the owner cache up to date (a slim copy of each object, dropped when deleted)."""
+        cache = context_of(memo).kube.owner_cache
+        if cache is not None:
+            cache.event(type, body, kind)
+
+    return owner_event
+
+
+for _group, _version, _plural, _kind in OWNER_KINDS:
+    kopf.on.event(_group, _version, _plural, id=f"owner-cache-{_plural}")(_owner_event_handler(_kind))
 
 
 @kopf.on.event("", "v1", "pods", when=_uses_gpu)

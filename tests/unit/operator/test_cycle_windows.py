@@ -5,11 +5,13 @@ without one."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
+from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import cycle, metrics
 from gpu_rightsizer.handlers.context import OperatorContext
@@ -290,3 +292,70 @@ def _analysis_with(code: str, summary: str) -> Any:
         return real.model_copy(update={"primary": DiagnosisCode(code), "summary": summary})
 
     return fake
+
+
+class FakeWindowSources:
+    """Stands in for the incremental `WindowSources`: backfilling for `cycles` reads, then windows."""
+
+    def __init__(self, kube: FakeKube, cycles: int) -> None:
+        self.recorder = FetchRecorder(kube)
+        self.cycles = cycles
+        self.reads: dict[float, int] = {}
+        self.kept: list[set[float]] = []
+
+    def fetch(
+        self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any
+    ) -> tuple[list[WorkloadWindow] | None, CycleReport]:
+        done = self.reads[window_seconds] = self.reads.get(window_seconds, 0) + 1
+        report = CycleReport(backfilling=done <= self.cycles, samples=10 * done)
+        report.backfill_done, report.backfill_total = min(done, self.cycles), self.cycles
+        report.timed("pod:cpu_usage_cores", 0.25)
+        if done <= self.cycles:
+            return None, report
+        return self.recorder(OperatorConfig(), end - timedelta(seconds=window_seconds), end), report
+
+    def keep_only(self, window_lengths: set[float]) -> list[float]:
+        self.kept.append(window_lengths)
+        return []
+
+
+def sample(name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def test_statuses_keep_their_last_analysis_until_the_window_is_backfilled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a start, no status is rewritten from part of a window; the cycle says how far it is."""
+    kube = cluster(policy("short", "team-a", {"window": "10m"}))
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube, failing=frozenset({600.0, 3600.0})))
+    ctx = memo_for(kube)
+    sources = FakeWindowSources(kube, cycles=2)
+    ctx.windows = sources  # type: ignore[assignment]
+    durations_before = sample("gpu_rightsizer_query_duration_seconds_count", family="pod") or 0.0
+
+    assert cycle.run_cycle(ctx, now=NOW) == 0
+    assert kube.status_patches == []
+    assert sample("gpu_rightsizer_workloads_pending_window") == 4
+    assert sample("gpu_rightsizer_backfill_progress_ratio", window="600") == pytest.approx(0.5)
+    cycle.run_cycle(ctx, now=NOW + timedelta(minutes=5))
+    assert kube.status_patches == []
+
+    assert cycle.run_cycle(ctx, now=NOW + timedelta(minutes=10)) == 4  # both windows complete
+    assert {key for key, _ in kube.status_patches} == {
+        f"{ns}/Deployment/{name}" for ns, name in kube.workloads
+    }
+    assert sample("gpu_rightsizer_workloads_pending_window") == 0
+    assert sample("gpu_rightsizer_backfill_progress_ratio", window="3600") == 1.0
+    assert sample("gpu_rightsizer_cycle_samples_fetched", window="3600") == 30
+    assert sample("gpu_rightsizer_query_duration_seconds_count", family="pod") == durations_before + 6
+    assert sources.kept[-1] == {600.0, 3600.0}
+
+
+def test_window_sources_are_made_unless_whole_windows_are_asked_for() -> None:
+    assert cycle.window_sources(OperatorConfig(prometheus_url="http://p.invalid")) is not None
+    assert (
+        cycle.window_sources(OperatorConfig(prometheus_url="http://p.invalid", full_window_reads=True))
+        is None
+    )
+    assert cycle.window_sources(OperatorConfig()) is None

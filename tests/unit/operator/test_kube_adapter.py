@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.model.observation import WorkloadRef
 
 pytestmark = pytest.mark.asyncio
@@ -304,17 +305,22 @@ async def test_status_patch_is_a_merge_patch_of_the_status_subresource(
     assert stored["status"]["diagnosis"]["primary"] == "IdleAllocation"
 
 
-@pytest.mark.parametrize("status", [500, 403])
-async def test_a_failed_status_patch_raises_and_is_sent_once(
-    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int
+@pytest.mark.parametrize(("status", "attempts"), [(403, 1), (422, 1), (500, 5), (429, 5)])
+async def test_a_failed_status_patch_raises_after_bounded_retries(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter, status: int, attempts: int
 ) -> None:
+    """A refusal retrying cannot fix is sent once; throttling and server errors a bounded number of
+    times, with waits in between (no retry storm, no fallback write elsewhere)."""
     kmock.objects[REC_RESOURCE, NS, "deployment-trainer"] = {"metadata": {"name": "deployment-trainer"}}
     kmock[f"patch {RECS}/deployment-trainer/status"] << status
+    slept: list[float] = []
+    adapter.sleep = slept.append
     ref = WorkloadRef(namespace=NS, kind="Deployment", name="trainer")
     with pytest.raises(ApiException) as raised:
         await call(adapter.patch_recommendation_status, ref, {"diagnosis": {"primary": "Healthy"}})
     assert raised.value.status == status
-    assert len(writes(kmock)) == 1  # no retry storm, no fallback write elsewhere
+    assert len(writes(kmock)) == attempts
+    assert len(slept) == attempts - 1 and all(0 < s <= 30 for s in slept)
 
 
 async def test_delete_recommendation_reports_whether_there_was_one(
@@ -344,3 +350,50 @@ async def test_events_are_posted_on_the_workload_and_failures_do_not_raise(
 
     kmock[f"post /api/v1/namespaces/{NS}/events"] << 403
     await call(lambda: adapter.post_event(ref, "uid-deploy", "DiagnosisChanged", "again"))  # logged only
+
+
+# --------------------------------------------------------------------------------------------------
+# Owners from the watched cache
+# --------------------------------------------------------------------------------------------------
+
+
+def reads(handler: kmock.KubernetesEmulator) -> list[str]:
+    return [f"{request.url}" for request in handler if str(request.method) == "method.GET"]
+
+
+async def test_watched_owners_resolve_pod_events_without_reads(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    """Pod events of a thousand-pod rollout cost no owner GETs once the owners' watch has them."""
+    pod = seed_deployment_chain(kmock)
+    adapter.owner_cache = OwnerCache()
+    adapter.owner_cache.event(None, kmock.objects["apps/v1/deployments", NS, "trainer"], "Deployment")
+    adapter.owner_cache.event(None, kmock.objects["apps/v1/replicasets", NS, "trainer-5d4"], "ReplicaSet")
+    for _ in range(20):
+        resolved = await call(adapter.resolve_owner, pod)
+        assert resolved.ref == WorkloadRef(
+            namespace=NS, kind="Deployment", name="trainer", api_version="apps/v1"
+        )
+        assert resolved.uid == "uid-deploy"
+    assert reads(kmock) == []
+
+
+async def test_an_owner_not_watched_yet_is_read_once(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    pod = seed_deployment_chain(kmock)
+    adapter.owner_cache = OwnerCache()
+    for _ in range(5):
+        resolved = await call(adapter.resolve_owner, pod)
+        assert resolved.ref.name == "trainer"
+    assert len(reads(kmock)) == 2  # the ReplicaSet and the Deployment, once each
+    assert "template" not in (resolved.obj.get("spec") or {})  # the kept copy is slim
+
+
+async def test_without_a_cache_every_walk_reads_the_owners(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    pod = seed_deployment_chain(kmock)
+    for _ in range(3):
+        await call(adapter.resolve_owner, pod)
+    assert len(reads(kmock)) == 6

@@ -1,0 +1,744 @@
+"""Incremental Prometheus reads: each cycle asks only for the samples since the previous one.
+
+Why: the full-window read (`prometheus.PrometheusSource.read`) makes Prometheus re-evaluate every
+`*_over_time` subquery over the whole window for every container each cycle, so its work grows with
+pods × window length × cycles. Here every signal family is one range query over `[last_end, now]` at
+the sample step, limited to the pods that request a GPU (a join on kube-state-metrics' resource
+requests), and the samples go into `logic.streaming` windows in memory.
+
+After a start there is no `last_end`: the window is backfilled in bounded chunks, time slice by time
+slice (at most `slice_seconds` each, and never more than Prometheus' 11,000 points per series). A
+chunk that Prometheus refuses as too big (timeout, too many samples) is split by namespace first (for
+pod families), then in halves of time, so each query stays under the timeout. Progress goes to a
+callback after every chunk.
+
+Everything here is driven through one `RangeQuery` callable, the signature of
+`PrometheusSource.range`, so tests run on recorded answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sys
+import time
+from array import array
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from gpu_rightsizer.adapters.prometheus import (
+    _KSM_METRICS,
+    _SENTINEL_FILTER,
+    GPU_KEYS,
+    POD_KEYS,
+    PrometheusSource,
+    PrometheusSourceError,
+    _gauge_by_pod,
+    _gpu_expr,
+    _rate_by_pod,
+    _throttle_expr,
+    fold_labels,
+    summary_from_figures,
+)
+from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
+from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StreamingStore
+from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
+
+LOG = logging.getLogger(__name__)
+
+#: Prometheus refuses range queries of more points per series than this (`query_range`).
+MAX_POINTS_PER_SERIES = 11_000
+#: Pods that request an NVIDIA GPU, MIG slice or share (`nvidia_com_gpu` from kube-state-metrics v2,
+#: the unsanitised names from newer releases).
+GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).*"{{scope}}}}'
+#: Messages with which Prometheus (or the client's timeout) says a query was too big to answer.
+TOO_BIG = re.compile(r"did not answer within|timed? ?out|too many samples|exceeded maximum resolution", re.I)
+
+Labels = tuple[tuple[str, str], ...]
+#: Label sets shared before the table is started afresh (about a hundred thousand pods and devices).
+MAX_SHARED_LABEL_SETS = 200_000
+SeriesId = tuple[str, Labels]
+
+
+class RangeQuery(Protocol):
+    """`PrometheusSource.range`: (what, query, start, end, step) → PromQL matrix rows."""
+
+    def __call__(
+        self, what: str, query: str, start: float, end: float, step: float
+    ) -> list[dict[str, Any]]: ...
+
+
+def gpu_pods(namespace: str | None) -> str:
+    """Instant vector of (namespace, pod) for the pods that request a GPU, optionally in one namespace."""
+    scope = f',namespace="{_escape(namespace)}"' if namespace else ""
+    return f"(max by (namespace, pod) ({GPU_REQUEST_SELECTOR.replace('{scope}', scope)}) > 0)"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+_LABEL_SETS: dict[Labels, Labels] = {}
+
+
+def shared_labels(pairs: Iterable[tuple[str, str]]) -> Labels:
+    """One copy of a label set and of its strings for every family that holds the same series.
+
+    A device's labels come back in every family's answer as new strings; kept per series they cost
+    more than the series' statistics. The table only grows with distinct label sets (pods and
+    devices seen), and is cleared when it passes `MAX_SHARED_LABEL_SETS`."""
+    labels = tuple((sys.intern(key), sys.intern(value)) for key, value in pairs)
+    found = _LABEL_SETS.get(labels)
+    if found is None:
+        if len(_LABEL_SETS) >= MAX_SHARED_LABEL_SETS:
+            _LABEL_SETS.clear()
+        _LABEL_SETS[labels] = found = labels
+    return found
+
+
+@dataclass(frozen=True)
+class Family:
+    """One signal family: one range query per chunk, one streaming window per series it returns."""
+
+    name: str
+    expression: str
+    signal: Signal
+    keys: tuple[str, ...]
+    #: Exported value × scale = the signal's unit; samples are kept as exported (the assembly scales).
+    scale: float = 1.0
+    #: In the exported unit (the signal's floor / scale).
+    activity_floor: float | None = None
+    #: Pod families are joined on GPU pods and can be split by namespace; device families are not
+    #: (their number follows the GPUs, and board-level series have no pod or namespace).
+    per_pod: bool = False
+
+    def query(self, namespace: str | None) -> str:
+        """The range query for one chunk: GPU pods only for pod families, one namespace when split."""
+        if not self.per_pod:
+            return self.expression
+        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace)}"
+
+
+def _raw_floor(signal: Signal, scale: float) -> float | None:
+    floor = mn.ACTIVITY_FLOORS.get(signal)
+    return floor / scale if floor is not None else None
+
+
+def default_families(step_seconds: float) -> list[Family]:
+    """The GPU, throttle, cAdvisor and serving families the engine reads, as instant-vector expressions."""
+    rate_window = max(3 * step_seconds, 180.0)
+    families = [
+        Family(
+            name=f"gpu:{source.metric}",
+            expression=_gpu_expr(source.metric)(""),
+            signal=source.signal,
+            keys=GPU_KEYS,
+            scale=source.scale,
+            activity_floor=_raw_floor(source.signal, source.scale),
+        )
+        for source in mn.GPU_SIGNAL_SOURCES
+    ]
+    families.append(
+        Family(
+            name="gpu:throttle",
+            expression=_throttle_expr("", rate_window),
+            signal=Signal.THROTTLE_FRACTION,
+            keys=GPU_KEYS,
+            activity_floor=0.0,
+        )
+    )
+    for source in mn.POD_SIGNAL_SOURCES:
+        if source.counter:
+            expression = _rate_by_pod(source.metric, rate_window, True)("")
+        else:
+            expression = _gauge_by_pod(f'{source.metric}{{container!="",container!="POD"}}')("")
+        families.append(
+            Family(
+                name=f"pod:{source.signal.value}",
+                expression=expression,
+                signal=source.signal,
+                keys=POD_KEYS,
+                activity_floor=mn.ACTIVITY_FLOORS.get(source.signal),
+                per_pod=True,
+            )
+        )
+    throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)("")
+    periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)("")
+    families.append(
+        Family(
+            name=f"pod:{Signal.CPU_THROTTLED_RATIO.value}",
+            expression=f"({throttled}) / ({periods} > 0)",
+            signal=Signal.CPU_THROTTLED_RATIO,
+            keys=POD_KEYS,
+            activity_floor=0.0,
+            per_pod=True,
+        )
+    )
+    for signal, build in PrometheusSource._serving_exprs(rate_window).items():
+        families.append(
+            Family(
+                name=f"pod:{signal.value}",
+                expression=build(""),
+                signal=signal,
+                keys=POD_KEYS,
+                activity_floor=mn.ACTIVITY_FLOORS.get(signal),
+                per_pod=True,
+            )
+        )
+    return families
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One range query: a family over `[start, end]`, cluster-wide or in one namespace."""
+
+    family: Family
+    start: float
+    end: float
+    namespace: str | None = None
+
+    def describe(self) -> str:
+        scope = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.family.name}{scope} {self.start:.0f}..{self.end:.0f}"
+
+
+def align(start: float, end: float, step: float) -> tuple[float, float] | None:
+    """`[start, end]` on the step grid (so successive reads never return one instant twice); None if empty."""
+    first = math.ceil(start / step) * step
+    last = math.floor(end / step) * step
+    return (first, last) if last >= first else None
+
+
+def plan(
+    families: Sequence[Family],
+    *,
+    now: float,
+    last_end: float | None,
+    window_seconds: float,
+    step_seconds: float,
+    slice_seconds: float,
+) -> list[Chunk]:
+    """The chunks of one cycle: `(last_end, now]` in one piece, or the whole window in time slices.
+
+    A read whose `last_end` is unknown or older than the window is a cold start and reads the window
+    slice by slice (each at most `slice_seconds` and `MAX_POINTS_PER_SERIES` steps long).
+    """
+    if last_end is None or last_end < now - window_seconds:
+        start = now - window_seconds
+    else:
+        start = last_end + step_seconds
+    span = align(start, now, step_seconds)
+    if span is None:
+        return []
+    first, last = span
+    longest = max(step_seconds, min(slice_seconds, (MAX_POINTS_PER_SERIES - 1) * step_seconds))
+    longest = math.floor(longest / step_seconds) * step_seconds
+    chunks: list[Chunk] = []
+    slice_start = first
+    while slice_start <= last:
+        slice_end = min(last, slice_start + longest - step_seconds)
+        chunks.extend(Chunk(family, slice_start, slice_end) for family in families)
+        slice_start = slice_end + step_seconds
+    return chunks
+
+
+def split(chunk: Chunk, namespaces: Sequence[str], step_seconds: float) -> list[Chunk] | None:
+    """Smaller chunks for one that was too big: by namespace first (pod families), then halves of time."""
+    if chunk.family.per_pod and chunk.namespace is None and len(namespaces) > 1:
+        return [Chunk(chunk.family, chunk.start, chunk.end, namespace) for namespace in namespaces]
+    steps = round((chunk.end - chunk.start) / step_seconds)
+    if steps < 1:
+        return None
+    middle = chunk.start + (steps // 2) * step_seconds
+    return [
+        Chunk(chunk.family, chunk.start, middle, chunk.namespace),
+        Chunk(chunk.family, middle + step_seconds, chunk.end, chunk.namespace),
+    ]
+
+
+@dataclass
+class CycleReport:
+    """What one incremental read did (for the log and the operator's own metrics)."""
+
+    backfilling: bool
+    chunks_done: int = 0
+    chunks_failed: int = 0
+    queries: int = 0
+    samples: int = 0
+    #: Backfill chunks done and planned so far (0/0 outside a backfill).
+    backfill_done: int = 0
+    backfill_total: int = 0
+    #: (family group: gpu, pod, xid, ksm or range; seconds) of every query, for the duration histogram.
+    durations: list[tuple[str, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def timed(self, name: str, seconds: float) -> None:
+        """Record one query's duration under its family group (the part of its name before ':')."""
+        self.durations.append((name.partition(":")[0], seconds))
+
+    @property
+    def backfill_progress(self) -> float:
+        """Share of the backfill's chunks done (1.0 when there is none)."""
+        return self.backfill_done / self.backfill_total if self.backfill_total else 1.0
+
+
+Progress = Callable[[CycleReport, Chunk], None]
+
+
+class IncrementalReader:
+    """Keeps the streaming windows of every GPU series up to date, one interval per cycle.
+
+    After a start the window is backfilled over as many cycles as it takes, `budget_seconds` of
+    queries per cycle at most, so the cycle keeps publishing its progress; once the backfill is done,
+    each cycle reads `(last_end, now]`.
+    """
+
+    def __init__(
+        self,
+        query: RangeQuery,
+        *,
+        window_seconds: float,
+        step_seconds: float,
+        families: Sequence[Family] | None = None,
+        slice_seconds: float = 3600.0,
+        slots: int = DEFAULT_SLOTS,
+        namespaces: Callable[[], Sequence[str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        concurrency: int = 4,
+    ) -> None:
+        self.query = query
+        self.concurrency = max(1, concurrency)
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        self.families = list(families) if families is not None else default_families(step_seconds)
+        self.slice_seconds = slice_seconds
+        self.namespaces = namespaces or (lambda: ())
+        self.clock = clock
+        self.store: StreamingStore[SeriesId] = StreamingStore(window_seconds, slots=slots)
+        #: End of the last interval read completely; None until the backfill finished.
+        self.last_end: float | None = None
+        self._backlog: list[Chunk] = []  # backfill chunks still to read, next one last
+        self._backfill_end = 0.0
+        self._backfill_done = 0
+        self._backfill_total = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether the window has been read completely since the start (the backfill is done)."""
+        return self.last_end is not None
+
+    def read(
+        self, now: float, progress: Progress | None = None, budget_seconds: float | None = None
+    ) -> CycleReport:
+        """Fetch `(last_end, now]`, or the next backfill chunks, into the streaming windows.
+
+        A steady chunk that fails even after splitting leaves `last_end` where it was, so the next cycle
+        asks for the same interval again (the windows skip the samples they already hold). A backfill
+        chunk that fails is reported and left out: the window has a gap, the backfill goes on.
+        """
+        started = self.clock()
+        if self.last_end is None and not self._backlog:
+            chunks = plan(
+                self.families,
+                now=now,
+                last_end=None,
+                window_seconds=self.window_seconds,
+                step_seconds=self.step_seconds,
+                slice_seconds=self.slice_seconds,
+            )
+            self._backlog = list(reversed(chunks))
+            self._backfill_end = max((chunk.end for chunk in chunks), default=now)
+            self._backfill_done, self._backfill_total = 0, len(chunks)
+        backfilling = self.last_end is None
+        report = CycleReport(backfilling=backfilling)
+        if backfilling:
+            pending = self._backlog
+        else:
+            assert self.last_end is not None
+            steady = plan(
+                self.families,
+                now=now,
+                last_end=self.last_end,
+                window_seconds=self.window_seconds,
+                step_seconds=self.step_seconds,
+                slice_seconds=self.slice_seconds,
+            )
+            pending = list(reversed(steady))
+        namespaces: Sequence[str] | None = None
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="gpurs-read") as pool:
+            while pending:
+                if (
+                    backfilling
+                    and budget_seconds is not None
+                    and report.queries
+                    and self.clock() - started > budget_seconds
+                ):
+                    break
+                # a wave of queries in flight at once, never two of one family (each family's samples
+                # must arrive in time order, and a chunk that is split goes back before the next)
+                wave: list[Chunk] = []
+                while (
+                    pending
+                    and len(wave) < self.concurrency
+                    and all(chunk.family.name != pending[-1].family.name for chunk in wave)
+                ):
+                    wave.append(pending.pop())
+                answers = [pool.submit(self._fetch, chunk) for chunk in wave]
+                retry: list[list[Chunk]] = []
+                for chunk, answer in zip(wave, answers, strict=True):
+                    report.queries += 1
+                    try:
+                        rows, seconds = answer.result()
+                    except PrometheusSourceError as error:
+                        if TOO_BIG.search(str(error)):
+                            if namespaces is None:
+                                namespaces = list(self.namespaces())
+                            smaller = split(chunk, namespaces, self.step_seconds)
+                            if smaller:
+                                LOG.info(
+                                    "%s was too big for Prometheus; reading it in %d parts",
+                                    chunk.describe(),
+                                    len(smaller),
+                                )
+                                if backfilling:
+                                    self._backfill_total += len(smaller) - 1
+                                retry.append(smaller)
+                                continue
+                        report.chunks_failed += 1
+                        report.errors.append(f"{chunk.describe()}: {error}")
+                        LOG.warning("incremental read of %s failed: %s", chunk.describe(), error)
+                        if backfilling:
+                            self._backfill_done += 1
+                        continue
+                    report.timed(chunk.family.name, seconds)
+                    report.samples += self._ingest(chunk.family, rows)
+                    report.chunks_done += 1
+                    if backfilling:
+                        self._backfill_done += 1
+                    report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
+                    if progress is not None:
+                        progress(report, chunk)
+                for parts in reversed(retry):
+                    pending.extend(reversed(parts))
+        if backfilling:
+            report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
+            if not self._backlog:
+                self.last_end = self._backfill_end
+                LOG.info("backfill done: %d chunks, %d failed", self._backfill_total, report.chunks_failed)
+        elif report.chunks_failed == 0 and self.last_end is not None:
+            span = align(self.last_end + self.step_seconds, now, self.step_seconds)
+            if span is not None:
+                self.last_end = span[1]
+        self.store.expire(now)
+        return report
+
+    def _fetch(self, chunk: Chunk) -> tuple[list[dict[str, Any]], float]:
+        """One chunk's answer and how long it took (run in the wave's threads)."""
+        started = self.clock()
+        rows = self.query(
+            chunk.family.name, chunk.family.query(chunk.namespace), chunk.start, chunk.end, self.step_seconds
+        )
+        return rows, self.clock() - started
+
+    def _ingest(self, family: Family, rows: list[dict[str, Any]]) -> int:
+        kept = 0
+        for row in rows:
+            labels = row.get("metric") or {}
+            identity = shared_labels((key, str(labels[key])) for key in family.keys if labels.get(key))
+            try:
+                samples = [(float(t), float(v)) for t, v in row.get("values") or []]
+            except (TypeError, ValueError) as error:
+                raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
+            window = self.store.window(
+                (family.name, identity),
+                activity_floor=family.activity_floor,
+                sawtooth_floor=DEFAULT_SAWTOOTH_FLOOR if family.signal in mn.RATIO_SIGNALS else None,
+            )
+            kept += window.add(samples)
+        return kept
+
+
+#: Series names of the coarse range reads (GPU/CPU correlation, workload-level serving sums).
+COARSE_POINTS = 240
+
+
+class CoarseSeries:
+    """Per-pod series at a coarse step (about `COARSE_POINTS` per window), read incrementally.
+
+    The GPU/CPU correlation and the workload-level serving sums need aligned points, not summaries;
+    at `window / 240` seconds a step they stay small: one flat array of (time, value) per pod.
+    """
+
+    def __init__(self, window_seconds: float, step_seconds: float) -> None:
+        self.window_seconds = window_seconds
+        self.step_seconds = max(step_seconds, window_seconds / COARSE_POINTS)
+        self.points: dict[tuple[str, Labels], array[float]] = {}
+        self.last_end: float | None = None
+
+    def read(self, query: RangeQuery, queries: dict[str, str], now: float, report: CycleReport) -> None:
+        """Add the points since the last read (the whole window the first time)."""
+        start = now - self.window_seconds if self.last_end is None else self.last_end + self.step_seconds
+        span = align(start, now, self.step_seconds)
+        if span is None:
+            return
+        failed = False
+
+        def fetch(item: tuple[str, str]) -> tuple[list[dict[str, Any]] | PrometheusSourceError, float]:
+            started = time.monotonic()
+            try:
+                return query(
+                    item[0], item[1], span[0], span[1], self.step_seconds
+                ), time.monotonic() - started
+            except PrometheusSourceError as error:
+                return error, time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-coarse") as pool:
+            answers = list(pool.map(fetch, queries.items()))
+        for name, (rows, seconds) in zip(queries, answers, strict=True):
+            report.queries += 1
+            report.timed(name, seconds)
+            if isinstance(rows, PrometheusSourceError):
+                failed = True
+                report.chunks_failed += 1
+                report.errors.append(f"{name}: {rows}")
+                continue
+            for row in rows:
+                labels = row.get("metric") or {}
+                identity = shared_labels((key, str(labels[key])) for key in POD_KEYS if labels.get(key))
+                flat = self.points.setdefault((name, identity), array("d"))
+                newest = flat[-2] if flat else -math.inf
+                for t, v in row.get("values") or []:
+                    if float(t) > newest:
+                        flat.append(float(t))
+                        flat.append(float(v))
+                        report.samples += 1
+        if not failed:
+            self.last_end = span[1]
+        self.expire(now)
+
+    def expire(self, now: float) -> None:
+        horizon = now - self.window_seconds
+        for key in list(self.points):
+            flat = self.points[key]
+            old = 0
+            while old < len(flat) and flat[old] < horizon:
+                old += 2
+            if old:
+                del flat[:old]
+            if not flat:
+                del self.points[key]
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The points of one series name as PromQL matrix rows."""
+        return [
+            {"metric": dict(identity), "values": list(zip(flat[::2], flat[1::2], strict=True))}
+            for (series, identity), flat in self.points.items()
+            if series == name
+        ]
+
+
+class KsmCache:
+    """kube-state-metrics facts for the window, refreshed with short lookbacks after the first read.
+
+    The full read asks `last_over_time(metric[window])` each cycle, which touches every sample of the
+    window; here the first read does, later ones look back only to the previous read, and a fact not
+    seen for a window is forgotten. Restarts are kept as the increases seen each read, summed over
+    the window (what `increase(restarts[window])` gives).
+    """
+
+    def __init__(self, window_seconds: float, metrics: Sequence[str]) -> None:
+        self.window_seconds = window_seconds
+        self.metrics = tuple(metrics)
+        self.facts: dict[tuple[str, Labels], tuple[float, float]] = {}  # → (value, seen at)
+        self.restarts: StreamingStore[Labels] = StreamingStore(window_seconds, slots=DEFAULT_SLOTS)
+        self.last_read: float | None = None
+
+    def read(self, source: PrometheusSource, now: float, report: CycleReport) -> None:
+        lookback = (
+            self.window_seconds if self.last_read is None else min(self.window_seconds, now - self.last_read)
+        )
+        lookback = max(lookback, 1.0)
+        queries = {f"ksm:{metric}": f"last_over_time({metric}[{lookback:.0f}s])" for metric in self.metrics}
+        restarts = f"ksm:{mn.KSM_POD_RESTARTS}"
+        queries[restarts] = f"increase({mn.KSM_POD_RESTARTS}[{lookback:.0f}s])"
+
+        def fetch(item: tuple[str, str]) -> tuple[list[dict[str, Any]], float]:
+            started = time.monotonic()
+            return source.instant(item[0], item[1], now), time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-ksm") as pool:
+            answers = list(pool.map(fetch, queries.items()))  # a failure is raised: the cycle reports it
+        for what, (rows, seconds) in zip(queries, answers, strict=True):
+            report.queries += 1
+            report.timed(what, seconds)
+            for row in rows:
+                labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+                if what == restarts:
+                    self.restarts.window(labels, sawtooth_floor=None).add([(now, _row_value(row))])
+                else:
+                    self.facts[(what.removeprefix("ksm:"), labels)] = (_row_value(row), now)
+        self.last_read = now
+        horizon = now - self.window_seconds
+        for key in [k for k, (_, seen) in self.facts.items() if seen < horizon]:
+            del self.facts[key]
+        self.restarts.expire(now)
+
+    def results(self) -> dict[str, list[dict[str, Any]]]:
+        """The facts as the full read's `ksm:<metric>` answers."""
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for (metric, labels), (value, seen) in self.facts.items():
+            out[f"ksm:{metric}"].append({"metric": dict(labels), "value": [seen, repr(value)]})
+        for labels, window in self.restarts.series.items():
+            figures = window.figures()
+            if figures is not None:
+                out[f"ksm:{mn.KSM_POD_RESTARTS}"].append(
+                    {"metric": dict(labels), "value": [0, repr(figures["sum"])]}
+                )
+        return dict(out)
+
+
+def _row_value(row: dict[str, Any]) -> float:
+    try:
+        return float(row["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise PrometheusSourceError(f"malformed sample in a Prometheus answer: {row!r}") from error
+
+
+class IncrementalSource:
+    """Workload windows from incremental reads: the full read's answers, rebuilt from memory.
+
+    Each `read` fetches the new interval (or the next backfill chunks), refreshes the
+    kube-state-metrics facts and the coarse series, and hands the same stat-labelled answers the
+    full-window queries give to the full read's assembly, so both paths build identical windows from
+    identical figures. Until the backfill is complete it returns no window at all: a recommendation
+    keeps its last status rather than one computed from part of a window.
+    """
+
+    def __init__(
+        self,
+        source: PrometheusSource,
+        *,
+        window_seconds: float,
+        step_seconds: float,
+        slice_seconds: float = 3600.0,
+        slots: int = DEFAULT_SLOTS,
+    ) -> None:
+        self.source = source
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        self.rate_window = max(3 * step_seconds, 180.0)
+        families = default_families(step_seconds)
+        xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
+        families.append(
+            Family(
+                name="xid",
+                expression=_gpu_expr(mn.DCGM_XID_ERRORS, xid_keys)(""),
+                signal=Signal.GR_ENGINE_ACTIVE,  # unused: XID codes are read from the maximum only
+                keys=xid_keys,
+            )
+        )
+        self.reader = IncrementalReader(
+            source.range,
+            window_seconds=window_seconds,
+            step_seconds=step_seconds,
+            families=families,
+            slice_seconds=slice_seconds,
+            slots=slots,
+            namespaces=self._namespaces,
+            concurrency=source.config.max_concurrency,
+        )
+        self.ksm = KsmCache(window_seconds, _KSM_METRICS)
+        self.coarse = CoarseSeries(window_seconds, step_seconds)
+        self.report = CycleReport(backfilling=True)
+
+    def _namespaces(self) -> list[str]:
+        """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
+        rows = self.source.instant(
+            "namespaces with GPU pods", f"count by (namespace) ({gpu_pods(None)})", time.time()
+        )
+        return sorted(
+            {str(row["metric"]["namespace"]) for row in rows if row.get("metric", {}).get("namespace")}
+        )
+
+    @property
+    def complete(self) -> bool:
+        """Whether the window has been read completely since the start."""
+        return self.reader.complete
+
+    def coarse_queries(self) -> dict[str, str]:
+        """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
+        queries = {
+            f"range:{s.value}": e("") for s, e in PrometheusSource._serving_exprs(self.rate_window).items()
+        }
+        queries["range:busy"] = (
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
+        )
+        cpu = _rate_by_pod(mn.CADVISOR_CPU_USAGE, self.rate_window, True)("")
+        queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None)}"
+        return queries
+
+    def read(
+        self,
+        *,
+        at: datetime | None = None,
+        namespace: str | None = None,
+        workload: str | None = None,
+        budget_seconds: float | None = None,
+        progress: Progress | None = None,
+        **assembly: Any,
+    ) -> list[WorkloadWindow]:
+        """Windows over `[at - window, at]` once the window is complete; no window before that.
+
+        `assembly` goes to the full read's assembly unchanged (e.g. `owners`)."""
+        now = (at or datetime.now(tz=UTC)).timestamp()
+        self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
+        if not self.reader.complete:
+            return []
+        self.ksm.read(self.source, now, self.report)
+        self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
+        results, summarised = self.results(now)
+        start = now - self.window_seconds
+        return self.source._assemble(
+            results,
+            start,
+            now,
+            self.step_seconds,
+            self.coarse.step_seconds,
+            namespace,
+            workload,
+            series_stats=summarised,
+            **assembly,
+        )
+
+    def results(
+        self, now: float
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, SignalStats]]]:
+        """What the full read's assembly takes: answers for XIDs, kube-state-metrics and the coarse
+        series, and every family's statistics already summarised (no stat-labelled rows to parse)."""
+        results: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
+        families = {family.name: family for family in self.reader.families}
+        for (name, identity), window in self.reader.store.series.items():
+            figures = window.figures(now)
+            if figures is None:
+                continue
+            if name == "xid":
+                if figures["max"] > 0:
+                    results["xid"].append({"metric": dict(identity), "value": [now, repr(figures["max"])]})
+                continue
+            family = families[name]
+            summary = summary_from_figures(figures, family.scale, family.signal)
+            if summary is not None:
+                summarised[name][identity] = summary
+                results.setdefault(name, [])
+        results.update(self.ksm.results())
+        for coarse_name in self.coarse_queries():
+            results[coarse_name] = self.coarse.rows(coarse_name)
+        return dict(results), dict(summarised)

@@ -1,0 +1,75 @@
+"""The cycle's metric windows from incremental reads kept across cycles, one source per window length.
+
+Why here: the streaming windows live as long as the process, so the cycle keeps one
+`IncrementalSource` per observation window in use (the operator's `--window`, or a policy's), reads
+it each cycle within a query budget and hands back what the read did (the cycle publishes it as
+the operator's own metrics). A window still being backfilled gives no batch, so its workloads keep
+their last status.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from gpu_rightsizer.adapters.incremental import CycleReport, IncrementalSource
+from gpu_rightsizer.adapters.prometheus import PrometheusSource
+from gpu_rightsizer.model.observation import WorkloadWindow
+
+LOG = logging.getLogger(__name__)
+
+
+def step_for(window_seconds: float) -> float:
+    """About 60 points per window, between 1 s and 60 s (short test and demo windows keep samples)."""
+    return max(1.0, min(60.0, window_seconds / 60.0))
+
+
+class WindowSources:
+    """One incremental source per window length, created on first use and dropped when unused."""
+
+    def __init__(
+        self,
+        make_source: Callable[[], PrometheusSource],
+        *,
+        budget_seconds: float,
+        step_seconds: float | None = None,
+    ) -> None:
+        self.make_source = make_source
+        self.budget_seconds = budget_seconds
+        #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
+        self.step_seconds = step_seconds
+        self.sources: dict[float, IncrementalSource] = {}
+        self._lock = threading.Lock()
+
+    def source(self, window_seconds: float) -> IncrementalSource:
+        with self._lock:
+            found = self.sources.get(window_seconds)
+            if found is None:
+                found = IncrementalSource(
+                    self.make_source(),
+                    window_seconds=window_seconds,
+                    step_seconds=self.step_seconds or step_for(window_seconds),
+                )
+                self.sources[window_seconds] = found
+            return found
+
+    def fetch(
+        self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any
+    ) -> tuple[list[WorkloadWindow] | None, CycleReport]:
+        """The windows of every workload at `end` (None while the window is being backfilled) and
+        what the read did. `assembly` goes to the full read's assembly (e.g. `owners`)."""
+        source = self.source(window_seconds)
+        windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
+        return (windows if source.complete else None), source.report
+
+    def keep_only(self, window_lengths: set[float]) -> list[float]:
+        """Forget the sources of window lengths no workload uses any more (their memory with them);
+        returns the lengths forgotten."""
+        with self._lock:
+            gone = [s for s in self.sources if s not in window_lengths]
+            for seconds in gone:
+                del self.sources[seconds]
+            return gone

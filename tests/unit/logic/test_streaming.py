@@ -1,0 +1,207 @@
+"""Streaming window statistics: quantiles within the sketch's relative error, exact sums, expiry."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.streaming import (
+    RELATIVE_ACCURACY,
+    ZERO_BELOW,
+    SeriesWindow,
+    StreamingStore,
+    summarize_streamed,
+)
+
+STEP = 15.0
+values_strategy = hs.lists(
+    hs.one_of(
+        hs.just(0.0), hs.floats(min_value=1e-3, max_value=1e6), hs.floats(min_value=-50, max_value=-1e-3)
+    ),
+    min_size=1,
+    max_size=400,
+)
+
+
+def _series(values: list[float], start: float = 1_000_000.0, step: float = STEP) -> list[st.Sample]:
+    return [(start + i * step, v) for i, v in enumerate(values)]
+
+
+def _within_sketch_error(estimate: float, ordered: list[float], quantile: float) -> bool:
+    """Within alpha of the interpolated percentile: each of the two closest ranks is (zeros exact)."""
+    rank = quantile * (len(ordered) - 1)
+    low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+    weight = rank - math.floor(rank)
+    exact = st.percentile(ordered, quantile)
+    bound = RELATIVE_ACCURACY * (abs(low) * (1 - weight) + abs(high) * weight) + ZERO_BELOW
+    return abs(estimate - exact) <= bound * (1 + 1e-9) + 1e-12
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=values_strategy, chunks=hs.lists(hs.integers(min_value=1, max_value=60), min_size=1))
+def test_quantiles_from_merged_intervals_are_within_relative_error(
+    values: list[float], chunks: list[int]
+) -> None:
+    """Samples added in arbitrary cycles and spread over many intervals: p05..p99 within alpha."""
+    samples = _series(values)
+    window = SeriesWindow(len(values) * STEP * 2, slots=12)
+    position = 0
+    for size in chunks * (len(samples) // max(1, sum(chunks)) + 1):
+        window.add(samples[position : position + size])
+        position += size
+        if position >= len(samples):
+            break
+    summary = window.summary(samples[-1][0])
+    assert summary is not None
+    ordered = sorted(values)
+    assert summary.samples == len(values)
+    for quantile, estimate in ((0.5, summary.p50), (0.95, summary.p95), (0.99, summary.p99)):
+        assert _within_sketch_error(estimate, ordered, quantile), (quantile, estimate, ordered)
+    assert summary.min == ordered[0]
+    assert summary.max == ordered[-1]
+    assert summary.mean == pytest.approx(math.fsum(values) / len(values), rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=hs.lists(hs.floats(min_value=0.0, max_value=1.0), min_size=3, max_size=300))
+def test_exact_statistics_match_the_full_window_summary(values: list[float]) -> None:
+    """Count, mean, extremes, activity and trend equal `stats.summarize` over the same samples."""
+    samples = _series(values)
+    window = SeriesWindow(len(values) * STEP + 1, slots=8, activity_floor=0.05)
+    for index in range(0, len(samples), 7):
+        window.add(samples[index : index + 7])
+    streamed = window.summary(samples[-1][0])
+    exact = st.summarize(samples, activity_floor=0.05)
+    assert streamed is not None and exact is not None
+    assert streamed.samples == exact.samples
+    assert streamed.mean == pytest.approx(exact.mean, abs=1e-9)
+    assert (streamed.min, streamed.max) == (exact.min, exact.max)
+    assert streamed.active_fraction == pytest.approx(exact.active_fraction)
+    assert (streamed.trend_per_hour is None) == (exact.trend_per_hour is None)
+    if exact.trend_per_hour is not None:
+        assert streamed.trend_per_hour == pytest.approx(exact.trend_per_hour, rel=1e-6, abs=1e-6)
+    assert _within_sketch_error(streamed.p95, sorted(values), 0.95)
+    assert abs(streamed.p50 - exact.p50) <= RELATIVE_ACCURACY * exact.max + ZERO_BELOW
+
+
+def test_sawtooth_matches_the_full_window_score_within_quantile_error() -> None:
+    values = [0.9 if i % 2 else 0.1 for i in range(120)]
+    samples = _series(values)
+    window = SeriesWindow(len(values) * STEP + 1, slots=6)
+    window.add(samples)
+    streamed = window.summary(samples[-1][0])
+    exact = st.summarize(samples)
+    assert streamed is not None and exact is not None and exact.sawtooth is not None
+    assert streamed.sawtooth == pytest.approx(exact.sawtooth, rel=3 * RELATIVE_ACCURACY)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cycles=hs.integers(min_value=1, max_value=40),
+    per_cycle=hs.integers(min_value=1, max_value=10),
+    slots=hs.integers(min_value=1, max_value=16),
+)
+def test_expiry_keeps_exactly_the_intervals_that_overlap_the_window(
+    cycles: int, per_cycle: int, slots: int
+) -> None:
+    """After many cycles the window holds the samples of the intervals that still overlap it, no more."""
+    window_seconds = 600.0
+    window = SeriesWindow(window_seconds, slots=slots)
+    width = window_seconds / slots
+    samples = _series([float(i % 17) for i in range(cycles * per_cycle)], start=0.0, step=30.0)
+    for cycle in range(cycles):
+        window.add(samples[cycle * per_cycle : (cycle + 1) * per_cycle])
+    now = samples[-1][0]
+    summary = window.summary(now)
+    assert summary is not None
+    kept = [(t, v) for t, v in samples if math.floor(t / width) * width + width > now - window_seconds]
+    assert summary.samples == len(kept)
+    assert summary.mean == pytest.approx(math.fsum(v for _, v in kept) / len(kept))
+    exact = st.summarize(kept)
+    assert exact is not None
+    assert (summary.min, summary.max) == (exact.min, exact.max)
+    if exact.trend_per_hour is not None and summary.trend_per_hour is not None:
+        assert summary.trend_per_hour == pytest.approx(exact.trend_per_hour, rel=1e-6, abs=1e-6)
+    figures = window.figures(now)
+    assert figures is not None
+    if len(kept) > 1:  # the mean step between kept samples only, none from an expired one
+        steps = [abs(b - a) for (_, a), (_, b) in itertools.pairwise(kept)]
+        assert figures["absstep"] == pytest.approx(math.fsum(steps) / len(steps))
+    assert window.first_time is not None
+    assert now - window_seconds - width < window.first_time <= max(0.0, now - window_seconds) + width
+
+
+def test_a_window_later_than_every_sample_is_empty_and_its_series_is_forgotten() -> None:
+    store: StreamingStore[str] = StreamingStore(300.0, slots=5)
+    store.window("a").add(_series([1.0, 2.0, 3.0], start=0.0))
+    store.window("b").add(_series([1.0, 2.0], start=1000.0))
+    summaries = store.summaries(1030.0)
+    assert set(summaries) == {"b"}
+    assert len(store) == 1
+
+
+def test_overlapping_reads_do_not_count_a_sample_twice() -> None:
+    window = SeriesWindow(3600.0)
+    samples = _series([1.0, 2.0, 3.0, 4.0], start=0.0)
+    assert window.add(samples[:3]) == 3
+    assert window.add(samples[2:]) == 1  # the boundary sample comes back in the next cycle's read
+    summary = window.summary(samples[-1][0])
+    assert summary is not None and summary.samples == 4
+
+
+def test_missing_values_and_dcgm_blanks_are_dropped() -> None:
+    window = SeriesWindow(3600.0)
+    assert window.add([(0.0, math.nan), (15.0, 9.3e18), (30.0, 0.5)]) == 1
+
+
+def test_counter_rates_bridge_cycles_and_resets() -> None:
+    """Rates between consecutive counter samples, also across the cycle boundary and a reset."""
+    window = SeriesWindow(3600.0, sawtooth_floor=None)
+    window.add_counter([(0.0, 0.0), (10.0, 20.0)])
+    window.add_counter([(20.0, 60.0), (30.0, 5.0)])  # a reset: the increase is the new value
+    summary = window.summary(30.0)
+    assert summary is not None
+    assert summary.samples == 3
+    expected = st.counter_rates([(0.0, 0.0), (10.0, 20.0), (20.0, 60.0), (30.0, 5.0)])
+    assert summary.mean == pytest.approx(math.fsum(v for _, v in expected) / 3)
+    assert summary.max == pytest.approx(4.0)
+
+
+def test_window_completeness_follows_the_oldest_interval() -> None:
+    window = SeriesWindow(600.0, slots=6)
+    window.add(_series([1.0] * 10, start=300.0, step=30.0))
+    assert not window.complete(600.0)
+    assert window.complete(600.0, since=300.0)  # a pod that started at 300 s is covered from its start
+    window.add(_series([1.0] * 20, start=600.0, step=30.0))
+    assert window.complete(900.0)
+
+
+def test_reading_costs_the_same_whatever_the_window_length() -> None:
+    """The number of intervals is fixed, so a day's window holds as many records as five minutes."""
+    short, long = SeriesWindow(300.0, slots=12), SeriesWindow(86_400.0, slots=12)
+    for window, step in ((short, 15.0), (long, 60.0)):
+        window.add(_series([0.5] * int(window.window_seconds / step), start=0.0, step=step))
+    assert len(list(short.intervals())) <= 13 and len(list(long.intervals())) <= 13
+
+
+def test_bad_window_parameters_are_refused() -> None:
+    with pytest.raises(ValueError, match="window must be positive"):
+        SeriesWindow(0.0)
+    with pytest.raises(ValueError, match="at least one interval"):
+        SeriesWindow(60.0, slots=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=hs.lists(hs.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=200))
+def test_summarize_streamed_keeps_every_sample_of_the_span(values: list[float]) -> None:
+    samples = _series(values)
+    streamed = summarize_streamed(samples, activity_floor=0.05, cycle_seconds=45.0)
+    exact = st.summarize(samples, activity_floor=0.05)
+    assert streamed is not None and exact is not None
+    assert (streamed.samples, streamed.min, streamed.max) == (exact.samples, exact.min, exact.max)
+    assert summarize_streamed([]) is None

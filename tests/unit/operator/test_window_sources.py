@@ -1,0 +1,72 @@
+"""The cycle's window sources: one per window length, no batch while backfilling."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pytest
+
+from gpu_rightsizer.adapters.incremental import CycleReport
+from gpu_rightsizer.handlers import windows as window_sources
+from gpu_rightsizer.handlers.windows import WindowSources, step_for
+
+END = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class FakeIncremental:
+    """Backfills in `cycles` reads, then answers one window per read."""
+
+    made: ClassVar[list[FakeIncremental]] = []
+
+    def __init__(self, source: Any, *, window_seconds: float, step_seconds: float) -> None:
+        self.window_seconds, self.step_seconds = window_seconds, step_seconds
+        self.reads = 0
+        self.report = CycleReport(backfilling=True)
+        FakeIncremental.made.append(self)
+
+    @property
+    def complete(self) -> bool:
+        return self.reads >= 3
+
+    def read(
+        self, *, at: datetime, namespace: str | None, budget_seconds: float, **assembly: Any
+    ) -> list[str]:
+        self.reads += 1
+        self.report = CycleReport(backfilling=not self.complete, samples=100 * self.reads)
+        self.report.backfill_done, self.report.backfill_total = min(self.reads, 3), 3
+        self.report.timed("gpu:DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.2)
+        self.report.timed("ksm:kube_pod_info", 0.1)
+        return ["window"] if self.complete else []
+
+
+@pytest.fixture
+def sources(monkeypatch: pytest.MonkeyPatch) -> WindowSources:
+    FakeIncremental.made.clear()
+    monkeypatch.setattr(window_sources, "IncrementalSource", FakeIncremental)
+    return WindowSources(object, budget_seconds=5)  # type: ignore[arg-type]
+
+
+def test_no_batch_until_the_window_is_backfilled_then_windows(sources: WindowSources) -> None:
+    windows, report = sources.fetch(3600.0, END)
+    assert windows is None and report.backfill_progress == pytest.approx(1 / 3)
+    assert sources.fetch(3600.0, END)[0] is None
+    windows, report = sources.fetch(3600.0, END)
+    assert windows == ["window"] and report.samples == 300
+    assert len(FakeIncremental.made) == 1  # one source kept across cycles
+
+
+def test_unused_window_lengths_are_forgotten(sources: WindowSources) -> None:
+    sources.fetch(600.0, END)
+    sources.fetch(7200.0, END)
+    assert sources.keep_only({7200.0}) == [600.0]
+    assert set(sources.sources) == {7200.0}
+    assert sources.keep_only(set()) == [7200.0]
+    assert sources.sources == {}
+
+
+def test_step_follows_the_window() -> None:
+    assert step_for(120.0) == 2.0
+    assert step_for(3600.0) == 60.0
+    assert step_for(86_400.0) == 60.0
+    assert step_for(10.0) == 1.0

@@ -1,0 +1,244 @@
+"""Incremental reads: what each cycle asks Prometheus for, backfill in bounded chunks, splitting, gaps."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from typing import Any
+
+import pytest
+
+from gpu_rightsizer.adapters.incremental import (
+    MAX_POINTS_PER_SERIES,
+    Chunk,
+    CycleReport,
+    Family,
+    IncrementalReader,
+    default_families,
+    plan,
+)
+from gpu_rightsizer.adapters.prometheus import PrometheusSourceError
+from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import Signal
+
+STEP = 30.0
+WINDOW = 3600.0
+NOW = 1_767_225_600.0
+NAMESPACES = ("team-a", "team-b")
+PODS = {"team-a": ("a-0", "a-1"), "team-b": ("b-0",)}
+
+GPU = Family(
+    name="gpu:busy",
+    expression="max by (namespace, pod, UUID) (DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
+    signal=Signal.GR_ENGINE_ACTIVE,
+    keys=("namespace", "pod", "UUID"),
+    activity_floor=0.05,
+)
+CPU = Family(
+    name="pod:cpu",
+    expression="sum by (namespace, pod) (rate(container_cpu_usage_seconds_total[3m]))",
+    signal=Signal.CPU_USAGE_CORES,
+    keys=("namespace", "pod"),
+    per_pod=True,
+)
+
+
+def value(family: str, pod: str, timestamp: float) -> float:
+    """A deterministic signal per family and pod."""
+    phase = sum(map(ord, pod)) + (7 if family == CPU.name else 0)
+    return 0.5 + 0.4 * math.sin(timestamp / 600.0 + phase)
+
+
+class FakeTSDB:
+    """Answers range queries like Prometheus from `value`, refusing chunks judged too big."""
+
+    def __init__(self, too_big: Any = None, fail: Any = None) -> None:
+        self.calls: list[tuple[str, str, float, float, float]] = []
+        self.too_big = too_big or (lambda _query, _start, _end: False)
+        self.fail = fail or (lambda _query, _start, _end: False)
+
+    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        self.calls.append((what, query, start, end, step))
+        if self.too_big(query, start, end):
+            raise PrometheusSourceError(
+                f"Prometheus refused the query for {what}: query timed out in query execution"
+            )
+        if self.fail(query, start, end):
+            raise PrometheusSourceError(f"cannot reach Prometheus: connection refused ({what})")
+        scope = re.search(r'namespace="([^"]+)"', query)
+        rows = []
+        for namespace, pods in PODS.items():
+            if scope and scope.group(1) != namespace:
+                continue
+            for pod in pods:
+                labels = {"namespace": namespace, "pod": pod}
+                if what == GPU.name:
+                    labels["UUID"] = f"GPU-{pod}"
+                points = [
+                    [start + i * step, str(value(what, pod, start + i * step))]
+                    for i in range(round((end - start) / step) + 1)
+                ]
+                rows.append({"metric": labels, "values": points})
+        return rows
+
+
+def exact(family: Family, pod: str, start: float, end: float) -> st.SignalStats:
+    first = math.ceil(start / STEP) * STEP
+    samples = [(t, value(family.name, pod, t)) for t in _grid(first, end)]
+    summary = st.summarize(samples, activity_floor=family.activity_floor)
+    assert summary is not None
+    return summary
+
+
+def _grid(first: float, last: float) -> list[float]:
+    return [first + i * STEP for i in range(int((last - first) // STEP) + 1)]
+
+
+def test_a_cold_start_reads_the_window_in_bounded_time_slices_on_the_step_grid() -> None:
+    chunks = plan(
+        [GPU, CPU], now=NOW + 7, last_end=None, window_seconds=WINDOW, step_seconds=STEP, slice_seconds=900
+    )
+    per_family = [c for c in chunks if c.family is GPU]
+    assert len(per_family) == 4
+    assert per_family[0].start == math.ceil((NOW + 7 - WINDOW) / STEP) * STEP
+    assert per_family[-1].end == NOW  # the last whole step before now
+    for before, after in itertools.pairwise(per_family):
+        assert after.start == before.end + STEP  # no instant twice, none left out
+    assert all(c.end - c.start < 900 and c.start % STEP == 0 for c in chunks)
+
+
+def test_slices_never_exceed_prometheus_points_per_series() -> None:
+    chunks = plan(
+        [GPU], now=NOW, last_end=None, window_seconds=86_400 * 30, step_seconds=60.0, slice_seconds=10**9
+    )
+    assert max((c.end - c.start) / 60.0 + 1 for c in chunks) <= MAX_POINTS_PER_SERIES
+
+
+def test_a_steady_cycle_asks_only_for_the_interval_since_the_last_one() -> None:
+    chunks = plan(
+        [GPU, CPU], now=NOW, last_end=NOW - 120, window_seconds=WINDOW, step_seconds=STEP, slice_seconds=900
+    )
+    assert [(c.family.name, c.start, c.end) for c in chunks] == [
+        (GPU.name, NOW - 90, NOW),
+        (CPU.name, NOW - 90, NOW),
+    ]
+
+
+def test_pod_families_are_joined_on_gpu_pods_and_scoped_to_a_namespace_when_split() -> None:
+    query = CPU.query("team-a")
+    assert "and on (namespace, pod)" in query
+    assert mn.KSM_POD_REQUESTS in query and 'resource=~"nvidia.com.(gpu|mig).*"' in query
+    assert 'namespace="team-a"' in query
+    assert GPU.query("team-a") == GPU.expression  # device series are not joined (boards have no pod)
+    families = default_families(60.0)
+    assert {f.name for f in families if f.per_pod} >= {f"pod:{Signal.CPU_USAGE_CORES.value}"}
+    assert all("and on (namespace, pod)" in f.query(None) for f in families if f.per_pod)
+
+
+def test_backfill_runs_over_cycles_within_a_budget_then_reads_increments() -> None:
+    """The window is backfilled chunk by chunk, progress reported, then only new intervals are read."""
+    tsdb = FakeTSDB()
+    ticks = iter(range(10_000))
+    reader = IncrementalReader(
+        tsdb,
+        window_seconds=WINDOW,
+        step_seconds=STEP,
+        families=[GPU, CPU],
+        slice_seconds=900,
+        clock=lambda: float(next(ticks)),
+    )
+    seen: list[tuple[int, int]] = []
+    reports: list[CycleReport] = []
+    while not reader.complete:
+        reports.append(
+            reader.read(
+                NOW, progress=lambda r, _c: seen.append((r.backfill_done, r.backfill_total)), budget_seconds=3
+            )
+        )
+    assert len(reports) > 1 and all(r.backfilling for r in reports)
+    total = len(
+        plan([GPU, CPU], now=NOW, last_end=None, window_seconds=WINDOW, step_seconds=STEP, slice_seconds=900)
+    )
+    assert seen[-1] == (total, total) and [done for done, _ in seen] == list(range(1, total + 1))
+    assert reader.last_end == NOW
+    tsdb.calls.clear()
+    later = NOW + 95
+    steady = reader.read(later)
+    assert not steady.backfilling
+    assert {(start, end) for _, _, start, end, _ in tsdb.calls} == {(NOW + STEP, NOW + 90)}
+    assert steady.samples == 2 * 3 * 3  # two families, three pods, three new steps
+    summaries = reader.store.summaries(later)
+    for family in (GPU, CPU):
+        for namespace, pods in PODS.items():
+            for pod in pods:
+                keys = (("namespace", namespace), ("pod", pod))
+                if family is GPU:
+                    keys = (*keys, ("UUID", f"GPU-{pod}"))
+                streamed = summaries[(family.name, keys)]
+                oldest = reader.store.series[(family.name, keys)].first_time
+                assert oldest is not None
+                full = exact(family, pod, max(oldest, NOW - WINDOW), NOW + 90)
+                assert streamed.samples == full.samples
+                assert streamed.mean == pytest.approx(full.mean)
+                assert streamed.max == full.max
+                assert streamed.p95 == pytest.approx(full.p95, rel=0.02)
+
+
+def test_a_chunk_too_big_is_split_by_namespace_then_in_halves_of_time() -> None:
+    def too_big(query: str, start: float, end: float) -> bool:
+        return ('namespace="' not in query and "and on" in query) or end - start > 300
+
+    tsdb = FakeTSDB(too_big=too_big)
+    reader = IncrementalReader(
+        tsdb,
+        window_seconds=WINDOW,
+        step_seconds=STEP,
+        families=[CPU],
+        slice_seconds=900,
+        namespaces=lambda: NAMESPACES,
+    )
+    report = reader.read(NOW)
+    assert reader.complete and report.chunks_failed == 0
+    answered = [c for c in tsdb.calls if not too_big(c[1], c[2], c[3])]
+    assert all('namespace="' in query and end - start <= 300 for _, query, start, end, _ in answered)
+    summary = reader.store.summaries(NOW)[(CPU.name, (("namespace", "team-b"), ("pod", "b-0")))]
+    assert summary.samples == len(_grid(math.ceil((NOW - WINDOW) / STEP) * STEP, NOW))
+    assert report.backfill_done == report.backfill_total
+
+
+def test_a_failed_steady_read_is_asked_again_next_cycle_without_double_counting() -> None:
+    broken = {"on": True}
+    tsdb = FakeTSDB(fail=lambda _q, start, _e: broken["on"] and start > NOW)
+    reader = IncrementalReader(
+        tsdb, window_seconds=WINDOW, step_seconds=STEP, families=[GPU], slice_seconds=WINDOW
+    )
+    reader.read(NOW)
+    failed = reader.read(NOW + 60)
+    assert failed.chunks_failed == 1 and reader.last_end == NOW
+    broken["on"] = False
+    reader.read(NOW + 120)
+    assert reader.last_end == NOW + 120
+    key = (GPU.name, (("namespace", "team-a"), ("pod", "a-0"), ("UUID", "GPU-a-0")))
+    window = reader.store.series[key]
+    summary = window.summary(NOW + 120)
+    assert summary is not None and window.first_time is not None
+    assert summary.samples == len(
+        _grid(max(window.first_time, math.ceil((NOW - WINDOW) / STEP) * STEP), NOW + 120)
+    )
+
+
+def test_a_backfill_chunk_that_keeps_failing_is_reported_and_the_backfill_goes_on() -> None:
+    tsdb = FakeTSDB(fail=lambda _q, start, _e: start < NOW - 1800)
+    reader = IncrementalReader(
+        tsdb, window_seconds=WINDOW, step_seconds=STEP, families=[GPU], slice_seconds=900
+    )
+    report = reader.read(NOW)
+    assert reader.complete
+    assert report.chunks_failed == 2 and len(report.errors) == 2
+    assert "connection refused" in report.errors[0]
+
+
+def test_chunk_description_names_family_scope_and_span() -> None:
+    assert Chunk(CPU, 0.0, 30.0, "team-a").describe() == "pod:cpu in team-a 0..30"
