@@ -473,7 +473,7 @@ def cases() -> list[Case]:
         Case("single-replica Deployment", "Blocked: replica floor, untouched", blocked_case("replica floor", single_replica_setup)),
         Case("image that never pulls", "RolledBack within 3 minutes: ErrImagePull", image_never_pulls),
         Case("StatefulSet rollback", "RolledBack; the stuck pod replaced with cpu 1", statefulset_rollback),
-        Case("controller-owned Deployment", "Blocked: names ConfigMap/llm, untouched", blocked_case("controlled by ConfigMap/llm", controller_owned_setup)),
+        Case("controller-owned Deployment", "Blocked: names ConfigMap/llm, untouched", blocked_case("managed by ConfigMap/llm", controller_owned_setup)),
         Case("field owned by simulated Argo CD", "Blocked: conflict with argocd-controller, untouched", blocked_case("'argocd-controller'", argocd_setup)),
         Case("policy deleted mid-verification", "Abandoned, no workload write after the delete", policy_deleted),
     ]  # fmt: skip

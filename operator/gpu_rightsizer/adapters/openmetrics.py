@@ -418,20 +418,24 @@ def _busy_samples(device: DeviceSeries) -> Samples:
     return device.signals.get(Signal.GR_ENGINE_ACTIVE) or device.signals.get(Signal.GPU_UTIL) or []
 
 
-def _cadvisor_rate(series: PodSeries, metric: str, step: float) -> Samples:
-    """Rate (or gauge) of a cAdvisor metric for the pod: its app containers summed, else the pod level."""
-    is_counter = metric != mn.CADVISOR_MEMORY_WORKING_SET
+def _cadvisor_rate(
+    series: PodSeries, metric: str, step: float, *, counter: bool = True, combine: str = "sum"
+) -> Samples:
+    """Rate (or gauge) of a cAdvisor-labelled metric for the pod: its app containers combined (summed,
+    or the largest for a per-container peak), else the pod level."""
     app: list[Samples] = []
     pod_level: list[Samples] = []
     for (name, container, _extra), samples in series.cadvisor.items():
         if name != metric:
             continue
-        values = st.counter_rates(samples) if is_counter else st.clean(samples)
+        values = st.counter_rates(samples) if counter else st.clean(samples)
         (pod_level if container in mn.CADVISOR_NON_APP_CONTAINERS else app).append(values)
     chosen = pod_level if metric in mn.CADVISOR_NETWORK_METRICS or not app else app
     if metric in mn.CADVISOR_NETWORK_METRICS and not pod_level:
         chosen = app
-    return st.sum_aligned(chosen, step) if chosen else []
+    if not chosen:
+        return []
+    return st.max_aligned(chosen, step) if combine == "max" else st.sum_aligned(chosen, step)
 
 
 def pod_observation(
@@ -499,7 +503,9 @@ def pod_observation(
     pod_stats: dict[Signal, SignalStats] = {}
     rates: dict[Signal, Samples] = {}
     for source in mn.POD_SIGNAL_SOURCES:
-        rates[source.signal] = _cadvisor_rate(series, source.metric, step)
+        rates[source.signal] = _cadvisor_rate(
+            series, source.metric, step, counter=source.counter, combine=source.combine
+        )
         summary = _stats(rates[source.signal], source.signal)
         if summary is not None:
             pod_stats[source.signal] = summary

@@ -184,13 +184,16 @@ _SELECTED_NAMES: tuple[str, ...] = tuple(
         {
             value
             for value in vars(mn).values()
-            if isinstance(value, str) and value.startswith(("DCGM_FI_", "container_", "kube_"))
+            if isinstance(value, str)
+            and value.startswith(("DCGM_FI_", "container_", "kube_", "gpu_rightsizer_container_"))
         },
         key=len,
         reverse=True,
     )
 )
-_CADVISOR_NAMES: tuple[str, ...] = tuple(n for n in _SELECTED_NAMES if n.startswith("container_"))
+_CADVISOR_NAMES: tuple[str, ...] = tuple(
+    n for n in _SELECTED_NAMES if n.startswith(("container_", "gpu_rightsizer_container_"))
+)
 #: GPU pods as kube-state-metrics sees them: a container requests an NVIDIA GPU, MIG slice or share
 #: (`nvidia_com_gpu`, `nvidia_com_mig_1g_10gb`, or the unsanitised names of newer releases).
 GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).*"}}'
@@ -242,8 +245,11 @@ def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Cal
     )
 
 
-def _gauge_by_pod(selector: str) -> Callable[[str], str]:
-    return lambda offset: f"sum by (namespace, pod) ({fold_labels(f'{selector}{offset} {_SENTINEL_FILTER}')})"
+def _gauge_by_pod(selector: str, combine: str = "sum") -> Callable[[str], str]:
+    """A gauge per pod: its series summed, or their maximum for a per-container peak (`combine`)."""
+    return lambda offset: (
+        f"{combine} by (namespace, pod) ({fold_labels(f'{selector}{offset} {_SENTINEL_FILTER}')})"
+    )
 
 
 class PrometheusSource:
@@ -382,7 +388,9 @@ class PrometheusSource:
             if pod_source.counter:
                 expr = _rate_by_pod(pod_source.metric, rate_window, True)
             else:
-                expr = _gauge_by_pod(f'{pod_source.metric}{{container!="",container!="POD"}}')
+                expr = _gauge_by_pod(
+                    f'{pod_source.metric}{{container!="",container!="POD"}}', pod_source.combine
+                )
             floor = mn.ACTIVITY_FLOORS.get(pod_source.signal)
             jobs[f"pod:{pod_source.signal.value}"] = (
                 "pod",

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.logic.policy import EffectiveSettings, in_maintenance_window
 from gpu_rightsizer.logic.workloads import (
     GPU_RESOURCE_PATTERN,
@@ -217,14 +218,6 @@ def _human(delta: timedelta) -> str:
 CLEAR_REGRESSIONS_ANNOTATION = "gpurightsizer.io/clear-regressions"
 
 
-def controller_owner(workload: Mapping[str, Any]) -> str | None:
-    """`Kind/name` of the object that controls this workload (KServe, Knative, LeaderWorkerSet...)."""
-    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return f"{ref.get('kind')}/{ref.get('name')}"
-    return None
-
-
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == kind:
@@ -338,13 +331,9 @@ class Availability:
 def check_availability(plan: ChangePlan, facts: Availability, settings: EffectiveSettings) -> Verdict | None:
     """Ownership and availability gates for one planned change; None when the change may go."""
     workload = facts.workload
-    owner = controller_owner(workload)
-    if owner is not None:
-        return Verdict(
-            False,
-            ApplyState.BLOCKED,
-            f"controlled by {owner}: its controller would revert the change; change {owner} instead",
-        )
+    managed = managed_by_parent(workload)
+    if managed is not None:
+        return Verdict(False, ApplyState.BLOCKED, managed)
     not_ready = rollout_incomplete(workload)
     if not_ready is not None:
         return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")

@@ -161,6 +161,18 @@ def sum_aligned(series: Iterable[Sequence[Sample]], step_seconds: float) -> list
     return [(index * step_seconds, total) for index, total in sorted(totals.items())]
 
 
+def max_aligned(series: Iterable[Sequence[Sample]], step_seconds: float) -> list[Sample]:
+    """Largest of several series at each step (e.g. a pod's busiest process over its containers)."""
+    peaks: dict[int, float] = {}
+    for one in series:
+        last_in_step: dict[int, float] = {}
+        for timestamp, value in clean(one):
+            last_in_step[bucket(timestamp, step_seconds)] = value
+        for index, value in last_in_step.items():
+            peaks[index] = max(peaks.get(index, value), value)
+    return [(index * step_seconds, peak) for index, peak in sorted(peaks.items())]
+
+
 def mean_aligned(series: Iterable[Sequence[Sample]], step_seconds: float) -> list[Sample]:
     """Mean of several series at each step (e.g. busy of a pod's GPUs)."""
     totals: dict[int, list[float]] = {}

@@ -9,7 +9,7 @@ Pure constants: no I/O, no third-party imports.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from gpu_rightsizer.model.observation import Signal
 
@@ -249,6 +249,9 @@ class SignalSource:
     signal: Signal
     scale: float = 1.0
     counter: bool = False  # take the per-second rate (with counter resets) before scaling
+    #: How a pod's containers combine: "sum" (usage adds up) or "max" (the busiest one, e.g. a
+    #: per-process peak: two containers each with a process at one core still have a one-core peak).
+    combine: Literal["sum", "max"] = "sum"
 
 
 #: Per-GPU (or per-MIG-instance) gauges.
@@ -279,7 +282,8 @@ BOARD_ACTIVITY_SIGNALS: Final[frozenset[Signal]] = frozenset(
     GPU_SIGNAL_BY_METRIC[metric].signal for metric in DCGM_BOARD_ACTIVITY_METRICS
 )
 
-#: Per-pod cAdvisor series (summed over the pod's application containers).
+#: Per-pod series with cAdvisor's labels (cAdvisor's own and the node agent's per-process gauges),
+#: combined over the pod's application containers as each source says.
 POD_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
     SignalSource(CADVISOR_CPU_USAGE, Signal.CPU_USAGE_CORES, counter=True),
     SignalSource(CADVISOR_MEMORY_WORKING_SET, Signal.MEMORY_WORKING_SET_BYTES),
@@ -287,6 +291,8 @@ POD_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
     SignalSource(CADVISOR_FS_WRITES, Signal.FS_WRITE_BYTES_PER_S, counter=True),
     SignalSource(CADVISOR_NET_RX, Signal.NET_RX_BYTES_PER_S, counter=True),
     SignalSource(CADVISOR_NET_TX, Signal.NET_TX_BYTES_PER_S, counter=True),
+    SignalSource(AGENT_PROCESS_CPU_MAX, Signal.PROCESS_CPU_MAX_CORES, combine="max"),
+    SignalSource(AGENT_PROCESSES_PINNED, Signal.PROCESSES_PINNED),
 )
 POD_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {
     source.metric: source for source in POD_SIGNAL_SOURCES

@@ -269,3 +269,14 @@ def test_bf16_trainer_is_healthy_and_left_alone(name: str, resolution: Resolutio
     _, analysis = _analyze(name, resolution)
     assert analysis.primary is DiagnosisCode.HEALTHY, analysis.summary
     assert not [a for a in analysis.actions if _shrinks_gpu(a)], analysis.actions
+
+
+@pytest.mark.parametrize("resolution", RESOLUTIONS, ids=lambda r: r.name)
+def test_one_worker_loader_reads_its_pinned_process(resolution: Resolution) -> None:
+    """The agent's per-process gauges are read as gauges: one process at a core, at both resolutions.
+
+    (Read as counters, as the cAdvisor CPU counter is, a steady 1.0 gives a rate near 0 at a 60 s step.)
+    """
+    stats = resolution.window("loader-one-worker").pods[0].stats
+    assert stats[Signal.PROCESS_CPU_MAX_CORES].p50 == pytest.approx(1.0, abs=0.05)
+    assert stats[Signal.PROCESSES_PINNED].p50 >= 1

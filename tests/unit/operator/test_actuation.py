@@ -726,7 +726,8 @@ def test_availability_gates_each_name_themselves() -> None:
         {"kind": "InferenceService", "name": "llm", "controller": True, "apiVersion": "v1", "uid": "u"}
     ]
     verdict = actuation.check_availability(cpu_plan(owned), actuation.Availability(owned), settings())
-    assert verdict is not None and "change InferenceService/llm instead" in verdict.reason
+    assert verdict is not None and "managed by InferenceService/llm" in verdict.reason
+    assert "change the InferenceService instead" in verdict.reason
     single = rolled_out(deployment(replicas=1), replicas=1)
     verdict = actuation.check_availability(cpu_plan(single), actuation.Availability(single), settings())
     assert verdict is not None and "replica floor" in verdict.reason

@@ -581,7 +581,9 @@ def test_a_controller_owned_deployment_is_refused_naming_the_parent() -> None:
     driver = Driver(cluster)
     cluster.publish()
     driver.step(T0)
-    assert cluster.cpu() == "1" and "change InferenceService/llm instead" in cluster.apply()["reason"]
+    reason = cluster.apply()["reason"]
+    assert cluster.cpu() == "1" and "managed by InferenceService/llm (serving.kserve.io/v1beta1)" in reason
+    assert "change the InferenceService instead" in reason
 
 
 def test_a_field_owned_by_argo_cds_client_side_apply_is_a_conflict() -> None:

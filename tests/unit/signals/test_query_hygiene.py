@@ -19,11 +19,14 @@ from gpu_rightsizer.adapters.prometheus import (
     source_for,
 )
 from gpu_rightsizer.config import MatcherError, OperatorConfig, parse_matchers
+from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.codes import SharingStrategy
 
 END = datetime.fromtimestamp(1_767_225_600.0, tz=UTC)
 MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
-SELECTED = re.compile(r'(?<![\w:"|])((?:DCGM_FI_|container_|kube_)[a-zA-Z0-9_]+)(?![\w:])(\{[^}]*\})?')
+SELECTED = re.compile(
+    r'(?<![\w:"|])((?:DCGM_FI_|container_|kube_|gpu_rightsizer_container_)[a-zA-Z0-9_]+)(?![\w:])(\{[^}]*\})?'
+)
 
 
 def _answer_with_gpu_namespace(endpoint: str, query: str, _headers: dict[str, str]) -> tuple[int, bytes]:
@@ -62,6 +65,26 @@ def test_pod_statistics_are_limited_to_gpu_pods() -> None:
         assert 'namespace=~"ml\\\\-team"' in query
     dcgm = [q for q in queries if "DCGM_FI_DEV_FB_USED" in q]
     assert dcgm and all("namespace=~" not in q for q in dcgm)
+
+
+def test_busiest_process_is_the_largest_of_the_containers_and_pinned_their_sum() -> None:
+    """Two containers each with a process at one core: the pod's busiest process is one core, not two;
+    the pinned processes add up."""
+    with FakePrometheus(_answer_with_gpu_namespace) as server:
+        PrometheusSource(PrometheusConfig(server.url)).read(window_seconds=1800, at=END)
+        queries = [query for _, query, _ in server.requests]
+    busiest = [q for q in queries if mn.AGENT_PROCESS_CPU_MAX in q]
+    pinned = [q for q in queries if mn.AGENT_PROCESSES_PINNED in q]
+    assert busiest and pinned
+    for query in busiest:
+        assert "max by (namespace, pod) (label_replace(" in query, query[:300]  # labels folded, then max
+        assert "sum by (namespace, pod)" not in query, query[:300]
+        assert (
+            "and on (namespace, pod) (max by (namespace, pod) (kube_pod_container_resource_requests" in query
+        )
+        assert 'namespace=~"ml\\\\-team"' in query
+    for query in pinned:
+        assert "sum by (namespace, pod) (label_replace(" in query, query[:300]
 
 
 def test_add_matchers_leaves_strings_and_existing_matchers_intact() -> None:
