@@ -157,7 +157,9 @@ def default_families(step_seconds: float) -> list[Family]:
         if source.counter:
             expression = _rate_by_pod(source.metric, rate_window, True)("")
         else:
-            expression = _gauge_by_pod(f'{source.metric}{{container!="",container!="POD"}}')("")
+            expression = _gauge_by_pod(f'{source.metric}{{container!="",container!="POD"}}', source.combine)(
+                ""
+            )
         families.append(
             Family(
                 name=f"pod:{source.signal.value}",

@@ -242,3 +242,13 @@ def test_a_backfill_chunk_that_keeps_failing_is_reported_and_the_backfill_goes_o
 
 def test_chunk_description_names_family_scope_and_span() -> None:
     assert Chunk(CPU, 0.0, 30.0, "team-a").describe() == "pod:cpu in team-a 0..30"
+
+
+def test_the_busiest_process_family_takes_the_max_over_containers_and_pinned_the_sum() -> None:
+    """Incremental reads aggregate the agent's per-process series like the full read does."""
+    by_signal = {family.signal: family.expression for family in default_families(60.0)}
+
+    busiest = by_signal[Signal.PROCESS_CPU_MAX_CORES]
+    assert busiest.startswith("max by (namespace, pod)") and "sum by" not in busiest
+    assert mn.AGENT_PROCESS_CPU_MAX in busiest
+    assert by_signal[Signal.PROCESSES_PINNED].startswith("sum by (namespace, pod)")
