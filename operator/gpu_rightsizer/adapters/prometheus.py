@@ -604,7 +604,7 @@ class PrometheusSource:
                 gpu_cpu_correlation=correlation,
             )
         workload_stats = self._workload_serving(results, inventory, coarse)
-        return assemble_windows(
+        windows = assemble_windows(
             inventory,
             observations,
             workload_stats,
@@ -616,6 +616,7 @@ class PrometheusSource:
             namespace,
             workload,
         )
+        return [ending_at_newest_sample(w, busy_series, end, coarse) for w in windows]
 
     @staticmethod
     def _workload_serving(
@@ -709,6 +710,25 @@ def summary_from_figures(values: Mapping[str, float], scale: float, signal: Sign
         trend_per_hour=None if trend is None or math.isnan(trend) else trend * scale,
         sawtooth=sawtooth,
     )
+
+
+def ending_at_newest_sample(
+    window: WorkloadWindow, busy_series: Mapping[Key, list[tuple[float, float]]], end: float, coarse: float
+) -> WorkloadWindow:
+    """The window ends at its newest GPU busy point when that lies clearly before the query time.
+
+    The query time says nothing about the data: a workload whose series stopped arriving would look
+    fresh. With the end at the newest point, the engine's and the actuator's stale-data gates see how
+    old the data is (the point can trail the last sample by Prometheus's lookback, 5 min by default).
+    """
+    newest = [
+        series[-1][0]
+        for pod in window.pods
+        if (series := busy_series.get((window.workload.namespace, pod.name)))
+    ]
+    if not newest or max(newest) >= end - 2 * coarse:
+        return window
+    return window.model_copy(update={"end": datetime.fromtimestamp(max(newest), tz=UTC)})
 
 
 def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, float]]]:

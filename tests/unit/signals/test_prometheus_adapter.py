@@ -212,3 +212,31 @@ def test_label_folding_covers_every_variant() -> None:
     folded = fold_labels("up")
     for source in ("exported_pod", "pod_name", "exported_namespace", "pod_namespace", "Hostname", "uuid"):
         assert f'"{source}"' in folded
+
+
+def test_a_window_ends_at_its_newest_sample_so_stopped_data_reads_stale() -> None:
+    """The trainer's GPU series stopped 20 minutes before the query: its window ends there, and the
+    engine (given the time now) calls it stale instead of diagnosing it as fresh."""
+    stopped_at = END.timestamp() - 20 * 60
+
+    def stopped(endpoint: str, query: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        answer = ANSWERS.get(f"{endpoint} {query}", EMPTY_VECTOR)
+        if endpoint == "query_range" and query.startswith("avg by (namespace, pod)") and "GR_ENGINE" in query:
+            answer = json.loads(json.dumps(answer))
+            for row in answer["data"]["result"]:
+                if row["metric"]["pod"].startswith("trainer-"):
+                    row["values"] = [[t, v] for t, v in row["values"] if float(t) <= stopped_at]
+        return 200, json.dumps(answer).encode()
+
+    with FakePrometheus(stopped) as server:
+        windows = {
+            w.workload.name: w
+            for w in read_prometheus(PrometheusConfig(server.url), window_seconds=1800, at=END)
+        }
+
+    assert windows["trainer"].end.timestamp() == stopped_at
+    assert windows["chat"].end == END
+    stale = analyze_window(windows["trainer"], now=END)
+    assert stale.primary is DiagnosisCode.INSUFFICIENT_DATA
+    assert not any(a.automatic for a in stale.actions)
+    assert analyze_window(windows["chat"], now=END).primary is DiagnosisCode.UNDER_REPLICATED
