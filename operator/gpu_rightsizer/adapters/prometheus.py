@@ -273,6 +273,22 @@ class PrometheusSource:
         self.queries_sent = 0
         #: What the last read found missing in the data (label allowlists), for people to fix.
         self.notes: list[str] = []
+        #: Prometheus's own `warnings` (partial answers) since the last assembly; prometheus_api_client
+        #: drops them, so a response hook keeps them. Every window assembled next carries them.
+        self.answer_warnings: list[str] = []
+        session.hooks["response"].append(self._keep_answer_warnings)
+
+    def _keep_answer_warnings(self, response: requests.Response, *_: Any, **__: Any) -> None:
+        if (
+            b'"warnings"' not in response.content
+        ):  # a byte scan, so answers without warnings are not parsed twice
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            return
+        if isinstance(body, dict) and isinstance(body.get("warnings"), list):
+            self.answer_warnings.extend(str(warning) for warning in body["warnings"])
 
     # -- transport ----------------------------------------------------------------------------------
     def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
@@ -616,7 +632,15 @@ class PrometheusSource:
             namespace,
             workload,
         )
-        return [ending_at_newest_sample(w, busy_series, end, coarse) for w in windows]
+        answer_warnings = sorted(set(self.answer_warnings))
+        self.answer_warnings.clear()
+        for warning in answer_warnings:
+            LOG.warning("Prometheus answered with a warning (partial data): %s", warning)
+        windows = [ending_at_newest_sample(w, busy_series, end, coarse) for w in windows]
+        if answer_warnings:
+            partial = [f"Prometheus: {warning} (partial data)" for warning in answer_warnings]
+            windows = [w.model_copy(update={"warnings": [*w.warnings, *partial]}) for w in windows]
+        return windows
 
     @staticmethod
     def _workload_serving(

@@ -240,3 +240,26 @@ def test_a_window_ends_at_its_newest_sample_so_stopped_data_reads_stale() -> Non
     assert stale.primary is DiagnosisCode.INSUFFICIENT_DATA
     assert not any(a.automatic for a in stale.actions)
     assert analyze_window(windows["chat"], now=END).primary is DiagnosisCode.UNDER_REPLICATED
+
+
+def test_prometheus_warnings_mark_every_window_as_partial() -> None:
+    """A partial answer (Prometheus's `warnings`, e.g. a store that did not respond) is kept: every
+    window says so, which the actuator's gate refuses to act on."""
+
+    def partial(endpoint: str, query: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        answer = dict(ANSWERS.get(f"{endpoint} {query}", EMPTY_VECTOR))
+        if endpoint == "query_range":
+            answer["warnings"] = ["store eu-1 did not respond: partial response"]
+        return 200, json.dumps(answer).encode()
+
+    with FakePrometheus(partial) as server:
+        source = PrometheusSource(PrometheusConfig(server.url))
+        windows = source.read(window_seconds=1800, at=END)
+        assert windows and all(
+            any("partial response" in w and "partial data" in w for w in window.warnings)
+            for window in windows
+        )
+        assert source.answer_warnings == []  # carried by these windows, not by the next read's
+    with FakePrometheus(_replay) as server:
+        clean = PrometheusSource(PrometheusConfig(server.url)).read(window_seconds=1800, at=END)
+    assert not any("partial data" in w for window in clean for w in window.warnings)
