@@ -56,13 +56,6 @@ def _as_dict(value: object) -> dict[str, Any]:
     return value
 
 
-def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
 class KubeAdapter:
     """Kubernetes reads and writes the operator needs, on one ApiClient."""
 
