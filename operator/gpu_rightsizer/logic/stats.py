@@ -149,14 +149,19 @@ def bucket(timestamp: float, step_seconds: float) -> int:
     return round(timestamp / step_seconds)
 
 
+def _last_in_each_step(one: Sequence[Sample], step_seconds: float) -> dict[int, float]:
+    """One value per step of a series: the last clean one in it."""
+    last_in_step: dict[int, float] = {}
+    for timestamp, value in clean(one):
+        last_in_step[bucket(timestamp, step_seconds)] = value
+    return last_in_step
+
+
 def sum_aligned(series: Iterable[Sequence[Sample]], step_seconds: float) -> list[Sample]:
     """Sum of several series at each step (one value per series and step: the last one in it)."""
     totals: dict[int, float] = {}
     for one in series:
-        last_in_step: dict[int, float] = {}
-        for timestamp, value in clean(one):
-            last_in_step[bucket(timestamp, step_seconds)] = value
-        for index, value in last_in_step.items():
+        for index, value in _last_in_each_step(one, step_seconds).items():
             totals[index] = totals.get(index, 0.0) + value
     return [(index * step_seconds, total) for index, total in sorted(totals.items())]
 
@@ -165,10 +170,7 @@ def max_aligned(series: Iterable[Sequence[Sample]], step_seconds: float) -> list
     """Largest of several series at each step (e.g. a pod's busiest process over its containers)."""
     peaks: dict[int, float] = {}
     for one in series:
-        last_in_step: dict[int, float] = {}
-        for timestamp, value in clean(one):
-            last_in_step[bucket(timestamp, step_seconds)] = value
-        for index, value in last_in_step.items():
+        for index, value in _last_in_each_step(one, step_seconds).items():
             peaks[index] = max(peaks.get(index, value), value)
     return [(index * step_seconds, peak) for index, peak in sorted(peaks.items())]
 
