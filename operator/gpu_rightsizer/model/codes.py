@@ -73,6 +73,19 @@ APPLICABLE_ACTIONS: frozenset[ActionType] = frozenset(
 )
 
 
+#: Actions that change the GPU capacity a workload gets: at most one of them per recommendation.
+GPU_CAPACITY_ACTIONS: frozenset[ActionType] = frozenset(
+    {
+        ActionType.MIG_PROFILE,
+        ActionType.GPU_SHARING,
+        ActionType.GPU_COUNT,
+        ActionType.REPLICAS,
+        ActionType.HPA_BOUNDS,
+        ActionType.RELEASE_IDLE,
+    }
+)
+
+
 class ApplyState(StrEnum):
     """Where a recommendation stands on its way into the workload."""
 

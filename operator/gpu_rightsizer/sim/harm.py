@@ -15,7 +15,7 @@ its expected code plus its window. The kinds:
 from __future__ import annotations
 
 from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES, HEALTH_CODES
-from gpu_rightsizer.model.codes import ActionType, DiagnosisCode
+from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
 
@@ -27,19 +27,6 @@ _NO_SHRINK: frozenset[DiagnosisCode] = (
         DiagnosisCode.MEMORY_CAPACITY_BOUND,
         DiagnosisCode.UNDER_REPLICATED,
         DiagnosisCode.INSUFFICIENT_DATA,
-    }
-)
-
-
-#: Action types that change the GPU capacity a workload gets (whether or not a target says so).
-_CAPACITY_TYPES: frozenset[ActionType] = frozenset(
-    {
-        ActionType.MIG_PROFILE,
-        ActionType.GPU_SHARING,
-        ActionType.GPU_COUNT,
-        ActionType.REPLICAS,
-        ActionType.HPA_BOUNDS,
-        ActionType.RELEASE_IDLE,
     }
 )
 
@@ -88,7 +75,7 @@ def harms(analysis: Analysis, expected: DiagnosisCode, window: WorkloadWindow) -
     capacity = [
         a
         for a in automatic
-        if a.type in _CAPACITY_TYPES or (a.target is not None and a.target.gpu_capacity_change)
+        if a.type in GPU_CAPACITY_ACTIONS or (a.target is not None and a.target.gpu_capacity_change)
     ]
     if len(capacity) > 1:
         found.append("second-capacity-change: " + ", ".join(a.type.value for a in capacity))

@@ -9,18 +9,10 @@ from tests.unit.logic.test_diagnose import CASES, cpu_bound, oversized, under_re
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.mig import GPU_MODELS, MigProfile
 from gpu_rightsizer.logic.thresholds import EngineSettings
-from gpu_rightsizer.model.codes import ActionType, SharingStrategy
+from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, SharingStrategy
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 from gpu_rightsizer.model.result import Action
 
-_CAPACITY_TYPES = {
-    ActionType.MIG_PROFILE,
-    ActionType.GPU_SHARING,
-    ActionType.GPU_COUNT,
-    ActionType.REPLICAS,
-    ActionType.HPA_BOUNDS,
-    ActionType.RELEASE_IDLE,
-}
 _DAY = 24.0
 
 
@@ -36,7 +28,7 @@ def test_every_automatic_action_has_a_target(name: str, sharing: SharingStrategy
     for action in analysis.actions:
         if action.automatic:
             assert action.target is not None, (name, action)
-            assert action.target.gpu_capacity_change is (action.type in _CAPACITY_TYPES), (name, action)
+            assert action.target.gpu_capacity_change is (action.type in GPU_CAPACITY_ACTIONS), (name, action)
 
 
 def test_cpu_target_raises_request_and_limit_when_the_pod_has_a_limit() -> None:
