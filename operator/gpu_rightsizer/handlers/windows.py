@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from gpu_rightsizer.adapters.incremental import CycleReport, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusSource
+from gpu_rightsizer.adapters.recording_rules import Detection, detect
 from gpu_rightsizer.model.observation import WorkloadWindow
 
 LOG = logging.getLogger(__name__)
@@ -36,22 +37,40 @@ class WindowSources:
         *,
         budget_seconds: float,
         step_seconds: float | None = None,
+        recorded_series: bool = True,
     ) -> None:
         self.make_source = make_source
         self.budget_seconds = budget_seconds
         #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
         self.step_seconds = step_seconds
+        #: Whether to look for the chart's recording rules when a window's source is made.
+        self.recorded_series = recorded_series
         self.sources: dict[float, IncrementalSource] = {}
+        #: What the detection found for each window's source (families read from recorded series).
+        self.detections: dict[float, Detection] = {}
         self._lock = threading.Lock()
 
-    def source(self, window_seconds: float) -> IncrementalSource:
+    def source(self, window_seconds: float, at: datetime | None = None) -> IncrementalSource:
+        """The window's source; made on first use, after detecting the recorded series it can use
+        over a window ending `at` (now if not given)."""
         with self._lock:
             found = self.sources.get(window_seconds)
             if found is None:
+                prometheus = self.make_source()
+                step = self.step_seconds or step_for(window_seconds)
+                recorded: dict[str, str] = {}
+                if self.recorded_series:
+                    detection = detect(
+                        prometheus,
+                        now=(at or datetime.now(tz=UTC)).timestamp(),
+                        window_seconds=window_seconds,
+                        step_seconds=step,
+                    )
+                    LOG.info("%g s window: %s", window_seconds, detection.describe())
+                    self.detections[window_seconds] = detection
+                    recorded = detection.used
                 found = IncrementalSource(
-                    self.make_source(),
-                    window_seconds=window_seconds,
-                    step_seconds=self.step_seconds or step_for(window_seconds),
+                    prometheus, window_seconds=window_seconds, step_seconds=step, recorded=recorded
                 )
                 self.sources[window_seconds] = found
             return found
@@ -61,7 +80,7 @@ class WindowSources:
     ) -> tuple[list[WorkloadWindow] | None, CycleReport]:
         """The windows of every workload at `end` (None while the window is being backfilled) and
         what the read did. `assembly` goes to the full read's assembly (e.g. `owners`)."""
-        source = self.source(window_seconds)
+        source = self.source(window_seconds, end)
         windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
         return (windows if source.complete else None), source.report
 
@@ -72,4 +91,5 @@ class WindowSources:
             gone = [s for s in self.sources if s not in window_lengths]
             for seconds in gone:
                 del self.sources[seconds]
+                self.detections.pop(seconds, None)
             return gone

@@ -19,7 +19,7 @@ class FakeIncremental:
 
     made: ClassVar[list[FakeIncremental]] = []
 
-    def __init__(self, source: Any, *, window_seconds: float, step_seconds: float) -> None:
+    def __init__(self, source: Any, *, window_seconds: float, step_seconds: float, **_: Any) -> None:
         self.window_seconds, self.step_seconds = window_seconds, step_seconds
         self.reads = 0
         self.report = CycleReport(backfilling=True)
@@ -44,7 +44,7 @@ class FakeIncremental:
 def sources(monkeypatch: pytest.MonkeyPatch) -> WindowSources:
     FakeIncremental.made.clear()
     monkeypatch.setattr(window_sources, "IncrementalSource", FakeIncremental)
-    return WindowSources(object, budget_seconds=5)  # type: ignore[arg-type]
+    return WindowSources(object, budget_seconds=5, recorded_series=False)  # type: ignore[arg-type]
 
 
 def test_no_batch_until_the_window_is_backfilled_then_windows(sources: WindowSources) -> None:
