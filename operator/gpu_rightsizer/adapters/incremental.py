@@ -670,6 +670,13 @@ class IncrementalSource:
         self.coarse = CoarseSeries(window_seconds, step_seconds)
         self.report = CycleReport(backfilling=True)
 
+    def use_recorded(self, recorded: Mapping[str, str]) -> None:
+        """Read these families from recorded series from the next read on, the others raw (a new
+        detection). Their windows keep their samples: a family's series keep their identities."""
+        self.recorded = dict(recorded)
+        fresh = {family.name: family for family in default_families(self.step_seconds, self.recorded)}
+        self.reader.families = [fresh.get(family.name, family) for family in self.reader.families]
+
     def _namespaces(self) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
         rows = self.source.instant(

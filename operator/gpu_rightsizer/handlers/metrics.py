@@ -47,7 +47,7 @@ BACKFILL_PROGRESS = Gauge(
 RECORDED_SERIES_USED = Gauge(
     "gpu_rightsizer_recorded_series_used",
     "1 when a signal family is read from the chart's recording rules, 0 when from its raw expression "
-    "(detected when a window's reads start), by window and family.",
+    "(detected when a window's reads start, then every 15 minutes), by window and family.",
     ["window", "family"],
 )
 WORKLOADS_PENDING = Gauge(

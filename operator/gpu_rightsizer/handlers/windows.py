@@ -4,7 +4,8 @@ Why here: the streaming windows live as long as the process, so the cycle keeps 
 `IncrementalSource` per observation window in use (the operator's `--window`, or a policy's), reads
 it each cycle within a query budget and hands back what the read did (the cycle publishes it as
 the operator's own metrics). A window still being backfilled gives no batch, so its workloads keep
-their last status.
+their last status. Each window also looks for the chart's recording rules when it starts and every
+`REDETECT_SECONDS` after (`recording_rules.detect`), and reads the families they cover from them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from gpu_rightsizer.adapters.recording_rules import Detection, detect
 from gpu_rightsizer.model.observation import WorkloadWindow
 
 LOG = logging.getLogger(__name__)
+
+#: How often a window looks again for recorded series (rules added, or removed, since the start).
+REDETECT_SECONDS = 900.0
 
 
 def step_for(window_seconds: float) -> float:
@@ -43,11 +47,13 @@ class WindowSources:
         self.budget_seconds = budget_seconds
         #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
         self.step_seconds = step_seconds
-        #: Whether to look for the chart's recording rules when a window's source is made.
+        #: Whether to look for the chart's recording rules (when a window's source is made, then
+        #: every `REDETECT_SECONDS`).
         self.recorded_series = recorded_series
         self.sources: dict[float, IncrementalSource] = {}
         #: What the detection found for each window's source (families read from recorded series).
         self.detections: dict[float, Detection] = {}
+        self._detected_at: dict[float, float] = {}
         self._lock = threading.Lock()
 
     def source(self, window_seconds: float, at: datetime | None = None) -> IncrementalSource:
@@ -58,22 +64,23 @@ class WindowSources:
             if found is None:
                 prometheus = self.make_source()
                 step = self.step_seconds or step_for(window_seconds)
-                recorded: dict[str, str] = {}
-                if self.recorded_series:
-                    detection = detect(
-                        prometheus,
-                        now=(at or datetime.now(tz=UTC)).timestamp(),
-                        window_seconds=window_seconds,
-                        step_seconds=step,
-                    )
-                    LOG.info("%g s window: %s", window_seconds, detection.describe())
-                    self.detections[window_seconds] = detection
-                    recorded = detection.used
-                found = IncrementalSource(
-                    prometheus, window_seconds=window_seconds, step_seconds=step, recorded=recorded
-                )
+                found = IncrementalSource(prometheus, window_seconds=window_seconds, step_seconds=step)
                 self.sources[window_seconds] = found
+                if self.recorded_series:
+                    self._detect(window_seconds, found, at or datetime.now(tz=UTC))
             return found
+
+    def _detect(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
+        """Which families this window reads from recording rules; logged when it changes."""
+        detection = detect(
+            source.source, now=at.timestamp(), window_seconds=window_seconds, step_seconds=source.step_seconds
+        )
+        previous = self.detections.get(window_seconds)
+        self.detections[window_seconds] = detection
+        self._detected_at[window_seconds] = at.timestamp()
+        if previous is None or previous.used != detection.used:
+            LOG.info("%g s window: %s", window_seconds, detection.describe())
+            source.use_recorded(detection.used)
 
     def fetch(
         self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any
@@ -81,6 +88,12 @@ class WindowSources:
         """The windows of every workload at `end` (None while the window is being backfilled) and
         what the read did. `assembly` goes to the full read's assembly (e.g. `owners`)."""
         source = self.source(window_seconds, end)
+        if (
+            self.recorded_series
+            and end.timestamp() - self._detected_at.get(window_seconds, 0.0) >= REDETECT_SECONDS
+        ):
+            with self._lock:  # rules added (once they cover the window) or gone since the last look
+                self._detect(window_seconds, source, end)
         windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
         return (windows if source.complete else None), source.report
 
@@ -92,4 +105,5 @@ class WindowSources:
             for seconds in gone:
                 del self.sources[seconds]
                 self.detections.pop(seconds, None)
+                self._detected_at.pop(seconds, None)
             return gone

@@ -192,3 +192,19 @@ def test_an_unanswered_count_means_raw_expressions_not_a_failed_start() -> None:
 def test_digest_is_of_the_expression(rule: RecordingRule) -> None:
     assert re.fullmatch(r"[0-9a-f]{12}", rule.digest)
     assert RecordingRule(rule.family, rule.record, rule.expr + " ").digest != rule.digest
+
+
+def test_a_new_detection_switches_families_and_keeps_the_others() -> None:
+    rule = next(r for r in recording_rules() if r.family == f"pod:{Signal.CPU_USAGE_CORES.value}")
+    source = IncrementalSource(FakeSource(), window_seconds=WINDOW, step_seconds=60.0)
+    names = [f.name for f in source.reader.families]
+    raw = {f.name: f.expression for f in source.reader.families}
+    source.use_recorded({rule.family: rule.selector})
+    now = {f.name: f.expression for f in source.reader.families}
+    assert [f.name for f in source.reader.families] == names and "xid" in names
+    assert now[rule.family] == rule.selector
+    assert {k: v for k, v in now.items() if k != rule.family} == {
+        k: v for k, v in raw.items() if k != rule.family
+    }
+    source.use_recorded({})
+    assert {f.name: f.expression for f in source.reader.families} == raw
