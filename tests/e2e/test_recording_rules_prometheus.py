@@ -15,6 +15,7 @@ import itertools
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,7 +35,6 @@ from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.sim.backfill import write_openmetrics
 from gpu_rightsizer.sim.library import scenario_library
 from gpu_rightsizer.testcluster.prometheus import PrometheusServer
-from tests.chart.test_recording_rules import RULES_FILE
 
 pytestmark = [
     pytest.mark.e2e,
@@ -44,6 +44,9 @@ pytestmark = [
     ),
 ]
 
+RULES_FILE = (
+    Path(__file__).resolve().parents[2] / "charts" / "gpu-rightsizer" / "files" / "recording-rules.yaml"
+)
 END = 1_767_225_600.0
 WINDOW = 3600.0
 STEP = 60.0

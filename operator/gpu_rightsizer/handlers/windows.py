@@ -71,10 +71,18 @@ class WindowSources:
             return found
 
     def _detect(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
-        """Which families this window reads from recording rules; logged when it changes."""
-        detection = detect(
-            source.source, now=at.timestamp(), window_seconds=window_seconds, step_seconds=source.step_seconds
-        )
+        """Which families this window reads from recording rules; logged when it changes. A detection
+        that fails in any way leaves every family raw: it must never stop the window's reads."""
+        try:
+            detection = detect(
+                source.source,
+                now=at.timestamp(),
+                window_seconds=window_seconds,
+                step_seconds=source.step_seconds,
+            )
+        except Exception as error:  # an answer of an unexpected shape, say
+            LOG.warning("looking for recorded series failed; reading the raw expressions: %s", error)
+            detection = Detection(method=f"failed: {error}")
         previous = self.detections.get(window_seconds)
         self.detections[window_seconds] = detection
         self._detected_at[window_seconds] = at.timestamp()

@@ -109,3 +109,17 @@ def test_recorded_series_are_detected_at_start_then_again_every_so_often(
     assert asked[0][1:] == (86_400.0, 60.0)
     assert made.switches == [{}, {"pod:cpu_usage_cores": "{sel}"}, {}]  # only changes are applied
     assert sources.detections[86_400.0].used == {}
+
+
+def test_a_failing_detection_leaves_every_family_raw(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(source: Any, **_: Any) -> Detection:
+        raise AttributeError("'list' object has no attribute 'get'")
+
+    monkeypatch.setattr(window_sources, "IncrementalSource", RecordingIncremental)
+    monkeypatch.setattr(window_sources, "detect", broken)
+    sources = WindowSources(object, budget_seconds=5)  # type: ignore[arg-type]
+    windows, _ = sources.fetch(3600.0, END)
+    assert windows is None  # read (backfilling), not failed
+    made = sources.sources[3600.0]
+    assert isinstance(made, RecordingIncremental) and made.switches == [{}] and made.reads == 1
+    assert "failed" in sources.detections[3600.0].method
