@@ -332,6 +332,15 @@ def build() -> JsonSchema:
                     },
                     required=["enabled"],
                 ),
+                "recordingRules": obj(
+                    {
+                        "enabled": boolean("ship the recording rules of the per-pod aggregates"),
+                        "prometheusRule": boolean("as a prometheus-operator PrometheusRule"),
+                        "configMap": boolean("as a plain Prometheus rules file in a ConfigMap"),
+                        "labels": string_map,
+                    },
+                    required=["enabled"],
+                ),
                 "dashboard": obj(
                     {
                         "enabled": boolean("ship the Grafana dashboard"),

@@ -25,9 +25,9 @@ import sys
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -130,8 +130,11 @@ def _raw_floor(signal: Signal, scale: float) -> float | None:
     return floor / scale if floor is not None else None
 
 
-def default_families(step_seconds: float) -> list[Family]:
-    """The GPU, throttle, cAdvisor and serving families the engine reads, as instant-vector expressions."""
+def default_families(step_seconds: float, recorded: Mapping[str, str] | None = None) -> list[Family]:
+    """The GPU, throttle, cAdvisor and serving families the engine reads, as instant-vector expressions.
+
+    `recorded` maps a family's name to the recorded series that stand for its expression
+    (`recording_rules.detect`); those families read that selector instead."""
     rate_window = max(3 * step_seconds, 180.0)
     families = [
         Family(
@@ -193,6 +196,11 @@ def default_families(step_seconds: float) -> list[Family]:
                 per_pod=True,
             )
         )
+    if recorded:
+        families = [
+            replace(family, expression=recorded[family.name]) if family.name in recorded else family
+            for family in families
+        ]
     return families
 
 
@@ -630,12 +638,15 @@ class IncrementalSource:
         step_seconds: float,
         slice_seconds: float = 3600.0,
         slots: int = DEFAULT_SLOTS,
+        recorded: Mapping[str, str] | None = None,
     ) -> None:
         self.source = source
         self.window_seconds = window_seconds
         self.step_seconds = step_seconds
         self.rate_window = max(3 * step_seconds, 180.0)
-        families = default_families(step_seconds)
+        #: Family name → the recorded series read in place of its expression (`default_families`).
+        self.recorded = dict(recorded or {})
+        families = default_families(step_seconds, self.recorded)
         xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
         families.append(
             Family(
@@ -659,6 +670,13 @@ class IncrementalSource:
         self.coarse = CoarseSeries(window_seconds, step_seconds)
         self.report = CycleReport(backfilling=True)
 
+    def use_recorded(self, recorded: Mapping[str, str]) -> None:
+        """Read these families from recorded series from the next read on, the others raw (a new
+        detection). Their windows keep their samples: a family's series keep their identities."""
+        self.recorded = dict(recorded)
+        fresh = {family.name: family for family in default_families(self.step_seconds, self.recorded)}
+        self.reader.families = [fresh.get(family.name, family) for family in self.reader.families]
+
     def _namespaces(self) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
         rows = self.source.instant(
@@ -675,6 +693,7 @@ class IncrementalSource:
 
     def coarse_queries(self) -> dict[str, str]:
         """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
+        # the serving sums stay raw: they count serving pods without a GPU too, the rules do not
         queries = {
             f"range:{s.value}": e("") for s, e in PrometheusSource._serving_exprs(self.rate_window).items()
         }
@@ -682,7 +701,9 @@ class IncrementalSource:
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
         )
-        cpu = _rate_by_pod(mn.CADVISOR_CPU_USAGE, self.rate_window, True)("")
+        cpu = self.recorded.get(f"pod:{Signal.CPU_USAGE_CORES.value}") or _rate_by_pod(
+            mn.CADVISOR_CPU_USAGE, self.rate_window, True
+        )("")
         queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None)}"
         return queries
 

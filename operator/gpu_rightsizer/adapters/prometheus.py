@@ -346,6 +346,29 @@ class PrometheusSource:
             ),
         )
 
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The recording-rule groups Prometheus evaluates (`/api/v1/rules?type=record`, as answered).
+
+        Not every store has this API (a Thanos Querier without rule stores, some proxies): callers
+        treat a `PrometheusSourceError` as "unknown", not as "no rules"."""
+        self.queries_sent += 1
+        client = self.client
+        try:
+            response = client._session.get(
+                f"{client.url}/api/v1/rules",
+                params={"type": "record"},
+                headers=client.headers,
+                auth=client.auth,
+                timeout=self.config.timeout_seconds,
+            )
+            response.raise_for_status()
+            groups = response.json()["data"]["groups"]
+        except (requests.exceptions.RequestException, ValueError, KeyError, TypeError) as error:
+            raise PrometheusSourceError(f"{self.config.url} did not list its rules: {error}") from error
+        if not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
+            raise PrometheusSourceError(f"{self.config.url} listed its rules in an unknown form")
+        return groups
+
     def check(self, at: float) -> None:
         """Fail early, with a clear message, when the server is unreachable or not Prometheus."""
         result = self.instant("connectivity check", "vector(1)", at)

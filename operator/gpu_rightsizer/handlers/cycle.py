@@ -28,6 +28,7 @@ from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.openmetrics import ExtraOwners
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.adapters.prometheus import source_for
+from gpu_rightsizer.adapters.recording_rules import Detection
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, metrics
 from gpu_rightsizer.handlers.context import OperatorContext
@@ -552,9 +553,15 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     return updated
 
 
-def publish_read(window_seconds: float, report: CycleReport, *, complete: bool) -> None:
-    """One window's incremental read as the operator's own metrics and log lines."""
+def publish_read(
+    window_seconds: float, report: CycleReport, *, complete: bool, detection: Detection | None = None
+) -> None:
+    """One window's incremental read as the operator's own metrics and log lines (and, when given,
+    which families read recorded series)."""
     label = f"{window_seconds:g}"
+    if detection is not None:
+        for family in (*detection.used, *detection.fallback):
+            metrics.RECORDED_SERIES_USED.labels(label, family).set(1.0 if family in detection.used else 0.0)
     metrics.SAMPLES_FETCHED.labels(label).set(report.samples)
     for family, seconds in report.durations:
         metrics.QUERY_DURATION.labels(family).observe(seconds)
@@ -601,7 +608,12 @@ def _fetch_batches(
         try:
             if sources is not None:
                 incremental, report = sources.fetch(seconds, end, namespace=namespace, owners=owners)
-                publish_read(seconds, report, complete=incremental is not None)
+                publish_read(
+                    seconds,
+                    report,
+                    complete=incremental is not None,
+                    detection=sources.detections.get(seconds),
+                )
                 if incremental is None:
                     if backfilling is not None:
                         backfilling.add(seconds)

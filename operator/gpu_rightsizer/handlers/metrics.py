@@ -44,6 +44,12 @@ BACKFILL_PROGRESS = Gauge(
     "Share of the window's backfill read since the start (1 once complete), by window.",
     ["window"],
 )
+RECORDED_SERIES_USED = Gauge(
+    "gpu_rightsizer_recorded_series_used",
+    "1 when a signal family is read from the chart's recording rules, 0 when from its raw expression "
+    "(detected when a window's reads start, then every 15 minutes), by window and family.",
+    ["window", "family"],
+)
 WORKLOADS_PENDING = Gauge(
     "gpu_rightsizer_workloads_pending_window",
     "Workloads whose window is still being backfilled: their recommendations keep their last status.",

@@ -4,7 +4,8 @@ Why here: the streaming windows live as long as the process, so the cycle keeps 
 `IncrementalSource` per observation window in use (the operator's `--window`, or a policy's), reads
 it each cycle within a query budget and hands back what the read did (the cycle publishes it as
 the operator's own metrics). A window still being backfilled gives no batch, so its workloads keep
-their last status.
+their last status. Each window also looks for the chart's recording rules when it starts and every
+`REDETECT_SECONDS` after (`recording_rules.detect`), and reads the families they cover from them.
 """
 
 from __future__ import annotations
@@ -12,14 +13,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from gpu_rightsizer.adapters.incremental import CycleReport, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusSource
+from gpu_rightsizer.adapters.recording_rules import Detection, detect
 from gpu_rightsizer.model.observation import WorkloadWindow
 
 LOG = logging.getLogger(__name__)
+
+#: How often a window looks again for recorded series (rules added, or removed, since the start).
+REDETECT_SECONDS = 900.0
 
 
 def step_for(window_seconds: float) -> float:
@@ -36,32 +41,67 @@ class WindowSources:
         *,
         budget_seconds: float,
         step_seconds: float | None = None,
+        recorded_series: bool = True,
     ) -> None:
         self.make_source = make_source
         self.budget_seconds = budget_seconds
         #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
         self.step_seconds = step_seconds
+        #: Whether to look for the chart's recording rules (when a window's source is made, then
+        #: every `REDETECT_SECONDS`).
+        self.recorded_series = recorded_series
         self.sources: dict[float, IncrementalSource] = {}
+        #: What the detection found for each window's source (families read from recorded series).
+        self.detections: dict[float, Detection] = {}
+        self._detected_at: dict[float, float] = {}
         self._lock = threading.Lock()
 
-    def source(self, window_seconds: float) -> IncrementalSource:
+    def source(self, window_seconds: float, at: datetime | None = None) -> IncrementalSource:
+        """The window's source; made on first use, after detecting the recorded series it can use
+        over a window ending `at` (now if not given)."""
         with self._lock:
             found = self.sources.get(window_seconds)
             if found is None:
-                found = IncrementalSource(
-                    self.make_source(),
-                    window_seconds=window_seconds,
-                    step_seconds=self.step_seconds or step_for(window_seconds),
-                )
+                prometheus = self.make_source()
+                step = self.step_seconds or step_for(window_seconds)
+                found = IncrementalSource(prometheus, window_seconds=window_seconds, step_seconds=step)
                 self.sources[window_seconds] = found
+                if self.recorded_series:
+                    self._detect(window_seconds, found, at or datetime.now(tz=UTC))
             return found
+
+    def _detect(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
+        """Which families this window reads from recording rules; logged when it changes. A detection
+        that fails in any way leaves every family raw: it must never stop the window's reads."""
+        try:
+            detection = detect(
+                source.source,
+                now=at.timestamp(),
+                window_seconds=window_seconds,
+                step_seconds=source.step_seconds,
+            )
+        except Exception as error:  # an answer of an unexpected shape, say
+            LOG.warning("looking for recorded series failed; reading the raw expressions: %s", error)
+            detection = Detection(method=f"failed: {error}")
+        previous = self.detections.get(window_seconds)
+        self.detections[window_seconds] = detection
+        self._detected_at[window_seconds] = at.timestamp()
+        if previous is None or previous.used != detection.used:
+            LOG.info("%g s window: %s", window_seconds, detection.describe())
+            source.use_recorded(detection.used)
 
     def fetch(
         self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any
     ) -> tuple[list[WorkloadWindow] | None, CycleReport]:
         """The windows of every workload at `end` (None while the window is being backfilled) and
         what the read did. `assembly` goes to the full read's assembly (e.g. `owners`)."""
-        source = self.source(window_seconds)
+        source = self.source(window_seconds, end)
+        if (
+            self.recorded_series
+            and end.timestamp() - self._detected_at.get(window_seconds, 0.0) >= REDETECT_SECONDS
+        ):
+            with self._lock:  # rules added (once they cover the window) or gone since the last look
+                self._detect(window_seconds, source, end)
         windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
         return (windows if source.complete else None), source.report
 
@@ -72,4 +112,6 @@ class WindowSources:
             gone = [s for s in self.sources if s not in window_lengths]
             for seconds in gone:
                 del self.sources[seconds]
+                self.detections.pop(seconds, None)
+                self._detected_at.pop(seconds, None)
             return gone

@@ -302,6 +302,7 @@ class FakeWindowSources:
         self.cycles = cycles
         self.reads: dict[float, int] = {}
         self.kept: list[set[float]] = []
+        self.detections: dict[float, Any] = {}
 
     def fetch(
         self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any

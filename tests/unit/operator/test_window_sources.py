@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gpu_rightsizer.adapters.incremental import CycleReport
+from gpu_rightsizer.adapters.recording_rules import Detection
 from gpu_rightsizer.handlers import windows as window_sources
 from gpu_rightsizer.handlers.windows import WindowSources, step_for
 
@@ -19,7 +20,7 @@ class FakeIncremental:
 
     made: ClassVar[list[FakeIncremental]] = []
 
-    def __init__(self, source: Any, *, window_seconds: float, step_seconds: float) -> None:
+    def __init__(self, source: Any, *, window_seconds: float, step_seconds: float, **_: Any) -> None:
         self.window_seconds, self.step_seconds = window_seconds, step_seconds
         self.reads = 0
         self.report = CycleReport(backfilling=True)
@@ -44,7 +45,7 @@ class FakeIncremental:
 def sources(monkeypatch: pytest.MonkeyPatch) -> WindowSources:
     FakeIncremental.made.clear()
     monkeypatch.setattr(window_sources, "IncrementalSource", FakeIncremental)
-    return WindowSources(object, budget_seconds=5)  # type: ignore[arg-type]
+    return WindowSources(object, budget_seconds=5, recorded_series=False)  # type: ignore[arg-type]
 
 
 def test_no_batch_until_the_window_is_backfilled_then_windows(sources: WindowSources) -> None:
@@ -70,3 +71,55 @@ def test_step_follows_the_window() -> None:
     assert step_for(3600.0) == 60.0
     assert step_for(86_400.0) == 60.0
     assert step_for(10.0) == 1.0
+
+
+class RecordingIncremental(FakeIncremental):
+    """A source that takes the families to read from recorded series."""
+
+    def __init__(self, source: Any, *, window_seconds: float, step_seconds: float) -> None:
+        super().__init__(source, window_seconds=window_seconds, step_seconds=step_seconds)
+        self.source = source
+        self.switches: list[dict[str, str]] = []
+
+    def use_recorded(self, recorded: dict[str, str]) -> None:
+        self.switches.append(dict(recorded))
+
+
+def test_recorded_series_are_detected_at_start_then_again_every_so_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rules that come to cover the window are picked up, and rules that go away are left, without a restart."""
+    answers = [{}, {"pod:cpu_usage_cores": "{sel}"}, {"pod:cpu_usage_cores": "{sel}"}, {}]
+    asked: list[tuple[float, float, float]] = []
+
+    def fake_detect(source: Any, *, now: float, window_seconds: float, step_seconds: float) -> Detection:
+        asked.append((now, window_seconds, step_seconds))
+        used = answers[len(asked) - 1]
+        return Detection(used=used, fallback={} if used else {"pod:cpu_usage_cores": "not found"}, method="x")
+
+    monkeypatch.setattr(window_sources, "IncrementalSource", RecordingIncremental)
+    monkeypatch.setattr(window_sources, "detect", fake_detect)
+    sources = WindowSources(object, budget_seconds=5)  # type: ignore[arg-type]
+    start = END.timestamp()
+    for minutes in (0, 1, 15, 30, 45):
+        sources.fetch(86_400.0, datetime.fromtimestamp(start + 60 * minutes, tz=UTC))
+    made = sources.sources[86_400.0]
+    assert isinstance(made, RecordingIncremental)
+    assert [now - start for now, _, _ in asked] == [0, 900, 1800, 2700]  # at start, then every 15 min
+    assert asked[0][1:] == (86_400.0, 60.0)
+    assert made.switches == [{}, {"pod:cpu_usage_cores": "{sel}"}, {}]  # only changes are applied
+    assert sources.detections[86_400.0].used == {}
+
+
+def test_a_failing_detection_leaves_every_family_raw(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(source: Any, **_: Any) -> Detection:
+        raise AttributeError("'list' object has no attribute 'get'")
+
+    monkeypatch.setattr(window_sources, "IncrementalSource", RecordingIncremental)
+    monkeypatch.setattr(window_sources, "detect", broken)
+    sources = WindowSources(object, budget_seconds=5)  # type: ignore[arg-type]
+    windows, _ = sources.fetch(3600.0, END)
+    assert windows is None  # read (backfilling), not failed
+    made = sources.sources[3600.0]
+    assert isinstance(made, RecordingIncremental) and made.switches == [{}] and made.reads == 1
+    assert "failed" in sources.detections[3600.0].method
