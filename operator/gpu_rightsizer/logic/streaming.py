@@ -18,19 +18,23 @@ What is exact and what is estimated:
   ranks around `q * (n - 1)` read from the merged bins are each within that relative error, so their
   linear interpolation (what `stats.percentile` computes from the exact samples) is too. Values
   whose magnitude is below `ZERO_BELOW` count as zero (absolute error below it), which keeps the bin
-  range of near-idle ratios bounded;
+  range of near-idle ratios bounded; magnitudes above about 1e278 share the top bin (only negative
+  ones can get there: positive ones that large are DCGM blanks and dropped), and a quantile is
+  always clipped to the exact extremes;
 * the window covers whole intervals: it reaches back at least `window` seconds and at most one
   interval more.
 
 The sawtooth score uses the sketch's p05/p95 spread, so it carries the quantile error too.
 
 Memory: at scale the windows are most of the operator's memory (tens of thousands of series), so a
-series is two flat typed arrays and nothing else: its sums as doubles and its counts and bins as 32-bit
-integers, one fixed-size record per interval (see `SeriesWindow`). Nothing is cached between reads.
+series is two flat typed arrays and nothing else: its sums as doubles, one fixed-size record per
+interval, and its counts and bins as 32-bit integers (a bin and its count share one word); see
+`SeriesWindow`. Nothing is cached between reads.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from array import array
@@ -58,25 +62,31 @@ SeriesKey = TypeVar("SeriesKey", bound=Hashable)
 ORIGIN, LAST_TIME, LAST_VALUE = range(3)
 HEAD = 3
 #: One interval's doubles (times in the least-squares sums are relative to the origin).
-START, TOTAL, MINIMUM, MAXIMUM, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, ENTRY_STEP = range(9)
-RECORD = 9
-#: One interval's integers, at the front of the integer array (the bins of every interval follow, in
-#: interval order, as (bin, count) pairs). Steps inside an interval are always COUNT - 1.
-COUNT, ACTIVE, BINS = range(3)
-COUNTS = 3
-#: A bin is stored as a signed 32-bit number ordered like the values: 0 for zero, `key + BIAS` for a
-#: positive value and `-(key + BIAS)` for a negative one (DDSketch keys of magnitudes from
-#: `ZERO_BELOW` to the largest double lie in -691..35,489, so BIAS keeps them apart from zero).
-BIAS = 1024
+TOTAL, MINIMUM, MAXIMUM, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, ENTRY_STEP = range(8)
+RECORD = 8
+#: One interval's integers, at the front of the integer array: which interval it is (intervals since
+#: the one holding the origin), its samples, those above the activity floor and its bin words. Steps
+#: inside an interval are always COUNT - 1.
+INDEX, COUNT, ACTIVE, BINS = range(4)
+COUNTS = 4
+#: After the records' integers come the bins of every interval in the same order, each one 32-bit word
+#: `bin << 16 | count` (sorted within an interval, so sorting the window's words orders them by value).
+#: The stored bin is 0 for zero, `key + BIAS` for a positive value and its negation for a negative one:
+#: DDSketch keys of magnitudes from `ZERO_BELOW` up are -690 and more, so stored bins are 1..TOP_BIN.
+BIAS = 691
+#: The largest stored bin: magnitudes above MAPPING.value(TOP_BIN - BIAS), about 1e278, share it.
+TOP_BIN = 0x7FFF
+#: Samples one word counts at most; a bin with more takes another word.
+FULL = 0xFFFF
 
 
 def _bin_of(value: float) -> int:
     """The stored bin of a value (see BIAS)."""
-    if abs(value) < ZERO_BELOW:
+    magnitude = abs(value)
+    if magnitude < ZERO_BELOW:
         return 0
-    if value > 0:
-        return int(MAPPING.key(value)) + BIAS
-    return -(int(MAPPING.key(-value)) + BIAS)
+    stored = min(TOP_BIN, max(1, int(MAPPING.key(magnitude)) + BIAS))
+    return stored if value > 0 else -stored
 
 
 @functools.lru_cache(maxsize=8192)
@@ -124,9 +134,9 @@ class SeriesWindow:
 
     Layout (why: tens of thousands of series, so no Python object per interval or per bin):
     `_sums` is `array('d')` of HEAD doubles then RECORD doubles per interval; `_counts` is `array('i')`
-    of COUNTS integers per interval, then the bins of every interval in the same order. Both arrays are
-    kept at their exact size. A read adds the records up (a few C-level slices and sums) and sorts the
-    bin pairs, so it costs the window's distinct bins, not the mapping's key range.
+    of COUNTS integers per interval, then the bin words of every interval in the same order. Both
+    arrays are kept at their exact size. A read adds the records up (a few C-level slices and sums)
+    and sorts the bin words, so it costs the window's distinct bins, not the mapping's key range.
     """
 
     __slots__ = ("_counts", "_last_counter", "_shape", "_sums")
@@ -174,6 +184,14 @@ class SeriesWindow:
     def _records(self) -> int:
         return (len(self._sums) - HEAD) // RECORD
 
+    def _first_index(self) -> int:
+        """The interval holding the origin, counted from time 0 (INDEX counts from it)."""
+        return math.floor(self._sums[ORIGIN] / self._shape.width)
+
+    def _start(self, index: int) -> float:
+        """Start of interval `index`: the same float as `floor(t / width) * width` for its samples."""
+        return (self._first_index() + index) * self._shape.width
+
     # -- writing --------------------------------------------------------------------------------------
     def add(self, samples: Iterable[Sample]) -> int:
         """Add gauge samples; ones not newer than the last sample added (overlapping reads) are skipped.
@@ -185,6 +203,7 @@ class SeriesWindow:
         floor = self._shape.activity_floor
         width = self._shape.width
         records = self._records()
+        first_index = 0 if math.isnan(sums[ORIGIN]) else self._first_index()
         kept = 0
         for time, value in sorted(samples):
             last_time = sums[LAST_TIME]
@@ -193,17 +212,19 @@ class SeriesWindow:
             kept += 1
             if math.isnan(last_time):
                 sums[ORIGIN] = time
+                first_index = self._first_index()
             relative = time - sums[ORIGIN]
-            start = math.floor(time / width) * width
+            index = math.floor(time / width) - first_index
             stored_bin = _bin_of(value)
             active = 1 if floor is not None and value > floor else 0
-            if not records or sums[HEAD + (records - 1) * RECORD + START] != start:
+            if not records or counts[(records - 1) * COUNTS + INDEX] != index:
                 # a new interval: its record goes after the others, its counts after theirs
                 entry = math.nan if math.isnan(last_time) else abs(value - sums[LAST_VALUE])
-                sums.extend((start, value, value, value, relative, relative * relative, relative * value))
-                sums.extend((0.0, entry))
-                counts[records * COUNTS : records * COUNTS] = array("i", (1, active, 1))
-                counts.extend((stored_bin, 1))
+                sums.extend(
+                    (value, value, value, relative, relative * relative, relative * value, 0.0, entry)
+                )
+                counts[records * COUNTS : records * COUNTS] = array("i", (index, 1, active, 1))
+                counts.append(stored_bin << 16 | 1)
                 records += 1
             else:
                 base = HEAD + (records - 1) * RECORD
@@ -225,21 +246,17 @@ class SeriesWindow:
         return kept
 
     def _count_bin(self, head: int, stored_bin: int) -> None:
-        """One more sample in the newest interval's bin (its bins are the last pairs of `_counts`)."""
+        """One more sample in the newest interval's bin (its words are the last ones of `_counts`,
+        sorted: the first word of the bin is the one with the fewest samples)."""
         counts = self._counts
         end = len(counts)
-        position = end - 2 * counts[head + BINS]
-        while position < end:
-            try:
-                found = counts.index(stored_bin, position, end)
-            except ValueError:
-                break
-            if (end - found) % 2 == 0:  # a bin, not a count that happens to be equal
-                counts[found + 1] += 1
-                return
-            position = found + 1
-        counts.extend((stored_bin, 1))
-        counts[head + BINS] += 1
+        word = stored_bin << 16
+        position = bisect.bisect_left(counts, word, end - counts[head + BINS], end)
+        if position < end and counts[position] >> 16 == stored_bin and counts[position] & FULL != FULL:
+            counts[position] += 1
+        else:
+            counts.insert(position, word | 1)
+            counts[head + BINS] += 1
 
     def add_counter(self, samples: Iterable[Sample]) -> int:
         """Add a counter's raw samples as per-second rates between consecutive samples.
@@ -268,18 +285,17 @@ class SeriesWindow:
         """
         horizon = now - self._shape.window_seconds
         width = self._shape.width
-        sums = self._sums
+        counts = self._counts
         records = self._records()
         expired = 0
-        while expired < records and sums[HEAD + expired * RECORD + START] + width <= horizon:
+        while expired < records and self._start(counts[expired * COUNTS + INDEX]) + width <= horizon:
             expired += 1
         if not expired:
             return
-        counts = self._counts
-        dropped_bins = sum(counts[BINS : expired * COUNTS : COUNTS])
-        self._sums = sums[:HEAD] + sums[HEAD + expired * RECORD :]
+        dropped_words = sum(counts[BINS : expired * COUNTS : COUNTS])
+        self._sums = self._sums[:HEAD] + self._sums[HEAD + expired * RECORD :]
         self._counts = (
-            counts[expired * COUNTS : records * COUNTS] + counts[records * COUNTS + 2 * dropped_bins :]
+            counts[expired * COUNTS : records * COUNTS] + counts[records * COUNTS + dropped_words :]
         )
 
     # -- reading --------------------------------------------------------------------------------------
@@ -291,7 +307,7 @@ class SeriesWindow:
     @property
     def first_time(self) -> float | None:
         """Start of the oldest interval kept (how far back the window reaches today)."""
-        return None if self.empty else self._sums[HEAD + START]
+        return None if self.empty else self._start(self._counts[INDEX])
 
     @property
     def last_time(self) -> float | None:
@@ -301,8 +317,13 @@ class SeriesWindow:
 
     def intervals(self) -> Iterator[IntervalInfo]:
         """Start and sample count of every interval, oldest first."""
-        starts = self._sums[HEAD + START :: RECORD]
-        return map(IntervalInfo, starts, self._counts[COUNT : len(starts) * COUNTS : COUNTS])
+        counts = self._counts
+        return iter(
+            [
+                IntervalInfo(self._start(counts[at + INDEX]), counts[at + COUNT])
+                for at in range(0, self._records() * COUNTS, COUNTS)
+            ]
+        )
 
     def complete(self, now: float, *, since: float | None = None) -> bool:
         """Whether the window is covered back to `now - window` (or back to `since`, when later).
@@ -332,9 +353,8 @@ class SeriesWindow:
         total = sum(sums[HEAD + TOTAL :: RECORD])
         low_value = min(sums[HEAD + MINIMUM :: RECORD])
         high_value = max(sums[HEAD + MAXIMUM :: RECORD])
-        bins = counts[records * COUNTS :]
         ranks, interpolations = _quantile_plan(count)
-        at_rank = _values_at(sorted(zip(bins[::2], bins[1::2], strict=True)), ranks)
+        at_rank = _values_at(sorted(counts[records * COUNTS :]), ranks)
         out = {
             "count": float(count),
             "sum": total,
@@ -397,9 +417,10 @@ class SeriesWindow:
         )
 
 
-def _values_at(ascending: list[tuple[int, int]], ranks: tuple[int, ...]) -> dict[int, float]:
+def _values_at(words: list[int], ranks: tuple[int, ...]) -> dict[int, float]:
     """The bin values of the samples at these ranks (ascending ranks, 0-based), in one pass over the
-    (bin, count) pairs sorted by bin, that is by value (a bin may come several times, once per interval).
+    window's bin words sorted, that is by value (a bin may come several times: once per interval, and
+    once more per FULL samples).
 
     What DDSketch's `get_quantile_value` does for one rank, for all of them at once; each value is the
     mapping's representative of the rank's bin, within `RELATIVE_ACCURACY` of the sample.
@@ -407,10 +428,10 @@ def _values_at(ascending: list[tuple[int, int]], ranks: tuple[int, ...]) -> dict
     out: dict[int, float] = {}
     position, last = 0, len(ranks)
     seen = 0
-    for stored_bin, count in ascending:
-        seen += count
+    for word in words:
+        seen += word & FULL
         if ranks[position] < seen:
-            value = _value_of(stored_bin)
+            value = _value_of(word >> 16)
             while position < last and ranks[position] < seen:
                 out[ranks[position]] = value
                 position += 1

@@ -240,16 +240,27 @@ def test_bins_of_one_value_merge_exactly_across_intervals() -> None:
     assert figures["absstep"] == 0.0
 
 
-def test_a_count_equal_to_a_bin_is_not_taken_for_that_bin() -> None:
-    """Bins and counts share one integer array: 1,024 samples of 2.0 then 1.0, whose stored bin is 1,024."""
-    window = SeriesWindow(24_000.0, slots=12)  # 2,000 s intervals: every sample below in one
-    window.add(_series([2.0] * 1024, start=0.0, step=1.0))
-    window.add(_series([1.0] * 100, start=1024.0, step=1.0))
-    figures = window.figures(1124.0)
-    assert figures is not None and figures["count"] == 1124
-    assert abs(figures["p05"] - 1.0) <= RELATIVE_ACCURACY  # ranks 0..99 are the 1.0s
+def test_a_bin_with_more_samples_than_one_word_counts_takes_another() -> None:
+    """A bin word counts at most FULL samples: 70,000 samples of 2.0 and 5,000 of 1.0 in one interval."""
+    window = SeriesWindow(12 * 100_000.0, slots=12)  # 100,000 s intervals: every sample below in one
+    window.add(_series([2.0] * 70_000, start=0.0, step=1.0))
+    window.add(_series([1.0] * 5_000, start=70_000.0, step=1.0))
+    figures = window.figures(75_000.0)
+    assert figures is not None and figures["count"] == 75_000
+    assert abs(figures["p05"] - 1.0) <= RELATIVE_ACCURACY  # ranks 0..4,999 are the 1.0s
     assert abs(figures["p50"] - 2.0) <= 2 * RELATIVE_ACCURACY
-    assert [interval.samples for interval in window.intervals()] == [1124]
+    assert [interval.samples for interval in window.intervals()] == [75_000]
+
+
+def test_magnitudes_beyond_the_top_bin_share_it_and_stay_within_the_exact_extremes() -> None:
+    """Only negative values get there (positive ones that large are DCGM blanks, dropped)."""
+    window = SeriesWindow(3600.0)
+    window.add(_series([-1e300, -1e290, -1e280, 5.0], start=0.0))
+    figures = window.figures(60.0)
+    assert figures is not None
+    assert (figures["min"], figures["max"]) == (-1e300, 5.0)
+    assert -1e300 <= figures["p05"] < -1e277
+    assert figures["sum"] == -1e300 - 1e290 - 1e280 + 5.0
 
 
 def test_expiry_then_new_samples_match_a_window_that_only_saw_the_kept_intervals() -> None:
