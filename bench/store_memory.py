@@ -16,7 +16,9 @@ state). Printed:
 * the process RSS before the reader (the generated history and imports) and after, and the RSS of a
   bare process that imports what the operator imports (kopf, kubernetes, the package): the floor;
 * bytes per series by a walk over the store's objects (every object counted once), broken down into
-  keys/labels, per-series objects, intervals, merged caches and sketch stores;
+  keys/labels, per-series objects and the windows' parts by the attribute or type that holds them
+  (the interval records' sums and counts/bins; intervals, merged caches and DDSketch stores in the
+  layout before the compact one);
 * bytes per series traced by `tracemalloc` over a second run of `--traced-workloads` workloads (100;
   tracing makes the run ten times slower, and the bytes per series do not depend on their number);
 * the time to read every series' `figures()` and `summary()` once, as the cycle does.

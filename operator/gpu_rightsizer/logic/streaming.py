@@ -11,7 +11,8 @@ What is exact and what is estimated:
 
 * count, mean, min, max, share above the activity floor, least-squares trend and the mean absolute
   step between consecutive samples are kept exactly (sums and extremes merge without loss; every read
-  adds the intervals' sums afresh, so nothing is ever subtracted and no rounding builds up);
+  adds the intervals' sums afresh, so nothing is ever subtracted and no rounding builds up); the
+  steps only where there is a sawtooth floor (0..1 ratios), the sawtooth score being their only use;
 * quantiles (p05, p50, p95, p99) come from DDSketch's logarithmic mapping (the `ddsketch` package,
   Datadog's reference implementation): every interval keeps the bin counts of that mapping with
   relative accuracy `RELATIVE_ACCURACY`, bins of intervals add up exactly, and the samples at the two
@@ -61,9 +62,10 @@ SeriesKey = TypeVar("SeriesKey", bound=Hashable)
 #: its newest sample (skips samples already seen, gives the step into the next one); NaN until set.
 ORIGIN, LAST_TIME, LAST_VALUE = range(3)
 HEAD = 3
-#: One interval's doubles (times in the least-squares sums are relative to the origin).
+#: One interval's doubles (times in the least-squares sums are relative to the origin). The steps
+#: (ABS_STEPS, ENTRY_STEP) are kept only by windows with a sawtooth floor, their only reader.
 TOTAL, MINIMUM, MAXIMUM, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, ENTRY_STEP = range(8)
-RECORD = 8
+RECORD_WITHOUT_STEPS, RECORD_WITH_STEPS = 6, 8
 #: One interval's integers, at the front of the integer array: which interval it is (intervals since
 #: the one holding the origin), its samples, those above the activity floor and its bin words. Steps
 #: inside an interval are always COUNT - 1.
@@ -110,7 +112,7 @@ class _Shape:
     """What every series of one kind shares: window length, intervals and floors (one copy, not one
     per series)."""
 
-    __slots__ = ("activity_floor", "sawtooth_floor", "slots", "width", "window_seconds")
+    __slots__ = ("activity_floor", "record", "sawtooth_floor", "slots", "width", "window_seconds")
 
     def __init__(
         self, window_seconds: float, slots: int, activity_floor: float | None, sawtooth_floor: float | None
@@ -124,6 +126,8 @@ class _Shape:
         self.width = window_seconds / slots
         self.activity_floor = activity_floor
         self.sawtooth_floor = sawtooth_floor
+        #: Doubles per interval: the steps only where a sawtooth score is computed from them.
+        self.record = RECORD_WITHOUT_STEPS if sawtooth_floor is None else RECORD_WITH_STEPS
 
 
 class SeriesWindow:
@@ -133,7 +137,7 @@ class SeriesWindow:
     leaves the sawtooth score out (it means something for 0..1 ratios only), as `stats.summarize` does.
 
     Layout (why: tens of thousands of series, so no Python object per interval or per bin):
-    `_sums` is `array('d')` of HEAD doubles then RECORD doubles per interval; `_counts` is `array('i')`
+    `_sums` is `array('d')` of HEAD doubles then `record` doubles per interval; `_counts` is `array('i')`
     of COUNTS integers per interval, then the bin words of every interval in the same order. Both
     arrays are kept at their exact size. A read adds the records up (a few C-level slices and sums)
     and sorts the bin words, so it costs the window's distinct bins, not the mapping's key range.
@@ -182,7 +186,7 @@ class SeriesWindow:
         return None if math.isnan(origin) else origin
 
     def _records(self) -> int:
-        return (len(self._sums) - HEAD) // RECORD
+        return (len(self._sums) - HEAD) // self._shape.record
 
     def _first_index(self) -> int:
         """The interval holding the origin, counted from time 0 (INDEX counts from it)."""
@@ -203,6 +207,7 @@ class SeriesWindow:
         floor = self._shape.activity_floor
         width = self._shape.width
         records = self._records()
+        stride = self._shape.record
         first_index = 0 if math.isnan(sums[ORIGIN]) else self._first_index()
         kept = 0
         for time, value in sorted(samples):
@@ -220,21 +225,22 @@ class SeriesWindow:
             if not records or counts[(records - 1) * COUNTS + INDEX] != index:
                 # a new interval: its record goes after the others, its counts after theirs
                 entry = math.nan if math.isnan(last_time) else abs(value - sums[LAST_VALUE])
-                sums.extend(
-                    (value, value, value, relative, relative * relative, relative * value, 0.0, entry)
-                )
+                sums.extend((value, value, value, relative, relative * relative, relative * value))
+                if stride == RECORD_WITH_STEPS:
+                    sums.extend((0.0, entry))
                 counts[records * COUNTS : records * COUNTS] = array("i", (index, 1, active, 1))
                 counts.append(stored_bin << 16 | 1)
                 records += 1
             else:
-                base = HEAD + (records - 1) * RECORD
+                base = HEAD + (records - 1) * stride
                 sums[base + TOTAL] += value
                 sums[base + MINIMUM] = min(sums[base + MINIMUM], value)
                 sums[base + MAXIMUM] = max(sums[base + MAXIMUM], value)
                 sums[base + SUM_T] += relative
                 sums[base + SUM_TT] += relative * relative
                 sums[base + SUM_TV] += relative * value
-                sums[base + ABS_STEPS] += abs(value - sums[LAST_VALUE])
+                if stride == RECORD_WITH_STEPS:
+                    sums[base + ABS_STEPS] += abs(value - sums[LAST_VALUE])
                 head = (records - 1) * COUNTS
                 counts[head + COUNT] += 1
                 counts[head + ACTIVE] += active
@@ -293,7 +299,7 @@ class SeriesWindow:
         if not expired:
             return
         dropped_words = sum(counts[BINS : expired * COUNTS : COUNTS])
-        self._sums = self._sums[:HEAD] + self._sums[HEAD + expired * RECORD :]
+        self._sums = self._sums[:HEAD] + self._sums[HEAD + expired * self._shape.record :]
         self._counts = (
             counts[expired * COUNTS : records * COUNTS] + counts[records * COUNTS + dropped_words :]
         )
@@ -341,8 +347,8 @@ class SeriesWindow:
 
     def figures(self, now: float | None = None) -> dict[str, float] | None:
         """The window's figures by the names the full-window PromQL gives them (`stats_query`'s `stat`
-        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active, trend, absstep.
-        None without samples."""
+        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active, trend and
+        (with a sawtooth floor) absstep. None without samples."""
         if now is not None:
             self.expire(now)
         sums, counts = self._sums, self._counts
@@ -350,9 +356,10 @@ class SeriesWindow:
         if not records:
             return None
         count = sum(counts[COUNT : records * COUNTS : COUNTS])
-        total = sum(sums[HEAD + TOTAL :: RECORD])
-        low_value = min(sums[HEAD + MINIMUM :: RECORD])
-        high_value = max(sums[HEAD + MAXIMUM :: RECORD])
+        stride = self._shape.record
+        total = sum(sums[HEAD + TOTAL :: stride])
+        low_value = min(sums[HEAD + MINIMUM :: stride])
+        high_value = max(sums[HEAD + MAXIMUM :: stride])
         ranks, interpolations = _quantile_plan(count)
         at_rank = _values_at(sorted(counts[records * COUNTS :]), ranks)
         out = {
@@ -375,19 +382,19 @@ class SeriesWindow:
             _slope(
                 count,
                 total,
-                sum(sums[HEAD + SUM_T :: RECORD]),
-                sum(sums[HEAD + SUM_TT :: RECORD]),
-                sum(sums[HEAD + SUM_TV :: RECORD]),
+                sum(sums[HEAD + SUM_T :: stride]),
+                sum(sums[HEAD + SUM_TT :: stride]),
+                sum(sums[HEAD + SUM_TV :: stride]),
             )
             if count >= 3
             else None
         )
         if trend is not None:
             out["trend"] = trend
-        if count > 1:
+        if count > 1 and stride == RECORD_WITH_STEPS:
             # steps inside every interval, and into every interval but the oldest (its entry step
             # comes from a sample outside the window)
-            steps = sum(sums[HEAD + ABS_STEPS :: RECORD]) + sum(sums[HEAD + RECORD + ENTRY_STEP :: RECORD])
+            steps = sum(sums[HEAD + ABS_STEPS :: stride]) + sum(sums[HEAD + stride + ENTRY_STEP :: stride])
             out["absstep"] = steps / (count - 1)
         return out
 

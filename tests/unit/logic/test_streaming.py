@@ -317,3 +317,17 @@ def test_a_series_is_two_exactly_sized_arrays_and_windows_of_a_kind_share_their_
 
 def vars_of(window: SeriesWindow) -> list[object]:
     return [getattr(window, name) for name in SeriesWindow.__slots__]
+
+
+def test_steps_are_kept_only_where_a_sawtooth_score_needs_them() -> None:
+    """A window without a sawtooth floor (not a 0..1 ratio) keeps no steps and reports no absstep."""
+    samples = _series([0.1, 0.9, 0.1, 0.9, 0.1], start=0.0)
+    ratio, gauge = SeriesWindow(3600.0), SeriesWindow(3600.0, sawtooth_floor=None)
+    ratio.add(samples)
+    gauge.add(samples)
+    with_steps, without = ratio.figures(60.0), gauge.figures(60.0)
+    assert with_steps is not None and without is not None
+    assert with_steps["absstep"] == pytest.approx(0.8)
+    assert "absstep" not in without
+    assert {k: v for k, v in with_steps.items() if k != "absstep"} == without
+    assert len(gauge._sums) < len(ratio._sums)
