@@ -3,36 +3,46 @@
 Why: re-reading a whole window from Prometheus every cycle makes its work grow with pods × window
 length × cycles. Here every series keeps a ring of per-interval records (the window is split into
 `slots` intervals of `window / slots` seconds); a cycle adds the samples since the previous one to the
-open interval, whole intervals older than the window expire, and the window's `SignalStats` are
+newest interval, whole intervals older than the window expire, and the window's `SignalStats` are
 merged from the intervals on read. The number of intervals is fixed, so reading a 24 h window costs
 the same as reading a 5 min one.
 
 What is exact and what is estimated:
 
 * count, mean, min, max, share above the activity floor, least-squares trend and the mean absolute
-  step between consecutive samples are kept exactly (sums and extremes merge without loss);
-* quantiles (p05, p50, p95, p99) come from DDSketch (the `ddsketch` package, Datadog's reference
-  implementation): every interval keeps the bin counts of a logarithmic mapping with relative
-  accuracy `RELATIVE_ACCURACY`, bins of intervals add up exactly, and the samples at the two ranks
-  around `q * (n - 1)` read from the merged bins are each within that relative error, so their linear
-  interpolation (what `stats.percentile` computes from the exact samples) is too. Values
+  step between consecutive samples are kept exactly (sums and extremes merge without loss; every read
+  adds the intervals' sums afresh, so nothing is ever subtracted and no rounding builds up); the
+  steps only where there is a sawtooth floor (0..1 ratios), the sawtooth score being their only use;
+* quantiles (p05, p50, p95, p99) come from DDSketch's logarithmic mapping (the `ddsketch` package,
+  Datadog's reference implementation): every interval keeps the bin counts of that mapping with
+  relative accuracy `RELATIVE_ACCURACY`, bins of intervals add up exactly, and the samples at the two
+  ranks around `q * (n - 1)` read from the merged bins are each within that relative error, so their
+  linear interpolation (what `stats.percentile` computes from the exact samples) is too. Values
   whose magnitude is below `ZERO_BELOW` count as zero (absolute error below it), which keeps the bin
-  range of near-idle ratios bounded;
+  range of near-idle ratios bounded; magnitudes above about 1e278 share the top bin (only negative
+  ones can get there: positive ones that large are DCGM blanks and dropped), and a quantile is
+  always clipped to the exact extremes;
 * the window covers whole intervals: it reaches back at least `window` seconds and at most one
   interval more.
 
 The sawtooth score uses the sketch's p05/p95 spread, so it carries the quantile error too.
+
+Memory: at scale the windows are most of the operator's memory (tens of thousands of series), so a
+series is two flat typed arrays and nothing else: its sums as doubles, one fixed-size record per
+interval, and its counts and bins as 32-bit integers (a bin and its count share one word); see
+`SeriesWindow`. Nothing is cached between reads.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from array import array
-from collections.abc import Hashable, Iterable, Iterator, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Generic, NamedTuple, TypeVar
 
 from ddsketch.mapping import LogarithmicMapping
-from ddsketch.store import DenseStore
 
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR, Sample, is_missing
 from gpu_rightsizer.model.observation import SignalStats
@@ -43,209 +53,69 @@ RELATIVE_ACCURACY = 0.01
 ZERO_BELOW = 1e-6
 #: Intervals per window: the cost of a read and the granularity of expiry.
 DEFAULT_SLOTS = 12
-#: One mapping for every sketch: bins of sketches that share it can be added together.
+#: One mapping for every series: bins of series that share it can be added together.
 MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 
 SeriesKey = TypeVar("SeriesKey", bound=Hashable)
 
-# Positions in an interval's `numbers`. Least-squares sums use times relative to the series' origin.
-COUNT, TOTAL, MINIMUM, MAXIMUM, ACTIVE, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, STEPS, ENTRY_STEP, ZEROS = range(12)
-_EMPTY = (0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, math.nan, 0.0)
-#: Keys of the negative values' bins are kept as `key + NEGATIVE` in the same table as the positive ones.
-NEGATIVE = 1 << 40
-#: Bins a store grows by (ddsketch's default of 128 would cost a kilobyte per series for nothing).
-STORE_CHUNK = 8
+#: Doubles before the records: the series' first sample time (origin of the least-squares times) and
+#: its newest sample (skips samples already seen, gives the step into the next one); NaN until set.
+ORIGIN, LAST_TIME, LAST_VALUE = range(3)
+HEAD = 3
+#: One interval's doubles (times in the least-squares sums are relative to the origin). The steps
+#: (ABS_STEPS, ENTRY_STEP) are kept only by windows with a sawtooth floor, their only reader.
+TOTAL, MINIMUM, MAXIMUM, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, ENTRY_STEP = range(8)
+RECORD_WITHOUT_STEPS, RECORD_WITH_STEPS = 6, 8
+#: One interval's integers, at the front of the integer array: which interval it is (intervals since
+#: the one holding the origin), its samples, those above the activity floor and its bin words. Steps
+#: inside an interval are always COUNT - 1.
+INDEX, COUNT, ACTIVE, BINS = range(4)
+COUNTS = 4
+#: After the records' integers come the bins of every interval in the same order, each one 32-bit word
+#: `bin << 16 | count` (sorted within an interval, so sorting the window's words orders them by value).
+#: The stored bin is 0 for zero, `key + BIAS` for a positive value and its negation for a negative one:
+#: DDSketch keys of magnitudes from `ZERO_BELOW` up are -690 and more, so stored bins are 1..TOP_BIN.
+BIAS = 691
+#: The largest stored bin: magnitudes above MAPPING.value(TOP_BIN - BIAS), about 1e278, share it.
+TOP_BIN = 0x7FFF
+#: Samples one word counts at most; a bin with more takes another word.
+FULL = 0xFFFF
 
 
-def _bin_of(value: float) -> int | None:
-    """The bin key of a value (negative values offset by NEGATIVE); None for zero."""
-    if abs(value) < ZERO_BELOW:
-        return None
-    if value > 0:
-        return int(MAPPING.key(value))
-    return int(MAPPING.key(-value)) + NEGATIVE
+def _bin_of(value: float) -> int:
+    """The stored bin of a value (see BIAS)."""
+    magnitude = abs(value)
+    if magnitude < ZERO_BELOW:
+        return 0
+    stored = min(TOP_BIN, max(1, int(MAPPING.key(magnitude)) + BIAS))
+    return stored if value > 0 else -stored
 
 
-class Interval:
-    """Mergeable summary of the samples of one series in one interval `[start, start + width)`.
-
-    Kept compact because a window holds `slots` of them per series: the exact sums in one array of
-    doubles, the sketch's bins in a dict while the interval is open, appended to that same array as
-    (key, count) pairs once it is closed (integers below 2**53 are exact as doubles).
-    """
-
-    __slots__ = ("bins", "numbers", "start")
-
-    def __init__(self, start: float) -> None:
-        self.start = start
-        self.numbers = array("d", _EMPTY)
-        self.bins: dict[int, int] | None = {}
-
-    @property
-    def count(self) -> int:
-        return int(self.numbers[COUNT])
-
-    def add(self, value: float, relative_time: float, floor: float | None) -> None:
-        """One cleaned sample, newer than every sample added before."""
-        if self.bins is None:
-            raise RuntimeError("a closed interval takes no more samples")
-        numbers = self.numbers
-        numbers[COUNT] += 1
-        numbers[TOTAL] += value
-        numbers[MINIMUM] = min(numbers[MINIMUM], value)
-        numbers[MAXIMUM] = max(numbers[MAXIMUM], value)
-        if floor is not None and value > floor:
-            numbers[ACTIVE] += 1
-        numbers[SUM_T] += relative_time
-        numbers[SUM_TT] += relative_time * relative_time
-        numbers[SUM_TV] += relative_time * value
-        key = _bin_of(value)
-        if key is None:
-            numbers[ZEROS] += 1
-        else:
-            self.bins[key] = self.bins.get(key, 0) + 1
-
-    def step(self, change: float, *, entry: bool) -> None:
-        """|Δ| from the previous sample: inside this interval, or into its first sample (`entry`)."""
-        if entry:
-            self.numbers[ENTRY_STEP] = change
-        else:
-            self.numbers[ABS_STEPS] += change
-            self.numbers[STEPS] += 1
-
-    def close(self) -> None:
-        """Freeze the bins into the array of sums (a fraction of a dict's memory)."""
-        if self.bins is not None:
-            flat = [*self.numbers]
-            for key, count in self.bins.items():
-                flat.append(key)
-                flat.append(count)
-            self.numbers = array("d", flat)  # sized exactly: appending in place over-allocates
-            self.bins = None
-
-    def bin_items(self) -> Iterator[tuple[int, int]]:
-        """(key, count) of every bin."""
-        if self.bins is not None:
-            return iter(self.bins.items())
-        pairs = self.numbers[len(_EMPTY) :]
-        return zip(map(int, pairs[::2]), map(int, pairs[1::2]), strict=True)
+@functools.lru_cache(maxsize=8192)
+def _value_of(stored_bin: int) -> float:
+    """The mapping's representative value of a stored bin (within RELATIVE_ACCURACY of its samples)."""
+    if stored_bin > 0:
+        return float(MAPPING.value(stored_bin - BIAS))
+    if stored_bin < 0:
+        return -float(MAPPING.value(-stored_bin - BIAS))
+    return 0.0
 
 
-class _Merged:
-    """Sums of several intervals, with their bins in DDSketch stores (the closed part is cached)."""
+class IntervalInfo(NamedTuple):
+    """What `SeriesWindow.intervals` tells about one interval."""
 
-    __slots__ = ("negative", "numbers", "positive")
-
-    def __init__(self) -> None:
-        self.numbers = array("d", _EMPTY)
-        self.positive = DenseStore(STORE_CHUNK)
-        self.negative: DenseStore | None = None
-
-    def add(self, interval: Interval, *, with_entry_step: bool) -> None:
-        """Add an interval's sums and bins."""
-        self.add_numbers(interval, with_entry_step=with_entry_step)
-        self.add_bins(interval, 1)
-
-    def add_numbers(self, interval: Interval, *, with_entry_step: bool, sign: int = 1) -> None:
-        """Add (sign 1) or take away (sign -1) an interval's sums; extremes only grow (see `expire`)."""
-        mine, theirs = self.numbers, interval.numbers
-        for position in (COUNT, TOTAL, ACTIVE, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, STEPS, ZEROS):
-            mine[position] += sign * theirs[position]
-        if sign > 0:
-            mine[MINIMUM] = min(mine[MINIMUM], theirs[MINIMUM])
-            mine[MAXIMUM] = max(mine[MAXIMUM], theirs[MAXIMUM])
-        if with_entry_step:
-            self.add_entry_step(interval, sign)
-
-    def add_entry_step(self, interval: Interval, sign: int) -> None:
-        """Count (or stop counting) the step into the interval's first sample."""
-        entry = interval.numbers[ENTRY_STEP]
-        if not math.isnan(entry):
-            self.numbers[ABS_STEPS] += sign * entry
-            self.numbers[STEPS] += sign
-
-    def add_bins(self, interval: Interval, sign: int) -> None:
-        """Add (sign 1) or take away (sign -1, an expired interval) an interval's bin counts: exact."""
-        for key, count in interval.bin_items():
-            if key >= NEGATIVE // 2:
-                if self.negative is None:
-                    self.negative = DenseStore(STORE_CHUNK)
-                self.negative.add(key - NEGATIVE, sign * count)
-            else:
-                self.positive.add(key, sign * count)
-
-    def copy(self) -> _Merged:
-        twin = _Merged()
-        twin.numbers = array("d", self.numbers)
-        twin.positive.copy(self.positive)
-        if self.negative is not None:
-            twin.negative = DenseStore(STORE_CHUNK)
-            twin.negative.copy(self.negative)
-        return twin
-
-    def values_at(self, ranks: Sequence[int]) -> list[float]:
-        """The bin values of the samples at these ranks (ascending ranks, 0-based), in one pass.
-
-        What DDSketch's `get_quantile_value` does for one rank, for all of them at once: negative
-        bins from the largest magnitude, then the zeros, then positive bins. Each value is the
-        mapping's representative of the rank's bin, within `RELATIVE_ACCURACY` of the sample.
-        """
-        out: list[float] = []
-        pending = iter(ranks)
-        target = next(pending, None)
-        seen = 0.0
-        for count, value in self._ascending():
-            seen += count
-            while target is not None and target < seen:
-                out.append(value)
-                target = next(pending, None)
-            if target is None:
-                break
-        return out
-
-    def _ascending(self) -> Iterator[tuple[float, float]]:
-        negative = self.negative
-        if negative is not None:
-            for index in range(len(negative.bins) - 1, -1, -1):
-                if negative.bins[index] > 0:
-                    yield negative.bins[index], -float(MAPPING.value(index + negative.offset))
-        if self.numbers[ZEROS]:
-            yield self.numbers[ZEROS], 0.0
-        positive = self.positive
-        for index, count in enumerate(positive.bins):
-            if count > 0:
-                yield count, float(MAPPING.value(index + positive.offset))
+    start: float
+    samples: int
 
 
-class SeriesWindow:
-    """The window of one series: a ring of intervals, the open one last.
+class _Shape:
+    """What every series of one kind shares: window length, intervals and floors (one copy, not one
+    per series)."""
 
-    `activity_floor` counts samples above it (`SignalStats.active_fraction`); `sawtooth_floor` None
-    leaves the sawtooth score out (it means something for 0..1 ratios only), as `stats.summarize` does.
-    """
-
-    __slots__ = (
-        "_closed",
-        "_closed_dirty",
-        "_expiries",
-        "_intervals",
-        "_last",
-        "_last_counter",
-        "activity_floor",
-        "origin",
-        "sawtooth_floor",
-        "slots",
-        "width",
-        "window_seconds",
-    )
+    __slots__ = ("activity_floor", "record", "sawtooth_floor", "slots", "width", "window_seconds")
 
     def __init__(
-        self,
-        window_seconds: float,
-        *,
-        slots: int = DEFAULT_SLOTS,
-        activity_floor: float | None = None,
-        sawtooth_floor: float | None = DEFAULT_SAWTOOTH_FLOOR,
+        self, window_seconds: float, slots: int, activity_floor: float | None, sawtooth_floor: float | None
     ) -> None:
         if window_seconds <= 0:
             raise ValueError(f"window must be positive, got {window_seconds} s")
@@ -256,13 +126,75 @@ class SeriesWindow:
         self.width = window_seconds / slots
         self.activity_floor = activity_floor
         self.sawtooth_floor = sawtooth_floor
-        self.origin: float | None = None
-        self._intervals: list[Interval] = []
-        self._last: Sample | None = None
+        #: Doubles per interval: the steps only where a sawtooth score is computed from them.
+        self.record = RECORD_WITHOUT_STEPS if sawtooth_floor is None else RECORD_WITH_STEPS
+
+
+class SeriesWindow:
+    """The window of one series: a ring of interval records, oldest first, the newest one still open.
+
+    `activity_floor` counts samples above it (`SignalStats.active_fraction`); `sawtooth_floor` None
+    leaves the sawtooth score out (it means something for 0..1 ratios only), as `stats.summarize` does.
+
+    Layout (why: tens of thousands of series, so no Python object per interval or per bin):
+    `_sums` is `array('d')` of HEAD doubles then `record` doubles per interval; `_counts` is `array('i')`
+    of COUNTS integers per interval, then the bin words of every interval in the same order. Both
+    arrays are kept at their exact size. A read adds the records up (a few C-level slices and sums)
+    and sorts the bin words, so it costs the window's distinct bins, not the mapping's key range.
+    """
+
+    __slots__ = ("_counts", "_last_counter", "_shape", "_sums")
+
+    def __init__(
+        self,
+        window_seconds: float,
+        *,
+        slots: int = DEFAULT_SLOTS,
+        activity_floor: float | None = None,
+        sawtooth_floor: float | None = DEFAULT_SAWTOOTH_FLOOR,
+        shape: _Shape | None = None,
+    ) -> None:
+        self._shape = shape or _Shape(window_seconds, slots, activity_floor, sawtooth_floor)
+        self._sums = array("d", (math.nan, math.nan, math.nan))
+        self._counts = array("i")
         self._last_counter: Sample | None = None
-        self._closed = _Merged()
-        self._closed_dirty = False
-        self._expiries = 0
+
+    @property
+    def window_seconds(self) -> float:
+        return self._shape.window_seconds
+
+    @property
+    def slots(self) -> int:
+        return self._shape.slots
+
+    @property
+    def width(self) -> float:
+        return self._shape.width
+
+    @property
+    def activity_floor(self) -> float | None:
+        return self._shape.activity_floor
+
+    @property
+    def sawtooth_floor(self) -> float | None:
+        return self._shape.sawtooth_floor
+
+    @property
+    def origin(self) -> float | None:
+        """Time of the first sample ever added (the least-squares times count from it)."""
+        origin = self._sums[ORIGIN]
+        return None if math.isnan(origin) else origin
+
+    def _records(self) -> int:
+        return (len(self._sums) - HEAD) // self._shape.record
+
+    def _first_index(self) -> int:
+        """The interval holding the origin, counted from time 0 (INDEX counts from it)."""
+        return math.floor(self._sums[ORIGIN] / self._shape.width)
+
+    def _start(self, index: int) -> float:
+        """Start of interval `index`: the same float as `floor(t / width) * width` for its samples."""
+        return (self._first_index() + index) * self._shape.width
 
     # -- writing --------------------------------------------------------------------------------------
     def add(self, samples: Iterable[Sample]) -> int:
@@ -270,13 +202,67 @@ class SeriesWindow:
 
         Returns how many samples were kept.
         """
+        sums, counts = self._sums, self._counts
+        sizes = len(sums), len(counts)
+        floor = self._shape.activity_floor
+        width = self._shape.width
+        records = self._records()
+        stride = self._shape.record
+        first_index = 0 if math.isnan(sums[ORIGIN]) else self._first_index()
         kept = 0
         for time, value in sorted(samples):
-            if is_missing(value) or (self._last is not None and time <= self._last[0]):
+            last_time = sums[LAST_TIME]
+            if is_missing(value) or time <= last_time:  # NaN compares False: nothing added yet
                 continue
-            self._add_one(time, value)
             kept += 1
+            if math.isnan(last_time):
+                sums[ORIGIN] = time
+                first_index = self._first_index()
+            relative = time - sums[ORIGIN]
+            index = math.floor(time / width) - first_index
+            stored_bin = _bin_of(value)
+            active = 1 if floor is not None and value > floor else 0
+            if not records or counts[(records - 1) * COUNTS + INDEX] != index:
+                # a new interval: its record goes after the others, its counts after theirs
+                entry = math.nan if math.isnan(last_time) else abs(value - sums[LAST_VALUE])
+                sums.extend((value, value, value, relative, relative * relative, relative * value))
+                if stride == RECORD_WITH_STEPS:
+                    sums.extend((0.0, entry))
+                counts[records * COUNTS : records * COUNTS] = array("i", (index, 1, active, 1))
+                counts.append(stored_bin << 16 | 1)
+                records += 1
+            else:
+                base = HEAD + (records - 1) * stride
+                sums[base + TOTAL] += value
+                sums[base + MINIMUM] = min(sums[base + MINIMUM], value)
+                sums[base + MAXIMUM] = max(sums[base + MAXIMUM], value)
+                sums[base + SUM_T] += relative
+                sums[base + SUM_TT] += relative * relative
+                sums[base + SUM_TV] += relative * value
+                if stride == RECORD_WITH_STEPS:
+                    sums[base + ABS_STEPS] += abs(value - sums[LAST_VALUE])
+                head = (records - 1) * COUNTS
+                counts[head + COUNT] += 1
+                counts[head + ACTIVE] += active
+                self._count_bin(head, stored_bin)
+            sums[LAST_TIME] = time
+            sums[LAST_VALUE] = value
+        if (len(sums), len(counts)) != sizes:  # appending over-allocates: keep the arrays exact
+            self._sums, self._counts = array("d", sums), array("i", counts)
         return kept
+
+    def _count_bin(self, head: int, stored_bin: int) -> None:
+        """One more sample in the newest interval's bin (its words are the last ones of `_counts`,
+        sorted: the first word of the bin is the one with the fewest samples)."""
+        counts = self._counts
+        end = len(counts)
+        word = stored_bin << 16
+        position = bisect.bisect_left(counts, word, end - counts[head + BINS], end)
+        if position < end and counts[position] >> 16 == stored_bin and counts[position] & FULL != FULL:
+            counts[position] += 1
+        else:
+            counts.insert(position, word | 1)
+            counts[head + BINS] += 1
 
     def add_counter(self, samples: Iterable[Sample]) -> int:
         """Add a counter's raw samples as per-second rates between consecutive samples.
@@ -298,77 +284,52 @@ class SeriesWindow:
             rates.append((time, increase / (time - previous[0])))
         return self.add(rates)
 
-    def _add_one(self, time: float, value: float) -> None:
-        if self.origin is None:
-            self.origin = time
-        start = math.floor(time / self.width) * self.width
-        open_interval = self._intervals[-1] if self._intervals else None
-        if open_interval is None or open_interval.start != start:
-            if open_interval is not None:
-                open_interval.close()
-                self._closed.add_bins(open_interval, 1)
-                self._closed.add_numbers(open_interval, with_entry_step=len(self._intervals) > 1)
-            open_interval = Interval(start)
-            if self._last is not None:
-                open_interval.step(abs(value - self._last[1]), entry=True)
-            self._intervals.append(open_interval)
-        elif self._last is not None:
-            open_interval.step(abs(value - self._last[1]), entry=False)
-        open_interval.add(value, time - self.origin, self.activity_floor)
-        self._last = (time, value)
-
     def expire(self, now: float) -> None:
         """Drop intervals that end before `now - window` (they no longer overlap the window).
 
-        Their counts and sums are taken away from the cached closed part (bin counts subtract
-        exactly; the float sums are re-added from the records every `slots` expiries so rounding
-        never builds up), so expiry costs the expired interval, not a rebuild of the window.
+        Nothing is cached, so dropping their records is all there is to it.
         """
-        horizon = now - self.window_seconds
+        horizon = now - self._shape.window_seconds
+        width = self._shape.width
+        counts = self._counts
+        records = self._records()
         expired = 0
-        while expired < len(self._intervals) and self._intervals[expired].start + self.width <= horizon:
+        while expired < records and self._start(counts[expired * COUNTS + INDEX]) + width <= horizon:
             expired += 1
         if not expired:
             return
-        if expired >= len(self._intervals) - 1:  # at most the open interval is left: nothing closed
-            del self._intervals[:expired]
-            self._closed = _Merged()
-            self._closed_dirty = False
-            return
-        closed = self._closed
-        for position, interval in enumerate(self._intervals[:expired]):
-            closed.add_bins(interval, -1)
-            closed.add_numbers(interval, with_entry_step=position > 0, sign=-1)
-        del self._intervals[:expired]
-        closed.add_entry_step(self._intervals[0], -1)  # the new oldest one's entry is outside the window
-        numbers = closed.numbers
-        numbers[MINIMUM], numbers[MAXIMUM] = math.inf, -math.inf
-        for interval in self._intervals[:-1]:
-            numbers[MINIMUM] = min(numbers[MINIMUM], interval.numbers[MINIMUM])
-            numbers[MAXIMUM] = max(numbers[MAXIMUM], interval.numbers[MAXIMUM])
-        self._expiries += 1
-        if self._expiries % self.slots == 0:
-            self._closed_dirty = True
+        dropped_words = sum(counts[BINS : expired * COUNTS : COUNTS])
+        self._sums = self._sums[:HEAD] + self._sums[HEAD + expired * self._shape.record :]
+        self._counts = (
+            counts[expired * COUNTS : records * COUNTS] + counts[records * COUNTS + dropped_words :]
+        )
 
     # -- reading --------------------------------------------------------------------------------------
     @property
     def empty(self) -> bool:
         """No interval left in the window."""
-        return not self._intervals
+        return len(self._sums) == HEAD
 
     @property
     def first_time(self) -> float | None:
         """Start of the oldest interval kept (how far back the window reaches today)."""
-        return self._intervals[0].start if self._intervals else None
+        return None if self.empty else self._start(self._counts[INDEX])
 
     @property
     def last_time(self) -> float | None:
         """Time of the newest sample added."""
-        return self._last[0] if self._last else None
+        last = self._sums[LAST_TIME]
+        return None if math.isnan(last) else last
 
-    def intervals(self) -> Iterator[Interval]:
-        """The intervals, oldest first."""
-        return iter(self._intervals)
+    def intervals(self) -> Iterator[IntervalInfo]:
+        """Start and sample count of every interval, oldest first."""
+        counts = self._counts
+        return iter(
+            [
+                IntervalInfo(self._start(counts[at + INDEX]), counts[at + COUNT])
+                for at in range(0, self._records() * COUNTS, COUNTS)
+            ]
+        )
 
     def complete(self, now: float, *, since: float | None = None) -> bool:
         """Whether the window is covered back to `now - window` (or back to `since`, when later).
@@ -379,71 +340,62 @@ class SeriesWindow:
         first = self.first_time
         if first is None:
             return False
-        horizon = now - self.window_seconds
+        horizon = now - self._shape.window_seconds
         if since is not None:
             horizon = max(horizon, since)
-        return first <= horizon + self.width
-
-    def _closed_part(self) -> _Merged:
-        """Every interval but the open one: kept up to date on close and expiry, its float sums
-        re-added exactly from the records now and then."""
-        if self._closed_dirty:
-            numbers = array("d", _EMPTY)
-            self._closed.numbers = numbers
-            for position, interval in enumerate(self._intervals[:-1]):
-                self._closed.add_numbers(interval, with_entry_step=position > 0)
-            self._closed_dirty = False
-        return self._closed
-
-    def merged(self, now: float | None = None) -> _Merged:
-        """The window's sums: a copy of the cached closed part plus the open interval."""
-        if now is not None:
-            self.expire(now)
-        if len(self._intervals) <= 1:
-            merged = _Merged()
-            if self._intervals:
-                merged.add(self._intervals[0], with_entry_step=False)
-            return merged
-        merged = self._closed_part().copy()
-        merged.add(self._intervals[-1], with_entry_step=True)
-        return merged
+        return first <= horizon + self._shape.width
 
     def figures(self, now: float | None = None) -> dict[str, float] | None:
         """The window's figures by the names the full-window PromQL gives them (`stats_query`'s `stat`
-        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active, trend, absstep.
-        None without samples."""
-        merged = self.merged(now)
-        numbers = merged.numbers
-        count = int(numbers[COUNT])
-        if count == 0:
+        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active, trend and
+        (with a sawtooth floor) absstep. None without samples."""
+        if now is not None:
+            self.expire(now)
+        sums, counts = self._sums, self._counts
+        records = self._records()
+        if not records:
             return None
-        low_value, high_value = numbers[MINIMUM], numbers[MAXIMUM]
-        quantiles = {"p05": 0.05, "p50": 0.50, "p95": 0.95, "p99": 0.99}
-        ranks = sorted({r for q in quantiles.values() for r in _ranks(q, count)})
-        at_rank = dict(zip(ranks, merged.values_at(ranks), strict=True))
+        count = sum(counts[COUNT : records * COUNTS : COUNTS])
+        stride = self._shape.record
+        total = sum(sums[HEAD + TOTAL :: stride])
+        low_value = min(sums[HEAD + MINIMUM :: stride])
+        high_value = max(sums[HEAD + MAXIMUM :: stride])
+        ranks, interpolations = _quantile_plan(count)
+        at_rank = _values_at(sorted(counts[records * COUNTS :]), ranks)
         out = {
             "count": float(count),
-            "sum": numbers[TOTAL],
-            "mean": numbers[TOTAL] / count,
+            "sum": total,
+            "mean": total / count,
             "min": low_value,
             "max": high_value,
         }
-        for name, q in quantiles.items():
+        for name, low, high, weight in interpolations:
             # linear interpolation between the samples at the two closest ranks (as
             # `stats.percentile` does between the exact ones), clipped to the exact extremes
-            rank = q * (count - 1)
-            low = math.floor(rank)
             estimate = at_rank[low]
-            if rank > low:
-                estimate += (rank - low) * (at_rank[min(low + 1, count - 1)] - estimate)
+            if weight:
+                estimate += weight * (at_rank[high] - estimate)
             out[name] = min(high_value, max(low_value, estimate))
-        if self.activity_floor is not None:
-            out["active"] = numbers[ACTIVE] / count
-        trend = _slope(numbers) if count >= 3 else None
+        if self._shape.activity_floor is not None:
+            out["active"] = sum(counts[ACTIVE : records * COUNTS : COUNTS]) / count
+        trend = (
+            _slope(
+                count,
+                total,
+                sum(sums[HEAD + SUM_T :: stride]),
+                sum(sums[HEAD + SUM_TT :: stride]),
+                sum(sums[HEAD + SUM_TV :: stride]),
+            )
+            if count >= 3
+            else None
+        )
         if trend is not None:
             out["trend"] = trend
-        if numbers[STEPS]:
-            out["absstep"] = numbers[ABS_STEPS] / numbers[STEPS]
+        if count > 1 and stride == RECORD_WITH_STEPS:
+            # steps inside every interval, and into every interval but the oldest (its entry step
+            # comes from a sample outside the window)
+            steps = sum(sums[HEAD + ABS_STEPS :: stride]) + sum(sums[HEAD + stride + ENTRY_STEP :: stride])
+            out["absstep"] = steps / (count - 1)
         return out
 
     def summary(self, now: float | None = None) -> SignalStats | None:
@@ -453,10 +405,11 @@ class SeriesWindow:
             return None
         count = int(figures["count"])
         sawtooth = None
-        if self.sawtooth_floor is not None and count >= 3:
+        sawtooth_floor = self._shape.sawtooth_floor
+        if sawtooth_floor is not None and count >= 3:
             spread = figures["p95"] - figures["p05"]
             mean_step = figures.get("absstep", 0.0)
-            sawtooth = 0.0 if spread < self.sawtooth_floor else min(1.0, mean_step / spread)
+            sawtooth = 0.0 if spread < sawtooth_floor else min(1.0, mean_step / spread)
         return SignalStats(
             samples=count,
             mean=figures["mean"],
@@ -471,19 +424,58 @@ class SeriesWindow:
         )
 
 
+def _values_at(words: list[int], ranks: tuple[int, ...]) -> dict[int, float]:
+    """The bin values of the samples at these ranks (ascending ranks, 0-based), in one pass over the
+    window's bin words sorted, that is by value (a bin may come several times: once per interval, and
+    once more per FULL samples).
+
+    What DDSketch's `get_quantile_value` does for one rank, for all of them at once; each value is the
+    mapping's representative of the rank's bin, within `RELATIVE_ACCURACY` of the sample.
+    """
+    out: dict[int, float] = {}
+    position, last = 0, len(ranks)
+    seen = 0
+    for word in words:
+        seen += word & FULL
+        if ranks[position] < seen:
+            value = _value_of(word >> 16)
+            while position < last and ranks[position] < seen:
+                out[ranks[position]] = value
+                position += 1
+            if position == last:
+                break
+    return out
+
+
+#: The quantiles a window reports, by their figure names.
+QUANTILES = {"p05": 0.05, "p50": 0.50, "p95": 0.95, "p99": 0.99}
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantile_plan(count: int) -> tuple[tuple[int, ...], tuple[tuple[str, int, int, float], ...]]:
+    """For `count` samples: the ranks to read, and per quantile the two ranks it interpolates between
+    with the weight of the upper one (a window's count repeats cycle after cycle, so this is cached)."""
+    interpolations = []
+    for name, q in QUANTILES.items():
+        rank = q * (count - 1)
+        low, high = _ranks(q, count)
+        interpolations.append((name, low, high, rank - low))
+    ranks = tuple(sorted({rank for _, low, high, _ in interpolations for rank in (low, high)}))
+    return ranks, tuple(interpolations)
+
+
 def _ranks(quantile: float, count: int) -> tuple[int, int]:
     """The two ranks a linear-interpolated percentile sits between."""
     low = math.floor(quantile * (count - 1))
     return low, min(low + 1, count - 1)
 
 
-def _slope(numbers: array[float]) -> float | None:
+def _slope(count: int, total: float, sum_t: float, sum_tt: float, sum_tv: float) -> float | None:
     """Least-squares slope per hour from the exact sums (None when every sample has one time)."""
-    count = numbers[COUNT]
-    var_t = numbers[SUM_TT] - numbers[SUM_T] * numbers[SUM_T] / count
-    if var_t <= 1e-9 * max(1.0, numbers[SUM_TT]):
+    var_t = sum_tt - sum_t * sum_t / count
+    if var_t <= 1e-9 * max(1.0, sum_tt):
         return None
-    cov = numbers[SUM_TV] - numbers[SUM_T] * numbers[TOTAL] / count
+    cov = sum_tv - sum_t * total / count
     return cov / var_t * 3600.0
 
 
@@ -496,6 +488,7 @@ class StreamingStore(Generic[SeriesKey]):
         self.window_seconds = window_seconds
         self.slots = slots
         self.series: dict[SeriesKey, SeriesWindow] = {}
+        self._shapes: dict[tuple[float | None, float | None], _Shape] = {}
 
     def window(
         self,
@@ -507,12 +500,11 @@ class StreamingStore(Generic[SeriesKey]):
         """The series' window, created on first use with these floors."""
         found = self.series.get(key)
         if found is None:
-            found = SeriesWindow(
-                self.window_seconds,
-                slots=self.slots,
-                activity_floor=activity_floor,
-                sawtooth_floor=sawtooth_floor,
-            )
+            floors = (activity_floor, sawtooth_floor)
+            shape = self._shapes.get(floors)
+            if shape is None:
+                shape = self._shapes[floors] = _Shape(self.window_seconds, self.slots, *floors)
+            found = SeriesWindow(self.window_seconds, shape=shape)
             self.series[key] = found
         return found
 

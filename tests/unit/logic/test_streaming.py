@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+from array import array
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +17,7 @@ from gpu_rightsizer.logic.streaming import (
     ZERO_BELOW,
     SeriesWindow,
     StreamingStore,
+    _Shape,
     summarize_streamed,
 )
 
@@ -205,3 +208,126 @@ def test_summarize_streamed_keeps_every_sample_of_the_span(values: list[float]) 
     assert streamed is not None and exact is not None
     assert (streamed.samples, streamed.min, streamed.max) == (exact.samples, exact.min, exact.max)
     assert summarize_streamed([]) is None
+
+
+def test_negative_values_and_zeros_keep_exact_sums_and_order_in_the_bins() -> None:
+    """Negative bins sort below the zeros, the zeros below positive bins; sums and extremes exact."""
+    values = [-40.0, -3.0, -3.0, 0.0, 0.0, 0.0, 5e-7, -5e-7, 0.002, 0.5, 7.0, 1e9]
+    window = SeriesWindow(3600.0, slots=4)
+    for index in range(0, len(values), 3):  # a few cycles, spread over several intervals
+        window.add(_series(values[index : index + 3], start=index * 300.0, step=300.0))
+    figures = window.figures(len(values) * 300.0)
+    assert figures is not None
+    assert figures["count"] == len(values)
+    assert (figures["min"], figures["max"]) == (-40.0, 1e9)
+    assert figures["sum"] == pytest.approx(math.fsum(values), rel=1e-12)
+    ordered = sorted(values)
+    for name, quantile in (("p05", 0.05), ("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+        assert _within_sketch_error(figures[name], ordered, quantile), (name, figures[name])
+    all_zero = SeriesWindow(3600.0)
+    all_zero.add(_series([0.0, 1e-9, -1e-9], start=0.0))
+    zero = all_zero.summary(30.0)
+    assert zero is not None and (zero.p50, zero.p95, zero.p99) == (0.0, 0.0, 0.0)
+
+
+def test_bins_of_one_value_merge_exactly_across_intervals() -> None:
+    """The same bin in every interval adds up: the quantiles of a constant are its bin's value."""
+    window = SeriesWindow(3600.0, slots=12)
+    window.add(_series([0.37] * 240, start=0.0))  # 15 s steps over the whole hour: 12 intervals
+    figures = window.figures(3600.0)
+    assert figures is not None and figures["count"] == 240
+    assert all(abs(figures[name] - 0.37) <= RELATIVE_ACCURACY * 0.37 for name in ("p05", "p50", "p99"))
+    assert figures["absstep"] == 0.0
+
+
+def test_a_bin_with_more_samples_than_one_word_counts_takes_another() -> None:
+    """A bin word counts at most FULL samples: 70,000 samples of 2.0 and 5,000 of 1.0 in one interval."""
+    window = SeriesWindow(12 * 100_000.0, slots=12)  # 100,000 s intervals: every sample below in one
+    window.add(_series([2.0] * 70_000, start=0.0, step=1.0))
+    window.add(_series([1.0] * 5_000, start=70_000.0, step=1.0))
+    figures = window.figures(75_000.0)
+    assert figures is not None and figures["count"] == 75_000
+    assert abs(figures["p05"] - 1.0) <= RELATIVE_ACCURACY  # ranks 0..4,999 are the 1.0s
+    assert abs(figures["p50"] - 2.0) <= 2 * RELATIVE_ACCURACY
+    assert [interval.samples for interval in window.intervals()] == [75_000]
+
+
+def test_magnitudes_beyond_the_top_bin_share_it_and_stay_within_the_exact_extremes() -> None:
+    """Only negative values get there (positive ones that large are DCGM blanks, dropped)."""
+    window = SeriesWindow(3600.0)
+    window.add(_series([-1e300, -1e290, -1e280, 5.0], start=0.0))
+    figures = window.figures(60.0)
+    assert figures is not None
+    assert (figures["min"], figures["max"]) == (-1e300, 5.0)
+    assert -1e300 <= figures["p05"] < -1e277
+    assert figures["sum"] == -1e300 - 1e290 - 1e280 + 5.0
+
+
+def test_expiry_then_new_samples_match_a_window_that_only_saw_the_kept_intervals() -> None:
+    """Dropping records leaves nothing of them behind: the next reads are those of a fresh window."""
+    values = [math.sin(i / 5.0) * 3.0 + (i % 7) for i in range(200)]
+    samples = _series(values, start=0.0, step=30.0)
+    window = SeriesWindow(1800.0, slots=6, activity_floor=1.0)
+    for index in range(0, len(samples), 4):
+        window.add(samples[index : index + 4])
+    now = samples[-1][0]
+    window.expire(now)
+    first = window.first_time
+    assert first is not None
+    kept = [(t, v) for t, v in samples if t >= first]
+    fresh = SeriesWindow(1800.0, slots=6, activity_floor=1.0)
+    fresh.add(kept)
+    got, expected = window.figures(now), fresh.figures(now)
+    assert got is not None and expected is not None
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-9), name
+    assert [i.samples for i in window.intervals()] == [i.samples for i in fresh.intervals()]
+
+
+def test_counter_resets_stay_exact_across_intervals_and_expiry() -> None:
+    totals = [0.0, 30.0, 90.0, 10.0, 70.0, 130.0, 5.0, 65.0]  # resets at 90 → 10 and 130 → 5
+    samples = [(i * 300.0, total) for i, total in enumerate(totals)]
+    window = SeriesWindow(1200.0, slots=4, sawtooth_floor=None)
+    for sample in samples:
+        window.add_counter([sample])
+    now = samples[-1][0]
+    summary = window.summary(now)
+    assert summary is not None
+    rates = st.counter_rates(samples)
+    first = window.first_time
+    assert first is not None
+    kept = [v for t, v in rates if t >= first]
+    assert summary.samples == len(kept)
+    assert summary.mean == pytest.approx(math.fsum(kept) / len(kept), rel=1e-12)
+    assert (summary.min, summary.max) == (min(kept), max(kept))
+
+
+def test_a_series_is_two_exactly_sized_arrays_and_windows_of_a_kind_share_their_parameters() -> None:
+    """What keeps memory flat at scale: no object per interval or bin, no spare capacity kept."""
+    store: StreamingStore[str] = StreamingStore(3600.0)
+    first, second = store.window("a", activity_floor=0.05), store.window("b", activity_floor=0.05)
+    assert first._shape is second._shape
+    first.add(_series([i / 100 for i in range(100)], start=0.0, step=30.0))
+    first.add(_series([0.5, 0.25], start=3000.0, step=30.0))
+    for values in (first._sums, first._counts):
+        assert sys.getsizeof(values) == sys.getsizeof(array(values.typecode)) + len(values) * values.itemsize
+    assert {type(value) for value in vars_of(first)} <= {array, _Shape, type(None), tuple}
+
+
+def vars_of(window: SeriesWindow) -> list[object]:
+    return [getattr(window, name) for name in SeriesWindow.__slots__]
+
+
+def test_steps_are_kept_only_where_a_sawtooth_score_needs_them() -> None:
+    """A window without a sawtooth floor (not a 0..1 ratio) keeps no steps and reports no absstep."""
+    samples = _series([0.1, 0.9, 0.1, 0.9, 0.1], start=0.0)
+    ratio, gauge = SeriesWindow(3600.0), SeriesWindow(3600.0, sawtooth_floor=None)
+    ratio.add(samples)
+    gauge.add(samples)
+    with_steps, without = ratio.figures(60.0), gauge.figures(60.0)
+    assert with_steps is not None and without is not None
+    assert with_steps["absstep"] == pytest.approx(0.8)
+    assert "absstep" not in without
+    assert {k: v for k, v in with_steps.items() if k != "absstep"} == without
+    assert len(gauge._sums) < len(ratio._sums)
