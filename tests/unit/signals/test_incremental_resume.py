@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,10 @@ from tests.unit.signals.test_incremental import CPU, GPU, NOW, STEP, WINDOW, Fak
 from gpu_rightsizer.adapters.incremental import IncrementalReader, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
 from gpu_rightsizer.adapters.state import StateDir
+from gpu_rightsizer.commands import run as run_command
+from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import windows as window_sources
+from gpu_rightsizer.handlers.cycle import window_sources as window_sources_for
 from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.streaming import StateError
 
@@ -175,3 +179,18 @@ def test_window_sources_save_when_due_and_load_at_the_next_start(
     later.source(WINDOW, start)
     assert later.keep_only(set()) == [WINDOW]
     assert not path.exists()  # a window no workload uses any more leaves no state behind
+
+
+def test_state_flags_and_environment_reach_the_window_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    monkeypatch.setenv("GPURS_STATE_SAVE_INTERVAL", "10m")
+    cfg = OperatorConfig.from_args(
+        parser.parse_args(["--prometheus-url", "http://p:9090", "--state-dir", "/var/lib/gpu-rightsizer"])
+    )
+    assert (cfg.state_dir, cfg.state_save_interval_seconds) == ("/var/lib/gpu-rightsizer", 600.0)
+    made = window_sources_for(cfg)
+    assert made is not None and made.state is not None
+    assert (made.state.directory, made.save_every_seconds) == (Path("/var/lib/gpu-rightsizer"), 600.0)
+    off = window_sources_for(OperatorConfig.from_args(parser.parse_args(["--prometheus-url", "http://p"])))
+    assert off is not None and off.state is None  # no directory: nothing is saved
