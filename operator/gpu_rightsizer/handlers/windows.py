@@ -133,6 +133,7 @@ class WindowSources:
                 return False
             path = self.state.write(window_seconds, data)
         except Exception as error:  # a full or read-only volume: the reads go on without saving
+            self._saved_at[window_seconds] = now  # tried again after the interval, not every cycle
             LOG.warning("saving the %g s window's state failed: %s", window_seconds, error)
             return False
         self._saved_at[window_seconds] = now

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 from tests.unit.signals.test_incremental import CPU, GPU, NOW, STEP, WINDOW, FakeTSDB
 
@@ -16,7 +18,9 @@ from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSourc
 from gpu_rightsizer.adapters.state import StateDir
 from gpu_rightsizer.commands import run as run_command
 from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.handlers import recommender
 from gpu_rightsizer.handlers import windows as window_sources
+from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.handlers.cycle import window_sources as window_sources_for
 from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.streaming import StateError
@@ -194,3 +198,45 @@ def test_state_flags_and_environment_reach_the_window_sources(monkeypatch: pytes
     assert (made.state.directory, made.save_every_seconds) == (Path("/var/lib/gpu-rightsizer"), 600.0)
     off = window_sources_for(OperatorConfig.from_args(parser.parse_args(["--prometheus-url", "http://p"])))
     assert off is not None and off.state is None  # no directory: nothing is saved
+
+
+def test_a_failed_save_is_logged_and_tried_again_after_the_interval(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = [0.0]
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the directory should be")
+    windows = WindowSources(
+        lambda: PrometheusSource(PrometheusConfig(url="http://prometheus.invalid")),
+        budget_seconds=60,
+        step_seconds=STEP,
+        recorded_series=False,
+        state=StateDir(blocked),
+        clock=lambda: clock[0],
+    )
+    source = _source(FakeTSDB())
+    source.reader.families = [GPU, CPU]
+    windows.sources[WINDOW] = source
+    while not source.reader.complete:
+        source.reader.read(NOW)
+    assert not windows.save(WINDOW)
+    assert "saving the 3600 s window's state failed" in caplog.text
+    caplog.clear()
+    clock[0] = 60.0
+    assert not windows.save(WINDOW) and not caplog.text  # not every cycle
+    assert windows.save_all() == 0 and "failed" in caplog.text  # shutdown tries regardless
+
+
+def test_shutdown_saves_every_window_after_the_last_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    saved: list[str] = []
+
+    class Windows:
+        def save_all(self) -> int:
+            saved.append("all")
+            return 1
+
+    context = OperatorContext(config=OperatorConfig(), kube=object())  # type: ignore[arg-type]
+    context.windows = Windows()  # type: ignore[assignment]
+    memo = kopf.Memo(context=context)
+    asyncio.run(recommender.operator_cleanup(memo=memo))
+    assert saved == ["all"] and context.stop.is_set()
