@@ -91,6 +91,10 @@ class OperatorConfig:
     window_seconds: float = 3600.0
     #: Re-read every window whole each cycle instead of incrementally (for comparison and debugging).
     full_window_reads: bool = False
+    #: Directory where the streaming windows are saved and loaded at start (None: not saved).
+    state_dir: str | None = None
+    #: Least time between two saves of a window's state (it is also saved on shutdown).
+    state_save_interval_seconds: float = 300.0
     namespaces: tuple[str, ...] = ()
     all_namespaces: bool = True
     role: Role = "recommender"
@@ -139,6 +143,10 @@ class OperatorConfig:
             window_seconds=parse_duration(args.window or env.get("GPURS_WINDOW", "1h")),
             full_window_reads=bool(
                 getattr(args, "full_window_reads", False) or env.get("GPURS_FULL_WINDOW_READS") == "true"
+            ),
+            state_dir=getattr(args, "state_dir", None) or env.get("GPURS_STATE_DIR") or None,
+            state_save_interval_seconds=parse_duration(
+                getattr(args, "state_save_interval", None) or env.get("GPURS_STATE_SAVE_INTERVAL", "5m")
             ),
             namespaces=namespaces,
             all_namespaces=not namespaces,

@@ -223,6 +223,20 @@ def build() -> JsonSchema:
                     {"serviceAccountName": service_account_name, **pod_placement("recommender pod")},
                     required=["resources"],
                 ),
+                "persistence": obj(
+                    {
+                        "enabled": boolean(
+                            "keep the recommender's streaming windows on a PersistentVolumeClaim"
+                        ),
+                        "size": {"type": "string", "pattern": QUANTITY, "minLength": 1},
+                        "storageClass": {
+                            "type": "string",
+                            "anyOf": [{"maxLength": 0}, {"pattern": DNS_SUBDOMAIN}],
+                        },
+                        "saveInterval": duration("least time between two saves of a window", K8S_DURATION),
+                    },
+                    required=["enabled", "size"],
+                ),
                 "actuator": obj(
                     {
                         "enabled": boolean("deploy the actuator"),

@@ -150,6 +150,34 @@ def test_default_watches_all_namespaces(default_render: HelmResult) -> None:
     assert not [a for a in args if a.startswith("--namespace=") or a.startswith("--prometheus-token-file")]
 
 
+def test_persistence_mounts_a_claim_at_the_state_dir_of_the_recommender_only(
+    default_render: HelmResult, full_render: HelmResult
+) -> None:
+    assert not default_render.of_kind("PersistentVolumeClaim")
+    default_args = pod_spec(default_render.one("Deployment", f"{FULLNAME}-recommender"))["containers"][0][
+        "args"
+    ]
+    assert not [a for a in default_args if a.startswith("--state-")]
+
+    claim = full_render.one("PersistentVolumeClaim", f"{FULLNAME}-recommender-state", NAMESPACE)
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    deployment = full_render.one("Deployment", f"{FULLNAME}-recommender")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    spec = pod_spec(deployment)
+    container = spec["containers"][0]
+    assert {"--state-dir=/var/lib/gpu-rightsizer", "--state-save-interval=10m"} <= set(container["args"])
+    volume = next(v for v in spec["volumes"] if v["name"] == "state")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "state")
+    assert mount["mountPath"] == "/var/lib/gpu-rightsizer" and not mount.get("readOnly")
+    assert spec["securityContext"]["fsGroup"] == 65532  # the non-root operator can write the volume
+    actuator = pod_spec(full_render.one("Deployment", f"{FULLNAME}-actuator"))
+    assert "state" not in {v["name"] for v in actuator["volumes"]}
+    assert not [a for a in actuator["containers"][0]["args"] if a.startswith("--state-")]
+
+
 def test_secret_is_mounted_not_granted(full_render: HelmResult) -> None:
     """The Prometheus token reaches the pod as a kubelet-mounted file; no ServiceAccount may read Secrets."""
     spec = pod_spec(full_render.one("Deployment", f"{FULLNAME}-recommender"))

@@ -12,12 +12,18 @@ chunk that Prometheus refuses as too big (timeout, too many samples) is split by
 pod families), then in halves of time, so each query stays under the timeout. Progress goes to a
 callback after every chunk.
 
+A reader restored from saved state (`IncrementalReader.restore`) backfills only the gap between the
+end of its saved reads and now, the same way; state older than the window is refused (the gap would
+be a hole in the window), so that start is a cold one.
+
 Everything here is driven through one `RangeQuery` callable, the signature of
 `PrometheusSource.range`, so tests run on recorded answers.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import re
@@ -46,7 +52,7 @@ from gpu_rightsizer.adapters.prometheus import (
     summary_from_figures,
 )
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
-from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StreamingStore
+from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StateError, StreamingStore, dump_store, load_store
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
 
@@ -284,6 +290,8 @@ class CycleReport:
     #: Backfill chunks done and planned so far (0/0 outside a backfill).
     backfill_done: int = 0
     backfill_total: int = 0
+    #: Series loaded from saved state at the start (0 when the start was cold).
+    restored_series: int = 0
     #: (family group: gpu, pod, xid, ksm or range; seconds) of every query, for the duration histogram.
     durations: list[tuple[str, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -337,11 +345,61 @@ class IncrementalReader:
         self._backfill_end = 0.0
         self._backfill_done = 0
         self._backfill_total = 0
+        #: End of the reads a restored store holds: the backfill starts after it, not a window back.
+        self._resume_from: float | None = None
+        #: Series the saved state held when it was loaded (0 after a cold start).
+        self.restored_series = 0
 
     @property
     def complete(self) -> bool:
         """Whether the window has been read completely since the start (the backfill is done)."""
         return self.last_end is not None
+
+    def save(self, fingerprint: str) -> bytes | None:
+        """The windows and where the reads got to, as `logic.streaming.dump_store` bytes; None until the
+        window is complete (a partly backfilled store would resume with a hole)."""
+        if self.last_end is None:
+            return None
+        return dump_store(
+            self.store,
+            step_seconds=self.step_seconds,
+            fingerprint=fingerprint,
+            key_to_json=lambda key: [key[0], [list(pair) for pair in key[1]]],
+            meta={"last_end": self.last_end},
+        )
+
+    def restore(self, data: bytes, *, now: float, fingerprint: str) -> float:
+        """Carry on from saved state: the next reads backfill only `(saved last_end, now]`.
+
+        Returns the saved `last_end`. Raises `StateError` (and changes nothing) when the state cannot
+        be used: unreadable, saved under other settings or families, or ending more than a window
+        before `now` (the gap would leave a hole in the window, so the start must be cold).
+        """
+        if self.last_end is not None or self._backlog:
+            raise StateError("the reads have already started")
+        store: StreamingStore[SeriesId]
+        store, meta = load_store(
+            data,
+            window_seconds=self.window_seconds,
+            slots=self.store.slots,
+            step_seconds=self.step_seconds,
+            fingerprint=fingerprint,
+            key_from_json=_series_id,
+        )
+        last_end = meta.get("last_end")
+        if not isinstance(last_end, int | float) or not math.isfinite(last_end):
+            raise StateError(f"no usable end of reads in the saved state: {last_end!r}")
+        if last_end < now - self.window_seconds:
+            raise StateError(
+                f"read up to {now - last_end:.0f} s ago, more than the {self.window_seconds:g} s window"
+            )
+        if last_end > now + self.step_seconds:
+            raise StateError(f"saved reads end {last_end - now:.0f} s in the future (clock moved back?)")
+        store.expire(now)
+        self.store = store
+        self.restored_series = len(store)
+        self._resume_from = float(last_end)
+        return float(last_end)
 
     def read(
         self, now: float, progress: Progress | None = None, budget_seconds: float | None = None
@@ -357,7 +415,7 @@ class IncrementalReader:
             chunks = plan(
                 self.families,
                 now=now,
-                last_end=None,
+                last_end=self._resume_from,
                 window_seconds=self.window_seconds,
                 step_seconds=self.step_seconds,
                 slice_seconds=self.slice_seconds,
@@ -366,7 +424,7 @@ class IncrementalReader:
             self._backfill_end = max((chunk.end for chunk in chunks), default=now)
             self._backfill_done, self._backfill_total = 0, len(chunks)
         backfilling = self.last_end is None
-        report = CycleReport(backfilling=backfilling)
+        report = CycleReport(backfilling=backfilling, restored_series=self.restored_series)
         if backfilling:
             pending = self._backlog
         else:
@@ -440,6 +498,7 @@ class IncrementalReader:
             report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
             if not self._backlog:
                 self.last_end = self._backfill_end
+                self._resume_from = None
                 LOG.info("backfill done: %d chunks, %d failed", self._backfill_total, report.chunks_failed)
         elif report.chunks_failed == 0 and self.last_end is not None:
             span = align(self.last_end + self.step_seconds, now, self.step_seconds)
@@ -472,6 +531,17 @@ class IncrementalReader:
             )
             kept += window.add(samples)
         return kept
+
+
+def _series_id(raw: Any) -> SeriesId:
+    """A saved series key back as the reader's (family, shared labels)."""
+    name, labels = raw
+    if not isinstance(name, str) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
+        for pair in labels
+    ):
+        raise ValueError(f"not a (family, labels) key: {raw!r}")
+    return sys.intern(name), shared_labels((key, value) for key, value in labels)
 
 
 #: Series names of the coarse range reads (GPU/CPU correlation, workload-level serving sums).
@@ -620,6 +690,21 @@ def _row_value(row: dict[str, Any]) -> float:
         raise PrometheusSourceError(f"malformed sample in a Prometheus answer: {row!r}") from error
 
 
+def _source_families(step_seconds: float, recorded: Mapping[str, str] | None) -> list[Family]:
+    """`default_families` and the XID codes: every family an `IncrementalSource` reads."""
+    families = default_families(step_seconds, recorded)
+    xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
+    families.append(
+        Family(
+            name="xid",
+            expression=_gpu_expr(mn.DCGM_XID_ERRORS, xid_keys)(""),
+            signal=Signal.GR_ENGINE_ACTIVE,  # unused: XID codes are read from the maximum only
+            keys=xid_keys,
+        )
+    )
+    return families
+
+
 class IncrementalSource:
     """Workload windows from incremental reads: the full read's answers, rebuilt from memory.
 
@@ -646,16 +731,7 @@ class IncrementalSource:
         self.rate_window = max(3 * step_seconds, 180.0)
         #: Family name → the recorded series read in place of its expression (`default_families`).
         self.recorded = dict(recorded or {})
-        families = default_families(step_seconds, self.recorded)
-        xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
-        families.append(
-            Family(
-                name="xid",
-                expression=_gpu_expr(mn.DCGM_XID_ERRORS, xid_keys)(""),
-                signal=Signal.GR_ENGINE_ACTIVE,  # unused: XID codes are read from the maximum only
-                keys=xid_keys,
-            )
-        )
+        families = _source_families(step_seconds, self.recorded)
         self.reader = IncrementalReader(
             source.range,
             window_seconds=window_seconds,
@@ -669,6 +745,31 @@ class IncrementalSource:
         self.ksm = KsmCache(window_seconds, _KSM_METRICS)
         self.coarse = CoarseSeries(window_seconds, step_seconds)
         self.report = CycleReport(backfilling=True)
+
+    def fingerprint(self) -> str:
+        """What the windows' samples mean: every family's raw definition (name, expression, labels,
+        activity floor) and the extra label matchers, hashed. Saved state is only loaded under the
+        same one, so a release that changes a query, or a switch to another cluster's series, reads
+        the window afresh. The raw expressions, not the recorded ones: recorded series stand for
+        the same samples (`use_recorded` keeps the windows too)."""
+        definitions = [
+            [family.name, family.expression, list(family.keys), family.activity_floor, family.per_pod]
+            for family in _source_families(self.step_seconds, None)
+        ]
+        text = json.dumps([definitions, list(self.source.config.extra_matchers)], separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def save_state(self) -> bytes | None:
+        """The reader's windows and where its reads got to (None until the window is complete).
+
+        The coarse series and kube-state-metrics facts are not saved: they are small and read the
+        whole window in a few queries the first time (coarse steps, instant queries)."""
+        return self.reader.save(self.fingerprint())
+
+    def restore_state(self, data: bytes, *, at: datetime) -> float:
+        """Load saved windows before the first read (`IncrementalReader.restore`): the backfill then
+        covers only the time since the saved reads ended. Returns that end; `StateError` when unusable."""
+        return self.reader.restore(data, now=at.timestamp(), fingerprint=self.fingerprint())
 
     def use_recorded(self, recorded: Mapping[str, str]) -> None:
         """Read these families from recorded series from the next read on, the others raw (a new

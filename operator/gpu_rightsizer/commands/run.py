@@ -49,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="query each whole window every cycle instead of only the new interval "
         "(env GPURS_FULL_WINDOW_READS=true; for comparison and debugging)",
     )
+    parser.add_argument(
+        "--state-dir",
+        help="directory where the streaming windows are saved, so a restart reads only the time since "
+        "instead of the whole window (env GPURS_STATE_DIR; default: not saved)",
+    )
+    parser.add_argument(
+        "--state-save-interval",
+        help="least time between two saves of a window's state, e.g. 5m; also saved on shutdown "
+        "(env GPURS_STATE_SAVE_INTERVAL; default 5m)",
+    )
     parser.add_argument("--role", choices=["recommender", "actuator", "all"], help="what this process does")
     parser.add_argument(
         "--metrics-port", type=int, help="port of the operator's own /metrics (default 9090; 0 = off)"

@@ -29,6 +29,7 @@ from gpu_rightsizer.adapters.openmetrics import ExtraOwners
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.adapters.prometheus import source_for
 from gpu_rightsizer.adapters.recording_rules import Detection
+from gpu_rightsizer.adapters.state import StateDir
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, metrics
 from gpu_rightsizer.handlers.context import OperatorContext
@@ -116,6 +117,8 @@ def window_sources(cfg: OperatorConfig) -> WindowSources | None:
         lambda: source_for(cfg),
         budget_seconds=max(5.0, cfg.interval_seconds / 2),
         step_seconds=cfg.prometheus_step_seconds,
+        state=StateDir(cfg.state_dir) if cfg.state_dir else None,
+        save_every_seconds=cfg.state_save_interval_seconds,
     )
 
 
@@ -485,7 +488,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     )
     if ctx.windows is not None and window_lengths:
         for seconds in ctx.windows.keep_only(set(window_lengths)):
-            for gauge in (metrics.BACKFILL_PROGRESS, metrics.SAMPLES_FETCHED):
+            for gauge in (metrics.BACKFILL_PROGRESS, metrics.SAMPLES_FETCHED, metrics.STATE_RESTORED_SERIES):
                 with contextlib.suppress(KeyError):  # never published
                     gauge.remove(f"{seconds:g}")
     metrics.WORKLOADS_PENDING.set(sum(1 for item in pending if item.window_seconds in backfilling))
@@ -566,6 +569,7 @@ def publish_read(
     for family, seconds in report.durations:
         metrics.QUERY_DURATION.labels(family).observe(seconds)
     metrics.BACKFILL_PROGRESS.labels(label).set(1.0 if complete else report.backfill_progress)
+    metrics.STATE_RESTORED_SERIES.labels(label).set(report.restored_series)
     if report.errors:
         metrics.ERRORS.labels("metrics_source").inc(len(report.errors))
         LOG.warning(

@@ -44,6 +44,12 @@ BACKFILL_PROGRESS = Gauge(
     "Share of the window's backfill read since the start (1 once complete), by window.",
     ["window"],
 )
+STATE_RESTORED_SERIES = Gauge(
+    "gpu_rightsizer_state_restored_series",
+    "Series loaded from saved state when the window's reads started (0 after a cold start, or without "
+    "--state-dir), by window.",
+    ["window"],
+)
 RECORDED_SERIES_USED = Gauge(
     "gpu_rightsizer_recorded_series_used",
     "1 when a signal family is read from the chart's recording rules, 0 when from its raw expression "

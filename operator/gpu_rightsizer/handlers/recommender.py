@@ -57,12 +57,15 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
 
 @kopf.on.cleanup()
 async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the analysis loop once its running cycle has finished (never cancel a cycle mid-write)."""
+    """Stop the analysis loop once its running cycle has finished (never cancel a cycle mid-write),
+    then save the streaming windows (with `--state-dir`)."""
     ctx = context_of(memo)
     ctx.stop.set()
     if ctx.cycle_task is not None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.shield(ctx.cycle_task)
+    if ctx.windows is not None:  # with --state-dir: the next start reads only the time since now
+        await asyncio.to_thread(ctx.windows.save_all)
 
 
 @kopf.on.probe(id="secondsSinceLastCycle")

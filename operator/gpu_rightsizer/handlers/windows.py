@@ -6,12 +6,18 @@ it each cycle within a query budget and hands back what the read did (the cycle 
 the operator's own metrics). A window still being backfilled gives no batch, so its workloads keep
 their last status. Each window also looks for the chart's recording rules when it starts and every
 `REDETECT_SECONDS` after (`recording_rules.detect`), and reads the families they cover from them.
+
+With a state directory (`--state-dir`), a window's streaming state is saved after a cycle at most
+every `save_every_seconds` and on shutdown, and loaded when its source is made, before its first
+read: the backfill after a restart then covers only the time since the save. State that cannot be
+used (older than the window, other families or settings, damaged) is discarded with a log line.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +25,8 @@ from typing import Any
 from gpu_rightsizer.adapters.incremental import CycleReport, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusSource
 from gpu_rightsizer.adapters.recording_rules import Detection, detect
+from gpu_rightsizer.adapters.state import StateDir
+from gpu_rightsizer.logic.streaming import StateError
 from gpu_rightsizer.model.observation import WorkloadWindow
 
 LOG = logging.getLogger(__name__)
@@ -42,6 +50,9 @@ class WindowSources:
         budget_seconds: float,
         step_seconds: float | None = None,
         recorded_series: bool = True,
+        state: StateDir | None = None,
+        save_every_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.make_source = make_source
         self.budget_seconds = budget_seconds
@@ -54,6 +65,11 @@ class WindowSources:
         #: What the detection found for each window's source (families read from recorded series).
         self.detections: dict[float, Detection] = {}
         self._detected_at: dict[float, float] = {}
+        #: Where each window's state is saved and loaded from (None: nothing is saved).
+        self.state = state
+        self.save_every_seconds = save_every_seconds
+        self.clock = clock
+        self._saved_at: dict[float, float] = {}
         self._lock = threading.Lock()
 
     def source(self, window_seconds: float, at: datetime | None = None) -> IncrementalSource:
@@ -66,9 +82,74 @@ class WindowSources:
                 step = self.step_seconds or step_for(window_seconds)
                 found = IncrementalSource(prometheus, window_seconds=window_seconds, step_seconds=step)
                 self.sources[window_seconds] = found
+                self._restore(window_seconds, found, at or datetime.now(tz=UTC))
                 if self.recorded_series:
                     self._detect(window_seconds, found, at or datetime.now(tz=UTC))
             return found
+
+    def _restore(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
+        """Load the window's saved state into its new source, or say why not (the start is then cold)."""
+        if self.state is None:
+            return
+        path = self.state.path(window_seconds)
+        try:
+            data = self.state.read(window_seconds)
+        except OSError as error:
+            LOG.warning("cannot read saved state %s; backfilling the whole window: %s", path, error)
+            return
+        if data is None:
+            LOG.info(
+                "no saved state for the %g s window (%s): backfilling the whole window", window_seconds, path
+            )
+            return
+        try:
+            last_end = source.restore_state(data, at=at)
+        except StateError as error:
+            LOG.warning("discarding saved state %s: %s; backfilling the whole window", path, error)
+            return
+        LOG.info(
+            "restored the %g s window from %s: %d series, %d bytes, read up to %.0f s ago; "
+            "backfilling only that gap",
+            window_seconds,
+            path,
+            source.reader.restored_series,
+            len(data),
+            at.timestamp() - last_end,
+        )
+        self._saved_at[window_seconds] = self.clock()  # what is on disk is current: no save due yet
+
+    def save(self, window_seconds: float, *, force: bool = False) -> bool:
+        """Save the window's state when due (`save_every_seconds` since the last save, or `force`) and
+        its window is complete; a failure is logged, never raised (it must not stop a cycle)."""
+        source = self.sources.get(window_seconds)
+        if self.state is None or source is None:
+            return False
+        now = self.clock()
+        if not force and now - self._saved_at.get(window_seconds, -float("inf")) < self.save_every_seconds:
+            return False
+        try:
+            data = source.save_state()
+            if data is None:
+                return False
+            path = self.state.write(window_seconds, data)
+        except Exception as error:  # a full or read-only volume: the reads go on without saving
+            self._saved_at[window_seconds] = now  # tried again after the interval, not every cycle
+            LOG.warning("saving the %g s window's state failed: %s", window_seconds, error)
+            return False
+        self._saved_at[window_seconds] = now
+        LOG.info(
+            "saved the %g s window: %d series, %d bytes to %s",
+            window_seconds,
+            len(source.reader.store),
+            len(data),
+            path,
+        )
+        return True
+
+    def save_all(self) -> int:
+        """Save every complete window now (on shutdown); returns how many were saved."""
+        with self._lock:
+            return sum(self.save(seconds, force=True) for seconds in list(self.sources))
 
     def _detect(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
         """Which families this window reads from recording rules; logged when it changes. A detection
@@ -103,6 +184,7 @@ class WindowSources:
             with self._lock:  # rules added (once they cover the window) or gone since the last look
                 self._detect(window_seconds, source, end)
         windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
+        self.save(window_seconds)
         return (windows if source.complete else None), source.report
 
     def keep_only(self, window_lengths: set[float]) -> list[float]:
@@ -114,4 +196,10 @@ class WindowSources:
                 del self.sources[seconds]
                 self.detections.pop(seconds, None)
                 self._detected_at.pop(seconds, None)
+                self._saved_at.pop(seconds, None)
+                if self.state is not None:
+                    try:
+                        self.state.remove(seconds)
+                    except OSError as error:
+                        LOG.warning("cannot remove the saved state of the %g s window: %s", seconds, error)
             return gone

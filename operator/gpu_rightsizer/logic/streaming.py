@@ -37,10 +37,14 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 import math
+import struct
+import sys
+import zlib
 from array import array
-from collections.abc import Hashable, Iterable, Iterator
-from typing import Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from ddsketch.mapping import LogarithmicMapping
 
@@ -304,6 +308,37 @@ class SeriesWindow:
             counts[expired * COUNTS : records * COUNTS] + counts[records * COUNTS + dropped_words :]
         )
 
+    def _inconsistency(self) -> str | None:
+        """What is wrong with the arrays (None when they hold together): loaded state is checked
+        before use, so a damaged file is refused rather than read into wrong figures or errors."""
+        sums, counts = self._sums, self._counts
+        stride = self._shape.record
+        if len(sums) < HEAD or (len(sums) - HEAD) % stride:
+            return f"{len(sums)} doubles is not a head and whole records of {stride}"
+        records = self._records()
+        if len(counts) < records * COUNTS:
+            return f"{len(counts)} words for {records} records"
+        if records and (math.isnan(sums[ORIGIN]) or math.isnan(sums[LAST_TIME])):
+            return "records without a first or last sample time"
+        at = records * COUNTS
+        previous = None
+        for head in range(0, records * COUNTS, COUNTS):
+            index, count, active, words = counts[head : head + COUNTS]
+            if previous is not None and index <= previous:
+                return "intervals out of order"
+            previous = index
+            if count < 1 or not 0 <= active <= count or words < 1 or at + words > len(counts):
+                return f"interval {index}: {count} samples, {active} active, {words} bin words"
+            bins = counts[at : at + words]
+            if list(bins) != sorted(bins) or sum(word & FULL for word in bins) != count:
+                return f"interval {index}: bins do not add up to its samples"
+            if any(not -TOP_BIN <= word >> 16 <= TOP_BIN or not word & FULL for word in bins):
+                return f"interval {index}: a bin out of range"
+            at += words
+        if at != len(counts):
+            return f"{len(counts) - at} bin words belong to no interval"
+        return None
+
     # -- reading --------------------------------------------------------------------------------------
     @property
     def empty(self) -> bool:
@@ -562,3 +597,179 @@ def summarize_streamed(
         batch.append(sample)
     window.add(batch)
     return window.summary(ordered[-1][0])
+
+
+# -- saving and loading a store ----------------------------------------------------------------------
+#: Leading bytes of a saved store (so any other file is refused at once).
+STATE_MAGIC = b"GPURS-STREAM\x00"
+#: Bumped whenever the layout of a saved store or of a window's arrays changes: an older file is then
+#: refused (and the window read again from Prometheus), never loaded into the wrong layout.
+STATE_FORMAT = 1
+#: Magic, format, header length, body length, CRC-32 of the uncompressed header and body.
+_PREAMBLE = struct.Struct(f"<{len(STATE_MAGIC)}sIIII")
+
+
+class StateError(ValueError):
+    """A saved store that cannot be loaded: corrupt, truncated, or saved for other settings."""
+
+
+def _little_endian(data: array[float] | array[int]) -> bytes:
+    if sys.byteorder == "little":
+        return data.tobytes()
+    swapped = array(data.typecode, data)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def dump_store(
+    store: StreamingStore[SeriesKey],
+    *,
+    step_seconds: float,
+    fingerprint: str,
+    key_to_json: Callable[[SeriesKey], Any],
+    meta: Mapping[str, Any] | None = None,
+) -> bytes:
+    """A store as bytes: a JSON header (settings, series keys, their shapes) and the windows' arrays.
+
+    Why this shape: the arrays are written as they are held (little-endian doubles and 32-bit words),
+    so a series costs what it costs in memory, before compression; no pickle, so a file written by
+    someone else can at worst be refused. `fingerprint` identifies what the series mean (the caller's
+    family definitions): `load_store` refuses a file saved under another one. `meta` is the caller's
+    own JSON (e.g. where its reads had got to).
+    """
+    shapes: list[tuple[float | None, float | None]] = []
+    shape_ids: dict[tuple[float | None, float | None], int] = {}
+    series = []
+    sums = array("d")
+    counts = array("i")
+    for key, window in store.series.items():
+        shape = window._shape
+        floors = (shape.activity_floor, shape.sawtooth_floor)
+        if floors not in shape_ids:
+            shape_ids[floors] = len(shapes)
+            shapes.append(floors)
+        counter = window._last_counter
+        series.append(
+            [
+                key_to_json(key),
+                shape_ids[floors],
+                len(window._sums),
+                len(window._counts),
+                None if counter is None else [counter[0], counter[1]],
+            ]
+        )
+        sums.extend(window._sums)
+        counts.extend(window._counts)
+    header = json.dumps(
+        {
+            "window_seconds": store.window_seconds,
+            "slots": store.slots,
+            "step_seconds": step_seconds,
+            "fingerprint": fingerprint,
+            "meta": dict(meta or {}),
+            "shapes": shapes,
+            "series": series,
+        },
+        separators=(",", ":"),
+        allow_nan=True,
+    ).encode()
+    body = _little_endian(sums) + _little_endian(counts)
+    crc = zlib.crc32(body, zlib.crc32(header))
+    preamble = _PREAMBLE.pack(STATE_MAGIC, STATE_FORMAT, len(header), len(body), crc)
+    return preamble + zlib.compress(header + body, 6)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists back as tuples, all the way down (keys must be hashable)."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
+
+
+def load_store(
+    data: bytes,
+    *,
+    window_seconds: float,
+    slots: int,
+    step_seconds: float,
+    fingerprint: str,
+    key_from_json: Callable[[Any], SeriesKey] = _tuples,
+) -> tuple[StreamingStore[SeriesKey], dict[str, Any]]:
+    """The store `dump_store` saved, and its `meta`; `StateError` saying why when it cannot be used.
+
+    Refused: another format or file, a truncated or altered file (lengths and CRC-32), settings that
+    differ (window, slots, step, fingerprint) and windows whose arrays do not hold together, so a
+    restart never carries on from state it would misread.
+    """
+    if len(data) < _PREAMBLE.size:
+        raise StateError(f"truncated: {len(data)} bytes, not even a header")
+    magic, version, header_size, body_size, crc = _PREAMBLE.unpack_from(data)
+    if magic != STATE_MAGIC:
+        raise StateError("not a saved gpu-rightsizer window (bad magic)")
+    if version != STATE_FORMAT:
+        raise StateError(f"saved in format {version}, this version reads format {STATE_FORMAT}")
+    inflate = zlib.decompressobj()
+    try:
+        plain = inflate.decompress(data[_PREAMBLE.size :], header_size + body_size + 1)
+    except zlib.error as error:
+        raise StateError(f"corrupt: {error}") from error
+    if len(plain) != header_size + body_size or not inflate.eof:
+        raise StateError(f"truncated: {len(plain)} of {header_size + body_size} bytes")
+    if inflate.unused_data:
+        raise StateError(f"corrupt: {len(inflate.unused_data)} bytes after the end")
+    if zlib.crc32(plain) != crc:
+        raise StateError("corrupt: checksum mismatch")
+    try:
+        header = json.loads(plain[:header_size])
+        settings = {key: header[key] for key in ("window_seconds", "slots", "step_seconds", "fingerprint")}
+        shapes = [
+            (None if a is None else float(a), None if s is None else float(s)) for a, s in header["shapes"]
+        ]
+        entries = header["series"]
+        meta = dict(header["meta"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise StateError(f"corrupt header: {error}") from error
+    expected = {
+        "window_seconds": window_seconds,
+        "slots": slots,
+        "step_seconds": step_seconds,
+        "fingerprint": fingerprint,
+    }
+    for name, wanted in expected.items():
+        if settings[name] != wanted:
+            raise StateError(f"saved with {name} {settings[name]!r}, now {wanted!r}")
+    store: StreamingStore[SeriesKey] = StreamingStore(window_seconds, slots=slots)
+    body = memoryview(plain)[header_size:]
+    try:
+        doubles = sum(int(entry[2]) for entry in entries)
+        words = sum(int(entry[3]) for entry in entries)
+    except (IndexError, TypeError, ValueError) as error:
+        raise StateError(f"corrupt series list: {error}") from error
+    if doubles * 8 + words * 4 != body_size:
+        raise StateError(
+            f"corrupt: {body_size} bytes of arrays, the series list needs {doubles * 8 + words * 4}"
+        )
+    sums = array("d", body[: doubles * 8].tobytes())
+    counts = array("i", body[doubles * 8 :].tobytes())
+    if sys.byteorder != "little":
+        sums.byteswap()
+        counts.byteswap()
+    at_sum = at_count = 0
+    for entry in entries:
+        try:
+            raw_key, shape_id, sum_size, count_size, counter = entry
+            floors = shapes[shape_id]
+            key = key_from_json(raw_key)
+        except (IndexError, TypeError, ValueError) as error:
+            raise StateError(f"corrupt series entry {entry!r}: {error}") from error
+        window = store.window(key, activity_floor=floors[0], sawtooth_floor=floors[1])
+        window._sums = sums[at_sum : at_sum + sum_size]
+        window._counts = counts[at_count : at_count + count_size]
+        at_sum += sum_size
+        at_count += count_size
+        if counter is not None:
+            window._last_counter = (float(counter[0]), float(counter[1]))
+        problem = window._inconsistency()
+        if problem:
+            raise StateError(f"corrupt window {raw_key!r}: {problem}")
+    if len(store) != len(entries):
+        raise StateError("corrupt: a series is listed twice")
+    return store, meta
