@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections import Counter as Tally
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,12 @@ from gpu_rightsizer.logic.policy import (
     settings_for_workload,
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
-from gpu_rightsizer.logic.status import analysed_status, merge_conditions, metrics_condition
+from gpu_rightsizer.logic.status import (
+    analysed_status,
+    materially_same,
+    merge_conditions,
+    metrics_condition,
+)
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -56,9 +62,18 @@ SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
 #: Kinds listed once per cycle instead of read one by one (bare Pods are read: a LIST of every pod
 #: would cost more than it saves).
 LISTED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "CronJob")
-#: A status that says nothing new is still rewritten after this many intervals, so `status.window`
-#: never looks older than that to its readers.
+#: A status that says nothing new (`logic.status.materially_same`) is still rewritten once its stored
+#: window is this many intervals old, so `status.window` never looks much older than that to readers...
 REFRESH_AFTER_INTERVALS = 10
+#: ... and once it is this share of the governing policy's `maxStaleness` old (15 min by default), so
+#: the actuator's freshness gate, which reads the stored window's end, never finds a status stale
+#: because a write was skipped: in the same cycle the stored window is younger than this share, and
+#: an actuator in another process, one interval behind at most, still finds it younger than
+#: maxStaleness while the interval is shorter than the rest.
+REFRESH_STALENESS_SHARE = 0.5
+#: Each workload's refresh period is shortened by up to this share (a fixed amount per workload), so
+#: the statuses first written in one cycle are not all refreshed again in one later cycle.
+REFRESH_SPREAD = 0.3
 #: Threads that analyse and write statuses in parallel (the client's connection pool is thread-safe).
 WRITERS = 4
 
@@ -279,14 +294,6 @@ def merge_patched(target: Any, patch: Any) -> Any:
     return result
 
 
-def _without_window_times(status: Mapping[str, Any]) -> dict[str, Any]:
-    """The status less the window's start and end, which move every cycle."""
-    window = status.get("window")
-    if not isinstance(window, Mapping):
-        return dict(status)
-    return {**status, "window": {k: v for k, v in window.items() if k not in ("start", "end")}}
-
-
 def _parse_time(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -297,15 +304,27 @@ def _parse_time(value: object) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def refresh_period(interval_seconds: float, max_staleness: timedelta, key: str = "") -> timedelta:
+    """How old a stored window may grow before a status that says nothing new is rewritten anyway:
+    REFRESH_AFTER_INTERVALS intervals, at most REFRESH_STALENESS_SHARE of `max_staleness`, less a
+    fixed share (up to REFRESH_SPREAD) per workload `key` that spreads the refreshes over cycles."""
+    period = min(
+        timedelta(seconds=interval_seconds * REFRESH_AFTER_INTERVALS), max_staleness * REFRESH_STALENESS_SHARE
+    )
+    spread = (zlib.crc32(key.encode()) % 1000) / 1000 * REFRESH_SPREAD
+    return period * (1 - spread)
+
+
 def status_unchanged(
     old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
 ) -> bool:
-    """True when the patch would change nothing but the window's timestamps, and the stored window
-    ended less than `refresh_after` ago (so readers still see a recent window)."""
+    """True when the patch would not change what the status says (`logic.status.materially_same`:
+    window times left out, figures within a tolerance), and the stored window ended less than
+    `refresh_after` ago (so readers, and the actuator's freshness gate, still see a recent window)."""
     stored_end = _parse_time((old_status.get("window") or {}).get("end"))
     if stored_end is None or now - stored_end >= refresh_after:
         return False
-    return _without_window_times(merge_patched(old_status, patch)) == _without_window_times(old_status)
+    return materially_same(dict(old_status), merge_patched(old_status, patch))
 
 
 def write_recommendation(
@@ -326,8 +345,9 @@ def write_recommendation(
     `status.apply` belongs to the actuator, so the recommender never writes it (a merge patch
     without the field keeps it). `workloadGeneration` publishes which spec the analysis saw, so the
     actuator acts only on a recommendation made for the workload as it is. With `refresh_after`, a status
-    that would only move its window is left as stored while that window is younger than it. Returns
-    whether the status was written.
+    that would say nothing new (`status_unchanged`: its figures moved within a tolerance, its window
+    slid) is left as stored while that window is younger than `refresh_after`. Returns whether the
+    status was written.
     """
     old_status = recommendation.get("status") or {}
     status = analysed_status(
@@ -349,6 +369,7 @@ def write_recommendation(
     written = refresh_after is None or not status_unchanged(old_status, body, now, refresh_after)
     if written:
         kube.patch_recommendation_status(ref, body)
+        metrics.STATUS_WRITES.inc()
     before = (old_status.get("diagnosis") or {}).get("primary")
     if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
         warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
@@ -490,7 +511,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     metrics.WORKLOADS_PENDING.set(sum(1 for item in pending if item.window_seconds in backfilling))
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
-    updated = 0
+    updated = written = 0
     work: list[tuple[_Pending, WorkloadWindow]] = []
     for item in pending:
         batch = batches.get(item.window_seconds)
@@ -501,11 +522,10 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         window = batch.get(item.ref.key)
         if window is not None:
             work.append((item, window))
-    refresh_after = timedelta(seconds=cfg.interval_seconds * REFRESH_AFTER_INTERVALS)
 
     def attempt(job: tuple[_Pending, WorkloadWindow]) -> _Analysed | None:
         try:
-            return _analyse_and_write(kube, cfg, state, job[0], job[1], refresh_after)
+            return _analyse_and_write(kube, cfg, state, job[0], job[1])
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.exception("cycle step for %s failed", job[0].ref.key)
@@ -523,6 +543,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
             wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
         updated += 1
+        written += done.written
     # The actuator steps every workload, those without metrics this cycle included: a change in flight
     # is still watched (pods that cannot start, rollouts), only new changes wait for data.
     for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
@@ -549,6 +570,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             for namespace, hours in wasted.items():
                 metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
     ctx.last_cycle = time.monotonic()
+    ctx.last_written = written
     return updated
 
 
@@ -698,6 +720,7 @@ class _Analysed:
     hpa: dict[str, Any] | None
     analysis: Analysis | None  # None when this process does not recommend (the actuator never analyses)
     uid: str
+    written: bool = False  # whether this cycle wrote the status (else it said nothing new)
 
 
 def _analyse_and_write(
@@ -706,11 +729,12 @@ def _analyse_and_write(
     state: CycleState,
     item: _Pending,
     window: WorkloadWindow,
-    refresh_after: timedelta,
 ) -> _Analysed | None:
     """Analyse one workload and (recommender) write its status; None when the analysis failed.
 
-    Runs on a worker thread: it reads the shared cycle state and changes nothing in it.
+    Runs on a worker thread: it reads the shared cycle state and changes nothing in it. The status is
+    refreshed within `refresh_period` of the workload's governing maxStaleness, so skipping a write
+    never makes the actuator's freshness gate call it stale.
     """
     ref, settings = item.ref, item.settings
     hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
@@ -725,12 +749,12 @@ def _analyse_and_write(
         LOG.exception("analysis of %s failed", ref.key)
         return None
     metrics.WORKLOADS_ANALYZED.inc()
-    write_recommendation(
+    written = write_recommendation(
         kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
-        refresh_after=refresh_after,
+        refresh_after=refresh_period(cfg.interval_seconds, settings.max_staleness, ref.key),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
     )  # fmt: skip
-    return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid)
+    return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid, written=written)
 
 
 def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
@@ -775,7 +799,10 @@ async def analysis_loop(ctx: OperatorContext) -> None:
         try:
             updated = await asyncio.to_thread(run_cycle, ctx)
             LOG.info(
-                "analysis cycle: %d recommendations updated in %.1f s", updated, time.monotonic() - started
+                "analysis cycle: %d recommendations updated in %.1f s, %d statuses written",
+                updated,
+                time.monotonic() - started,
+                ctx.last_written,
             )
         except Exception:
             metrics.ERRORS.labels("cycle").inc()

@@ -7,6 +7,11 @@ from prometheus_client import Counter, Gauge, Histogram
 WORKLOADS_ANALYZED = Counter(
     "gpu_rightsizer_workloads_analyzed", "Workload windows analysed (one per workload per cycle)."
 )
+STATUS_WRITES = Counter(
+    "gpu_rightsizer_status_writes",
+    "Recommendation statuses written: only when the analysis says something new, or the stored window "
+    "grows old (a refresh).",
+)
 RECOMMENDATIONS = Gauge(
     "gpu_rightsizer_recommendations",
     "Current recommendations by primary diagnosis and namespace.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -185,4 +186,106 @@ def metrics_condition(error: str | None, now: datetime, generation: int | None) 
         f"the last query batch failed, so this status still shows the previous analysis: {error}"[:1024],
         now,
         generation,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# When a new analysis is worth a status write
+# --------------------------------------------------------------------------------------------------
+
+#: Two figures of a status are the same when they differ by at most this share of the larger one:
+#: the window slides every cycle, so its figures (confidence, evidence, savings, samples) move a
+#: little each time without the recommendation saying anything new. Compared with the figures as
+#: stored (not the last analysis), so slow drift adds up and is written once it passes the tolerance.
+FIGURE_TOLERANCE = 0.05
+#: Figures closer than this are the same whatever their ratio (noise around zero: an idle GPU's
+#: busy share, savings of 0.001 GPU-hours per day).
+FIGURE_FLOOR = 0.005
+
+#: Paths (keys, `*` for any key or list index) that are left out of the comparison: the window's
+#: times move every cycle; how old the stored window may grow is the refresh period's business.
+_IGNORED = (("window", "start"), ("window", "end"))
+#: Paths holding figures, compared within FIGURE_TOLERANCE.
+_FIGURES = (
+    ("window", "samples"),
+    ("diagnosis", "confidence"),
+    ("diagnosis", "findings", "*", "confidence"),
+    ("diagnosis", "findings", "*", "evidence", "*"),
+    ("savings", "*"),
+)
+#: Paths holding text for people, made from the same figures: their words must match, their numbers
+#: only within FIGURE_TOLERANCE or one step of the digits shown ("21%" and "22%" are one rounding apart).
+_TEXTS = (
+    ("diagnosis", "summary"),
+    ("diagnosis", "findings", "*", "message"),
+    ("actions", "*", "reason"),
+    ("conditions", "*", "message"),
+    ("summary", "gpuBusyP95"),
+    ("summary", "savings"),
+    ("summary", "confidence"),
+)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _matches(path: tuple[str, ...], patterns: tuple[tuple[str, ...], ...]) -> bool:
+    return any(
+        len(path) == len(pattern) and all(p in ("*", k) for p, k in zip(pattern, path, strict=True))
+        for pattern in patterns
+    )
+
+
+def same_figure(old: object, new: object) -> bool:
+    """True when two figures differ by at most FIGURE_TOLERANCE of the larger, or FIGURE_FLOOR."""
+    if isinstance(old, bool) or isinstance(new, bool):
+        return old == new
+    if not isinstance(old, int | float) or not isinstance(new, int | float):
+        return old == new
+    return abs(old - new) <= max(FIGURE_FLOOR, FIGURE_TOLERANCE * max(abs(old), abs(new)))
+
+
+def _same_shown_number(old: str, new: str) -> bool:
+    decimals = max(len(text.partition(".")[2]) for text in (old, new))
+    a, b = float(old), float(new)
+    return abs(a - b) <= max(10.0**-decimals, FIGURE_TOLERANCE * max(abs(a), abs(b)))
+
+
+def same_text(old: object, new: object) -> bool:
+    """True when two texts have the same words and their numbers are the same figures, as shown."""
+    if not isinstance(old, str) or not isinstance(new, str):
+        return old == new
+    if _NUMBER.sub("#", old) != _NUMBER.sub("#", new):
+        return False
+    return all(
+        _same_shown_number(a, b) for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True)
+    )
+
+
+def materially_same(old: object, new: object, path: tuple[str, ...] = ()) -> bool:
+    """True when the status `new` says what `old` says: the same diagnosis codes, actions and their
+    targets, allocation, conditions and generations, and figures within FIGURE_TOLERANCE; the
+    window's times are left out. Both are statuses as JSON (old as the API server returned it)."""
+    if _matches(path, _IGNORED):
+        return True
+    if _matches(path, _FIGURES):
+        return same_figure(old, new)
+    if _matches(path, _TEXTS):
+        return same_text(old, new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = {k for k in old.keys() | new.keys() if not _matches((*path, str(k)), _IGNORED)}
+        return all(k in old and k in new and materially_same(old[k], new[k], (*path, str(k))) for k in keys)
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(
+            materially_same(a, b, (*path, str(i))) for i, (a, b) in enumerate(zip(old, new, strict=True))
+        )
+    return (old == new and type(old) is type(new)) or _same_number(old, new)
+
+
+def _same_number(old: object, new: object) -> bool:
+    """1 and 1.0 are one number (the API server gives back whole floats as integers)."""
+    return (
+        isinstance(old, int | float)
+        and isinstance(new, int | float)
+        and not isinstance(old, bool)
+        and not isinstance(new, bool)
+        and old == new
     )
