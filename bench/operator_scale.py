@@ -48,7 +48,9 @@ NAMESPACES = ("team-a", "team-b", "team-c", "team-d", "team-e")
 GROUP, VERSION, PLURAL = "gpurightsizer.io", "v1alpha1", "gpurecommendations"
 #: Shapes that end in a real diagnosis (insufficient-data by design never does).
 SHAPES = [shape for shape in Shape if shape is not Shape.INSUFFICIENT_DATA]
-CYCLE_LINE = re.compile(r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s")
+CYCLE_LINE = re.compile(
+    r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s(?:, (\d+) statuses written)?"
+)
 APISERVER_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -178,7 +180,12 @@ def rss_mib(pid: int) -> tuple[float, float]:
 
 def cycle_lines(log: Path) -> list[tuple[int, float]]:
     """(recommendations updated, seconds) of each finished analysis cycle in the operator log."""
-    return [(int(n), float(s)) for n, s in CYCLE_LINE.findall(log.read_text(errors="replace"))]
+    return [(int(n), float(s)) for n, s, _ in CYCLE_LINE.findall(log.read_text(errors="replace"))]
+
+
+def cycle_writes(log: Path) -> list[tuple[int, int]]:
+    """(recommendations updated, statuses written) of each finished cycle whose log line says so."""
+    return [(int(n), int(w)) for n, _, w in CYCLE_LINE.findall(log.read_text(errors="replace")) if w]
 
 
 @dataclass
@@ -190,6 +197,7 @@ class Phase:
     time_to_recommendations: float | None = None
     time_to_diagnoses: float | None = None
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
+    written: list[int] = field(default_factory=list)  # statuses written by each of those cycles
     queries_per_cycle: list[float] = field(default_factory=list)
     prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
     cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
@@ -270,6 +278,7 @@ class Bench:
         self.steady(phase, steady_cycles)
         # Every cycle of this size that covered all its workloads, steady or not.
         phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
+        phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected)]
         phase.queries_per_cycle = self.queries_per_cycle(len(expected))
         if phase.rss == (0.0, 0.0):
             phase.rss = rss_mib(self.operator.pid)
@@ -342,6 +351,7 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         for p in phases
     ])  # fmt: skip
     row("recommendations updated per cycle", [",".join(str(n) for n, _ in p.cycles) or "n/a" for p in phases])
+    row("statuses written per cycle", [",".join(str(w) for w in p.written) or "n/a" for p in phases])
     row(
         "Prometheus queries per cycle",
         [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],

@@ -227,11 +227,26 @@ _TEXTS = (
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
-def _matches(path: tuple[str, ...], patterns: tuple[tuple[str, ...], ...]) -> bool:
-    return any(
-        len(path) == len(pattern) and all(p in ("*", k) for p, k in zip(pattern, path, strict=True))
-        for pattern in patterns
-    )
+_IGNORE, _FIGURE, _TEXT = "ignore", "figure", "text"
+#: A rule tree: key (or `*`) -> subtree, or how a leaf compares; built once from the paths above.
+_Rules = dict[str, "_Rules | str"]
+
+
+def _rule_tree() -> _Rules:
+    tree: _Rules = {}
+    for how, paths in ((_IGNORE, _IGNORED), (_FIGURE, _FIGURES), (_TEXT, _TEXTS)):
+        for path in paths:
+            node = tree
+            for key in path[:-1]:
+                child = node.setdefault(key, {})
+                assert isinstance(child, dict)
+                node = child
+            node[path[-1]] = how
+    return tree
+
+
+_RULES = _rule_tree()
+_NO_RULES: _Rules = {}
 
 
 def same_figure(old: object, new: object) -> bool:
@@ -260,22 +275,29 @@ def same_text(old: object, new: object) -> bool:
     )
 
 
-def materially_same(old: object, new: object, path: tuple[str, ...] = ()) -> bool:
+def materially_same(old: object, new: object, rules: _Rules | str = _RULES) -> bool:
     """True when the status `new` says what `old` says: the same diagnosis codes, actions and their
     targets, allocation, conditions and generations, and figures within FIGURE_TOLERANCE; the
     window's times are left out. Both are statuses as JSON (old as the API server returned it)."""
-    if _matches(path, _IGNORED):
+    if type(old) is type(new) and old == new:  # most of a status does not move: no walk needed
         return True
-    if _matches(path, _FIGURES):
+    if rules == _FIGURE:
         return same_figure(old, new)
-    if _matches(path, _TEXTS):
+    if rules == _TEXT:
         return same_text(old, new)
+    tree = rules if isinstance(rules, dict) else _NO_RULES
     if isinstance(old, dict) and isinstance(new, dict):
-        keys = {k for k in old.keys() | new.keys() if not _matches((*path, str(k)), _IGNORED)}
-        return all(k in old and k in new and materially_same(old[k], new[k], (*path, str(k))) for k in keys)
+        for key in old.keys() | new.keys():
+            rule = tree.get(key, tree.get("*", _NO_RULES))
+            if rule == _IGNORE:
+                continue
+            if key not in old or key not in new or not materially_same(old[key], new[key], rule):
+                return False
+        return True
     if isinstance(old, list) and isinstance(new, list):
+        rule = tree.get("*", _NO_RULES)
         return len(old) == len(new) and all(
-            materially_same(a, b, (*path, str(i))) for i, (a, b) in enumerate(zip(old, new, strict=True))
+            materially_same(a, b, rule) for a, b in zip(old, new, strict=True)
         )
     return (old == new and type(old) is type(new)) or _same_number(old, new)
 
