@@ -49,7 +49,8 @@ GROUP, VERSION, PLURAL = "gpurightsizer.io", "v1alpha1", "gpurecommendations"
 #: Shapes that end in a real diagnosis (insufficient-data by design never does).
 SHAPES = [shape for shape in Shape if shape is not Shape.INSUFFICIENT_DATA]
 CYCLE_LINE = re.compile(
-    r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s(?:, (\d+) statuses written)?"
+    r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s"
+    r"(?:, (\d+) statuses written(?: \((\d+) refreshed\))?)?"
 )
 APISERVER_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -180,12 +181,15 @@ def rss_mib(pid: int) -> tuple[float, float]:
 
 def cycle_lines(log: Path) -> list[tuple[int, float]]:
     """(recommendations updated, seconds) of each finished analysis cycle in the operator log."""
-    return [(int(n), float(s)) for n, s, _ in CYCLE_LINE.findall(log.read_text(errors="replace"))]
+    return [(int(n), float(s)) for n, s, _, _ in CYCLE_LINE.findall(log.read_text(errors="replace"))]
 
 
-def cycle_writes(log: Path) -> list[tuple[int, int]]:
-    """(recommendations updated, statuses written) of each finished cycle whose log line says so."""
-    return [(int(n), int(w)) for n, _, w in CYCLE_LINE.findall(log.read_text(errors="replace")) if w]
+def cycle_writes(log: Path) -> list[tuple[int, str]]:
+    """(recommendations updated, "statuses written/of them refreshed") of each finished cycle whose
+    log line says so."""
+    return [
+        (int(n), f"{w}/{r or '?'}") for n, _, w, r in CYCLE_LINE.findall(log.read_text(errors="replace")) if w
+    ]
 
 
 @dataclass
@@ -197,7 +201,7 @@ class Phase:
     time_to_recommendations: float | None = None
     time_to_diagnoses: float | None = None
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
-    written: list[int] = field(default_factory=list)  # statuses written by each of those cycles
+    written: list[str] = field(default_factory=list)  # "written/refreshed" statuses of those cycles
     queries_per_cycle: list[float] = field(default_factory=list)
     prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
     cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
@@ -351,7 +355,7 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         for p in phases
     ])  # fmt: skip
     row("recommendations updated per cycle", [",".join(str(n) for n, _ in p.cycles) or "n/a" for p in phases])
-    row("statuses written per cycle", [",".join(str(w) for w in p.written) or "n/a" for p in phases])
+    row("statuses written/refreshed per cycle", [",".join(p.written) or "n/a" for p in phases])
     row(
         "Prometheus queries per cycle",
         [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],

@@ -9,8 +9,9 @@ WORKLOADS_ANALYZED = Counter(
 )
 STATUS_WRITES = Counter(
     "gpu_rightsizer_status_writes",
-    "Recommendation statuses written: only when the analysis says something new, or the stored window "
-    "grows old (a refresh).",
+    "Recommendation statuses written, by why: new (first analysis), changed (it says something new), "
+    "refresh (the stored window grew old).",
+    ["reason"],
 )
 RECOMMENDATIONS = Gauge(
     "gpu_rightsizer_recommendations",

@@ -141,6 +141,7 @@ def test_the_install_guide_states_the_tolerance_and_refresh_period_the_code_uses
     text = " ".join((Path(__file__).parents[3] / "docs" / "install.md").read_text().split())
     assert f"more than {FIGURE_TOLERANCE * 100:g} % of the larger value" in text
     assert f"absolute differences below {FIGURE_FLOOR:g} do not count" in text
-    assert f"{cycle.REFRESH_AFTER_INTERVALS} intervals, but at most half" in text
     assert cycle.REFRESH_STALENESS_SHARE == 0.5
-    assert f"shortened by up to {cycle.REFRESH_SPREAD * 100:g} % per workload" in text
+    assert "refresh period: half of the governing policy's `spec.safety.maxStaleness`" in text
+    assert f"at most {cycle.REFRESH_AT_MOST.total_seconds() / 3600:g}h" in text
+    assert f"shortened by up to {cycle.REFRESH_SPREAD * 100:g} %" in text

@@ -137,7 +137,7 @@ def test_an_unchanged_status_is_written_again_only_when_its_window_grows_old(
     assert kube.status_patches == []
     assert stored_status(kube, "team-a", "one") == first
 
-    refreshed = NOW + timedelta(minutes=10)  # 10 intervals after the stored window's end
+    refreshed = NOW + timedelta(minutes=10)  # beyond half the default maxStaleness (15 min)
     cycle.run_cycle(memo, now=refreshed)
     assert len(kube.status_patches) == 4
     window = stored_status(kube, "team-a", "one")["window"]
@@ -415,12 +415,25 @@ def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
             assert len(kube.status_patches) == 4, f"at +{minutes} min the stored window was old"
 
 
-def test_refresh_periods_follow_the_policy_max_staleness_and_spread_over_workloads() -> None:
+def test_refresh_periods_follow_the_policy_max_staleness_and_spread_over_cycles() -> None:
     fifteen = timedelta(minutes=15)
-    assert cycle.refresh_period(15.0, fifteen, "") == timedelta(seconds=150)  # 10 intervals
-    assert cycle.refresh_period(300.0, fifteen, "") == timedelta(minutes=7.5)  # half maxStaleness
-    assert cycle.refresh_period(300.0, timedelta(minutes=2), "") == timedelta(minutes=1)
-    periods = {cycle.refresh_period(15.0, fifteen, f"ns/Deployment/wl-{i}") for i in range(100)}
-    assert len(periods) > 50, "the refreshes are spread"
-    assert min(periods) >= timedelta(seconds=150) * (1 - cycle.REFRESH_SPREAD)
-    assert max(periods) <= timedelta(seconds=150), "spreading only ever shortens the period"
+    draws = [f"ns/Deployment/wl-{i} 2026-03-04T12:00:{i % 60:02d}Z" for i in range(200)]
+    periods = {cycle.refresh_period(15.0, fifteen, key) for key in draws}
+    assert max(periods) <= fifteen / 2, "never beyond half maxStaleness, whatever is drawn"
+    assert min(periods) >= fifteen / 2 * (1 - cycle.REFRESH_SPREAD)
+    assert len(periods) > 100, "the refreshes are spread"
+    # the chart's 5 min interval: every second cycle at most, never every cycle
+    assert {cycle.refresh_period(300.0, fifteen, key) for key in draws} == {timedelta(minutes=7.5)}
+    # maxStaleness below two intervals: every cycle, as the gate needs
+    assert cycle.refresh_period(300.0, timedelta(minutes=2), "x") == timedelta(minutes=1)
+    assert cycle.refresh_period(15.0, timedelta(hours=24), "x") <= cycle.REFRESH_AT_MOST
+
+
+def test_write_reasons() -> None:
+    old = {"window": {"start": "2026-03-04T11:00:00Z", "end": "2026-03-04T12:00:00Z", "samples": 60}}
+    slid = {"window": {"start": "2026-03-04T11:01:00Z", "end": "2026-03-04T12:01:00Z", "samples": 60}}
+    fresh = timedelta(minutes=5)
+    assert cycle.write_reason({}, slid, NOW, fresh) == "new"
+    assert cycle.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
+    assert cycle.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
+    assert cycle.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
