@@ -488,6 +488,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     """
     cfg, kube = ctx.config, ctx.kube
     end = now or datetime.now(UTC)
+    marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, actuator
     elector = ctx.elector
     acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
     if not acting and not _has_role(cfg, "recommender"):
@@ -515,6 +516,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
+    marks.append(time.monotonic())
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
     failures: dict[float, str] = {}
@@ -556,6 +558,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             LOG.exception("cycle step for %s failed", job[0].ref.key)
             return None
 
+    marks.append(time.monotonic())
     if len(work) > 1:
         with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
             results = list(pool.map(attempt, work))
@@ -570,6 +573,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         updated += 1
         if done.written is not None:
             written[done.written] += 1
+    marks.append(time.monotonic())
     # The actuator steps every workload, those without metrics this cycle included: a change in flight
     # is still watched (pods that cannot start, rollouts), only new changes wait for data.
     for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
@@ -596,6 +600,12 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             for namespace, hours in wasted.items():
                 metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
     ctx.last_cycle = time.monotonic()
+    spans = [b - a for a, b in zip(marks, [*marks[1:], ctx.last_cycle], strict=True)]
+    LOG.info(
+        "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, actuator and "
+        "policies %.1f s",
+        *spans,
+    )
     ctx.last_written = sum(written.values())
     ctx.last_refreshed = written["refresh"]
     return updated
