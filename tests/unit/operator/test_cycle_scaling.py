@@ -437,3 +437,44 @@ def test_write_reasons() -> None:
     assert cycle.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
     assert cycle.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
     assert cycle.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
+
+
+def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recommender and actuator in one process under an Apply policy with maxStaleness 20m, a cycle
+    every 5 min for an hour, nothing new to say: the actuator's gates, on the published status, never
+    find it stale (with a refresh after 10 intervals, 50 min, they did from +25 min on)."""
+    from gpu_rightsizer.logic import actuation
+
+    class ActingKube(ListingKube):
+        def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:
+            return []
+
+    apply_policy = policy("a", "team-a")
+    apply_policy["spec"].update(mode="Apply", actions=["cpu"], safety={"maxStaleness": "20m"})
+    kube = ActingKube(cluster(apply_policy))
+    for workload in kube.workloads.values():
+        workload["metadata"]["generation"] = 3
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
+    verdicts: list[tuple[str, str]] = []
+    gates = cycle.changes.Actuator._gates
+
+    def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> actuation.Verdict:
+        verdicts.append((case.ref.key, gates(self, case, recent, **kwargs).reason))
+        return actuation.Verdict(False, actuation.ApplyState.SKIPPED, "recorded by the test")
+
+    monkeypatch.setattr(cycle.changes.Actuator, "_gates", recording)
+    monkeypatch.setattr(cycle.changes.Actuator, "_set_state", lambda *args: None)
+    ctx = memo_for(kube, role="all", interval_seconds=300.0)
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    writes = []
+    for minutes in range(0, 65, 5):
+        kube.status_patches.clear()
+        cycle.run_cycle(ctx, now=NOW + timedelta(minutes=minutes))
+        writes.append(len(kube.status_patches))
+    governed = [reason for key, reason in verdicts if key.startswith("team-a/")]
+    assert len(governed) == 13 * 2, "the actuator stepped team-a's two workloads every cycle"
+    assert set(governed) == {"all safety gates passed"}, governed
+    assert writes == [4] + [0, 4] * 6, "written at first, then every second cycle (10 min of the 20)"
