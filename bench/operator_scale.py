@@ -5,6 +5,9 @@ a local cluster (real control plane, M fake GPU nodes), the live metrics simulat
 operator, then measures two sizes in turn: first N0 GPU Deployments (default 50), then N in all
 (default 250). For each size it prints the time until every workload has a GPURecommendation and a
 real (not InsufficientData) diagnosis, the cycle duration (p50/max, from the operator's log), the
+statuses each cycle wrote and of them refreshed (from the same log line: while a window fills, its
+sample counts and confidences grow and every status is rewritten, so steady figures need a --budget
+and --timeout that outlast the window, e.g. `--window 5m --budget 780 --timeout 480`), the
 Prometheus queries per cycle (from Prometheus's own `prometheus_http_requests_total`), the
 kube-apiserver requests per cycle by verb and resource, and the operator's RSS (from /proc). The
 queries-per-cycle ratio between the sizes shows whether Prometheus load grows with the workload count;
