@@ -5,6 +5,9 @@ a local cluster (real control plane, M fake GPU nodes), the live metrics simulat
 operator, then measures two sizes in turn: first N0 GPU Deployments (default 50), then N in all
 (default 250). For each size it prints the time until every workload has a GPURecommendation and a
 real (not InsufficientData) diagnosis, the cycle duration (p50/max, from the operator's log), the
+statuses each cycle wrote and of them refreshed (from the same log line: while a window fills, its
+sample counts and confidences grow and every status is rewritten, so steady figures need a --budget
+and --timeout that outlast the window, e.g. `--window 5m --budget 780 --timeout 480`), the
 Prometheus queries per cycle (from Prometheus's own `prometheus_http_requests_total`), the
 kube-apiserver requests per cycle by verb and resource, and the operator's RSS (from /proc). The
 queries-per-cycle ratio between the sizes shows whether Prometheus load grows with the workload count;
@@ -48,7 +51,10 @@ NAMESPACES = ("team-a", "team-b", "team-c", "team-d", "team-e")
 GROUP, VERSION, PLURAL = "gpurightsizer.io", "v1alpha1", "gpurecommendations"
 #: Shapes that end in a real diagnosis (insufficient-data by design never does).
 SHAPES = [shape for shape in Shape if shape is not Shape.INSUFFICIENT_DATA]
-CYCLE_LINE = re.compile(r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s")
+CYCLE_LINE = re.compile(
+    r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s"
+    r"(?:, (\d+) statuses written(?: \((\d+) refreshed\))?)?"
+)
 APISERVER_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -178,7 +184,15 @@ def rss_mib(pid: int) -> tuple[float, float]:
 
 def cycle_lines(log: Path) -> list[tuple[int, float]]:
     """(recommendations updated, seconds) of each finished analysis cycle in the operator log."""
-    return [(int(n), float(s)) for n, s in CYCLE_LINE.findall(log.read_text(errors="replace"))]
+    return [(int(n), float(s)) for n, s, _, _ in CYCLE_LINE.findall(log.read_text(errors="replace"))]
+
+
+def cycle_writes(log: Path) -> list[tuple[int, str]]:
+    """(recommendations updated, "statuses written/of them refreshed") of each finished cycle whose
+    log line says so."""
+    return [
+        (int(n), f"{w}/{r or '?'}") for n, _, w, r in CYCLE_LINE.findall(log.read_text(errors="replace")) if w
+    ]
 
 
 @dataclass
@@ -190,6 +204,7 @@ class Phase:
     time_to_recommendations: float | None = None
     time_to_diagnoses: float | None = None
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
+    written: list[str] = field(default_factory=list)  # "written/refreshed" statuses of those cycles
     queries_per_cycle: list[float] = field(default_factory=list)
     prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
     cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
@@ -270,6 +285,7 @@ class Bench:
         self.steady(phase, steady_cycles)
         # Every cycle of this size that covered all its workloads, steady or not.
         phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
+        phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected)]
         phase.queries_per_cycle = self.queries_per_cycle(len(expected))
         if phase.rss == (0.0, 0.0):
             phase.rss = rss_mib(self.operator.pid)
@@ -342,6 +358,7 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         for p in phases
     ])  # fmt: skip
     row("recommendations updated per cycle", [",".join(str(n) for n, _ in p.cycles) or "n/a" for p in phases])
+    row("statuses written/refreshed per cycle", [",".join(p.written) or "n/a" for p in phases])
     row(
         "Prometheus queries per cycle",
         [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],

@@ -5,6 +5,7 @@ Everything here is a direct API call; decisions live in `gpu_rightsizer.logic`.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +48,18 @@ class ResolvedWorkload:
     ref: WorkloadRef
     uid: str
     obj: Mapping[str, Any]
+
+
+def _listed_items(lister: Callable[..., Any], *args: Any) -> list[dict[str, Any]]:
+    """The items of a LIST as the API server sent them (JSON objects), without the typed client models.
+
+    Why: building the typed models of a thousand Deployments (then turning them back into plain
+    dicts) took the Python client ~1.7 s of the GIL per kind and cycle; decoding the JSON takes ~0.06 s.
+    Errors still raise `ApiException`.
+    """
+    answer = json.loads(lister(*args, _preload_content=False).data)
+    items = answer.get("items") if isinstance(answer, dict) else None
+    return [item for item in items or [] if isinstance(item, dict)]
 
 
 def _as_dict(value: object) -> dict[str, Any]:
@@ -286,13 +299,12 @@ class KubeAdapter:
             raise ValueError(f"cannot list {kind} objects")
         namespaced, cluster_wide = listers[kind]
         listed = (
-            [item for namespace in namespaces for item in namespaced(namespace).items]
+            [item for namespace in namespaces for item in _listed_items(namespaced, namespace)]
             if namespaces
-            else list(cluster_wide().items)
+            else _listed_items(cluster_wide)
         )
         found: dict[tuple[str, str], dict[str, Any]] = {}
-        for item in listed:
-            result: dict[str, Any] = self._plain(item)
+        for result in listed:
             result.setdefault("kind", kind)
             result.setdefault("apiVersion", _API_VERSIONS[kind])
             metadata = result.get("metadata") or {}
@@ -308,14 +320,13 @@ class KubeAdapter:
             [
                 item
                 for namespace in namespaces
-                for item in autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items
+                for item in _listed_items(autoscaling.list_namespaced_horizontal_pod_autoscaler, namespace)
             ]
             if namespaces
-            else list(autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces().items)
+            else _listed_items(autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
         )
         found: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for item in listed:
-            plain: dict[str, Any] = self._plain(item)
+        for plain in listed:
             target = (plain.get("spec") or {}).get("scaleTargetRef") or {}
             namespace = (plain.get("metadata") or {}).get("namespace")
             found.setdefault((str(namespace), str(target.get("kind")), str(target.get("name"))), plain)

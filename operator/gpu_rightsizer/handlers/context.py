@@ -36,6 +36,10 @@ class OperatorContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: time.monotonic() of the last finished cycle (liveness probe).
     last_cycle: float = field(default_factory=time.monotonic)
+    #: Statuses the last cycle wrote (the others it analysed said nothing new).
+    last_written: int = 0
+    #: Of those, the statuses written only because their stored window grew old.
+    last_refreshed: int = 0
     cycle_task: asyncio.Task[Any] | None = None
     elector: LeaseElector | None = None
     #: Incremental metric windows kept across cycles (None: every cycle reads whole windows).

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import time
+import zlib
 from collections import Counter as Tally
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +47,12 @@ from gpu_rightsizer.logic.policy import (
     settings_for_workload,
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
-from gpu_rightsizer.logic.status import analysed_status, merge_conditions, metrics_condition
+from gpu_rightsizer.logic.status import (
+    analysed_status,
+    materially_same,
+    merge_conditions,
+    metrics_condition,
+)
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -58,9 +66,19 @@ SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
 #: Kinds listed once per cycle instead of read one by one (bare Pods are read: a LIST of every pod
 #: would cost more than it saves).
 LISTED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "CronJob")
-#: A status that says nothing new is still rewritten after this many intervals, so `status.window`
-#: never looks older than that to its readers.
-REFRESH_AFTER_INTERVALS = 10
+#: A status that says nothing new (`logic.status.materially_same`) is still rewritten once its stored
+#: window is this share of the governing policy's `maxStaleness` old (15 min by default), so the
+#: actuator's freshness gate, which reads the stored window's end, never finds a status stale because
+#: a write was skipped: in the same cycle the stored window is younger than this share, and an
+#: actuator in another process, one cycle behind at most, still finds it younger than maxStaleness
+#: while a cycle (interval and run) is shorter than the rest.
+REFRESH_STALENESS_SHARE = 0.5
+#: ... and at the latest after this long whatever maxStaleness says (it may be up to 24 h).
+REFRESH_AT_MOST = timedelta(hours=1)
+#: Each refresh period is shortened by up to this share (drawn anew after each write from the workload
+#: and its stored window), so statuses first written in one cycle are not all refreshed in one later
+#: cycle; never below 1.5 intervals (a shorter period would rewrite every cycle).
+REFRESH_SPREAD = 0.5
 #: Threads that analyse and write statuses in parallel (the client's connection pool is thread-safe).
 WRITERS = 4
 
@@ -160,7 +178,18 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
         overrides["minWindowSeconds"] = min(defaults.min_window_seconds, window_seconds * 0.9)
     if settings.policy is not None:
         overrides["minSamples"] = settings.min_samples
-    return EngineSettings().with_overrides(overrides)
+    try:
+        key = json.dumps(overrides, sort_keys=True)
+    except (TypeError, ValueError):  # not plain JSON: validated without the cache
+        return EngineSettings().with_overrides(overrides)
+    return _engine_settings_from(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _engine_settings_from(overrides_json: str) -> EngineSettings:
+    """Validated engine settings for one set of overrides. Cached: building and validating them took
+    ~3 % of a 1,000-workload cycle, and a cycle has one or a few distinct sets (they are frozen)."""
+    return EngineSettings().with_overrides(json.loads(overrides_json))
 
 
 def analyse(
@@ -283,14 +312,6 @@ def merge_patched(target: Any, patch: Any) -> Any:
     return result
 
 
-def _without_window_times(status: Mapping[str, Any]) -> dict[str, Any]:
-    """The status less the window's start and end, which move every cycle."""
-    window = status.get("window")
-    if not isinstance(window, Mapping):
-        return dict(status)
-    return {**status, "window": {k: v for k, v in window.items() if k not in ("start", "end")}}
-
-
 def _parse_time(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -301,15 +322,37 @@ def _parse_time(value: object) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
+    """How old a stored window may grow before a status that says nothing new is rewritten anyway:
+    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST), shortened by up to
+    REFRESH_SPREAD as `spread_key` draws, but not below 1.5 intervals. Never longer than the share, so
+    the actuator's freshness gate holds whatever is drawn."""
+    longest = min(max_staleness * REFRESH_STALENESS_SHARE, REFRESH_AT_MOST)
+    draw = (zlib.crc32(spread_key.encode()) % 1000) / 1000
+    shortest = min(longest, timedelta(seconds=1.5 * interval_seconds))
+    return max(longest * (1 - REFRESH_SPREAD * draw), shortest)
+
+
+def write_reason(
+    old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
+) -> str | None:
+    """Why the patch is worth writing: "new" (no analysed window stored yet), "changed" (it says
+    something new: `logic.status.materially_same`, window times left out, figures within a
+    tolerance), "refresh" (the stored window ended `refresh_after` ago or more, so readers and the
+    actuator's freshness gate still see a recent window); None when it is not."""
+    stored_end = _parse_time((old_status.get("window") or {}).get("end"))
+    if stored_end is None:
+        return "new"
+    if not materially_same(dict(old_status), merge_patched(old_status, patch)):
+        return "changed"
+    return "refresh" if now - stored_end >= refresh_after else None
+
+
 def status_unchanged(
     old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
 ) -> bool:
-    """True when the patch would change nothing but the window's timestamps, and the stored window
-    ended less than `refresh_after` ago (so readers still see a recent window)."""
-    stored_end = _parse_time((old_status.get("window") or {}).get("end"))
-    if stored_end is None or now - stored_end >= refresh_after:
-        return False
-    return _without_window_times(merge_patched(old_status, patch)) == _without_window_times(old_status)
+    """True when the patch need not be written (`write_reason` has none)."""
+    return write_reason(old_status, patch, now, refresh_after) is None
 
 
 def write_recommendation(
@@ -324,14 +367,15 @@ def write_recommendation(
     *,
     refresh_after: timedelta | None = None,
     workload_generation: int | None = None,
-) -> bool:
+) -> str | None:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
     `status.apply` belongs to the actuator, so the recommender never writes it (a merge patch
     without the field keeps it). `workloadGeneration` publishes which spec the analysis saw, so the
     actuator acts only on a recommendation made for the workload as it is. With `refresh_after`, a status
-    that would only move its window is left as stored while that window is younger than it. Returns
-    whether the status was written.
+    that would say nothing new (`status_unchanged`: its figures moved within a tolerance, its window
+    slid) is left as stored while that window is younger than `refresh_after`. Returns why the status
+    was written (`write_reason`; "changed" without `refresh_after`), None when it was not.
     """
     old_status = recommendation.get("status") or {}
     status = analysed_status(
@@ -350,9 +394,10 @@ def write_recommendation(
     body["conditions"] = merge_conditions(
         list(old_status.get("conditions") or []), body.get("conditions", [])
     )
-    written = refresh_after is None or not status_unchanged(old_status, body, now, refresh_after)
-    if written:
+    written = "changed" if refresh_after is None else write_reason(old_status, body, now, refresh_after)
+    if written is not None:
         kube.patch_recommendation_status(ref, body)
+        metrics.STATUS_WRITES.labels(written).inc()
     before = (old_status.get("diagnosis") or {}).get("primary")
     if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
         warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
@@ -447,6 +492,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     """
     cfg, kube = ctx.config, ctx.kube
     end = now or datetime.now(UTC)
+    marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, actuator
     elector = ctx.elector
     acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
     if not acting and not _has_role(cfg, "recommender"):
@@ -474,6 +520,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
+    marks.append(time.monotonic())
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
     failures: dict[float, str] = {}
@@ -495,6 +542,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     by_diagnosis: Tally[tuple[str, str]] = Tally()
     wasted: dict[str, float] = {}
     updated = 0
+    written: Tally[str] = Tally()
     work: list[tuple[_Pending, WorkloadWindow]] = []
     for item in pending:
         batch = batches.get(item.window_seconds)
@@ -505,16 +553,16 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         window = batch.get(item.ref.key)
         if window is not None:
             work.append((item, window))
-    refresh_after = timedelta(seconds=cfg.interval_seconds * REFRESH_AFTER_INTERVALS)
 
     def attempt(job: tuple[_Pending, WorkloadWindow]) -> _Analysed | None:
         try:
-            return _analyse_and_write(kube, cfg, state, job[0], job[1], refresh_after)
+            return _analyse_and_write(kube, cfg, state, job[0], job[1])
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.exception("cycle step for %s failed", job[0].ref.key)
             return None
 
+    marks.append(time.monotonic())
     if len(work) > 1:
         with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
             results = list(pool.map(attempt, work))
@@ -527,6 +575,9 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
             wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
         updated += 1
+        if done.written is not None:
+            written[done.written] += 1
+    marks.append(time.monotonic())
     # The actuator steps every workload, those without metrics this cycle included: a change in flight
     # is still watched (pods that cannot start, rollouts), only new changes wait for data.
     for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
@@ -553,6 +604,14 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             for namespace, hours in wasted.items():
                 metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
     ctx.last_cycle = time.monotonic()
+    spans = [b - a for a, b in zip(marks, [*marks[1:], ctx.last_cycle], strict=True)]
+    LOG.info(
+        "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, actuator and "
+        "policies %.1f s",
+        *spans,
+    )
+    ctx.last_written = sum(written.values())
+    ctx.last_refreshed = written["refresh"]
     return updated
 
 
@@ -714,6 +773,7 @@ class _Analysed:
     hpa: dict[str, Any] | None
     analysis: Analysis | None  # None when this process does not recommend (the actuator never analyses)
     uid: str
+    written: str | None = None  # why this cycle wrote the status (`write_reason`); None: not written
 
 
 def _analyse_and_write(
@@ -722,11 +782,12 @@ def _analyse_and_write(
     state: CycleState,
     item: _Pending,
     window: WorkloadWindow,
-    refresh_after: timedelta,
 ) -> _Analysed | None:
     """Analyse one workload and (recommender) write its status; None when the analysis failed.
 
-    Runs on a worker thread: it reads the shared cycle state and changes nothing in it.
+    Runs on a worker thread: it reads the shared cycle state and changes nothing in it. The status is
+    refreshed within `refresh_period` of the workload's governing maxStaleness, so skipping a write
+    never makes the actuator's freshness gate call it stale.
     """
     ref, settings = item.ref, item.settings
     hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
@@ -741,12 +802,19 @@ def _analyse_and_write(
         LOG.exception("analysis of %s failed", ref.key)
         return None
     metrics.WORKLOADS_ANALYZED.inc()
-    write_recommendation(
+    written = write_recommendation(
         kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
-        refresh_after=refresh_after,
+        refresh_after=refresh_period(
+            cfg.interval_seconds, settings.max_staleness, f"{ref.key} {window_end_of(item.recommendation)}"
+        ),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
     )  # fmt: skip
-    return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid)
+    return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid, written=written)
+
+
+def window_end_of(recommendation: Mapping[str, Any]) -> str:
+    """The stored `status.window.end` as written ("" when none)."""
+    return str(((recommendation.get("status") or {}).get("window") or {}).get("end") or "")
 
 
 def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
@@ -791,7 +859,11 @@ async def analysis_loop(ctx: OperatorContext) -> None:
         try:
             updated = await asyncio.to_thread(run_cycle, ctx)
             LOG.info(
-                "analysis cycle: %d recommendations updated in %.1f s", updated, time.monotonic() - started
+                "analysis cycle: %d recommendations updated in %.1f s, %d statuses written (%d refreshed)",
+                updated,
+                time.monotonic() - started,
+                ctx.last_written,
+                ctx.last_refreshed,
             )
         except Exception:
             metrics.ERRORS.labels("cycle").inc()

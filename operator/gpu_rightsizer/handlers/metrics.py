@@ -7,6 +7,12 @@ from prometheus_client import Counter, Gauge, Histogram
 WORKLOADS_ANALYZED = Counter(
     "gpu_rightsizer_workloads_analyzed", "Workload windows analysed (one per workload per cycle)."
 )
+STATUS_WRITES = Counter(
+    "gpu_rightsizer_status_writes",
+    "Recommendation statuses written, by why: new (first analysis), changed (it says something new), "
+    "refresh (the stored window grew old).",
+    ["reason"],
+)
 RECOMMENDATIONS = Gauge(
     "gpu_rightsizer_recommendations",
     "Current recommendations by primary diagnosis and namespace.",

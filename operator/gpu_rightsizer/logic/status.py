@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -185,4 +186,128 @@ def metrics_condition(error: str | None, now: datetime, generation: int | None) 
         f"the last query batch failed, so this status still shows the previous analysis: {error}"[:1024],
         now,
         generation,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# When a new analysis is worth a status write
+# --------------------------------------------------------------------------------------------------
+
+#: Two figures of a status are the same when they differ by at most this share of the larger one:
+#: the window slides every cycle, so its figures (confidence, evidence, savings, samples) move a
+#: little each time without the recommendation saying anything new. Compared with the figures as
+#: stored (not the last analysis), so slow drift adds up and is written once it passes the tolerance.
+FIGURE_TOLERANCE = 0.05
+#: Figures closer than this are the same whatever their ratio (noise around zero: an idle GPU's
+#: busy share, savings of 0.001 GPU-hours per day).
+FIGURE_FLOOR = 0.005
+
+#: Paths (keys, `*` for any key or list index) that are left out of the comparison: the window's
+#: times move every cycle; how old the stored window may grow is the refresh period's business.
+_IGNORED = (("window", "start"), ("window", "end"))
+#: Paths holding figures, compared within FIGURE_TOLERANCE.
+_FIGURES = (
+    ("window", "samples"),
+    ("diagnosis", "confidence"),
+    ("diagnosis", "findings", "*", "confidence"),
+    ("diagnosis", "findings", "*", "evidence", "*"),
+    ("savings", "*"),
+)
+#: Paths holding text for people, made from the same figures: their words must match, their numbers
+#: only within FIGURE_TOLERANCE or one step of the digits shown ("21%" and "22%" are one rounding apart).
+_TEXTS = (
+    ("diagnosis", "summary"),
+    ("diagnosis", "findings", "*", "message"),
+    ("actions", "*", "reason"),
+    ("conditions", "*", "message"),
+    ("summary", "gpuBusyP95"),
+    ("summary", "savings"),
+    ("summary", "confidence"),
+)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+_IGNORE, _FIGURE, _TEXT = "ignore", "figure", "text"
+#: A rule tree: key (or `*`) -> subtree, or how a leaf compares; built once from the paths above.
+_Rules = dict[str, "_Rules | str"]
+
+
+def _rule_tree() -> _Rules:
+    tree: _Rules = {}
+    for how, paths in ((_IGNORE, _IGNORED), (_FIGURE, _FIGURES), (_TEXT, _TEXTS)):
+        for path in paths:
+            node = tree
+            for key in path[:-1]:
+                child = node.setdefault(key, {})
+                assert isinstance(child, dict)
+                node = child
+            node[path[-1]] = how
+    return tree
+
+
+_RULES = _rule_tree()
+_NO_RULES: _Rules = {}
+
+
+def same_figure(old: object, new: object) -> bool:
+    """True when two figures differ by at most FIGURE_TOLERANCE of the larger, or FIGURE_FLOOR."""
+    if isinstance(old, bool) or isinstance(new, bool):
+        return old == new
+    if not isinstance(old, int | float) or not isinstance(new, int | float):
+        return old == new
+    return abs(old - new) <= max(FIGURE_FLOOR, FIGURE_TOLERANCE * max(abs(old), abs(new)))
+
+
+def _same_shown_number(old: str, new: str) -> bool:
+    decimals = max(len(text.partition(".")[2]) for text in (old, new))
+    a, b = float(old), float(new)
+    return abs(a - b) <= max(10.0**-decimals, FIGURE_TOLERANCE * max(abs(a), abs(b)))
+
+
+def same_text(old: object, new: object) -> bool:
+    """True when two texts have the same words and their numbers are the same figures, as shown."""
+    if not isinstance(old, str) or not isinstance(new, str):
+        return old == new
+    if _NUMBER.sub("#", old) != _NUMBER.sub("#", new):
+        return False
+    return all(
+        _same_shown_number(a, b) for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True)
+    )
+
+
+def materially_same(old: object, new: object, rules: _Rules | str = _RULES) -> bool:
+    """True when the status `new` says what `old` says: the same diagnosis codes, actions and their
+    targets, allocation, conditions and generations, and figures within FIGURE_TOLERANCE; the
+    window's times are left out. Both are statuses as JSON (old as the API server returned it)."""
+    if type(old) is type(new) and old == new:  # most of a status does not move: no walk needed
+        return True
+    if rules == _FIGURE:
+        return same_figure(old, new)
+    if rules == _TEXT:
+        return same_text(old, new)
+    tree = rules if isinstance(rules, dict) else _NO_RULES
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in old.keys() | new.keys():
+            rule = tree.get(key, tree.get("*", _NO_RULES))
+            if rule == _IGNORE:
+                continue
+            if key not in old or key not in new or not materially_same(old[key], new[key], rule):
+                return False
+        return True
+    if isinstance(old, list) and isinstance(new, list):
+        rule = tree.get("*", _NO_RULES)
+        return len(old) == len(new) and all(
+            materially_same(a, b, rule) for a, b in zip(old, new, strict=True)
+        )
+    return (old == new and type(old) is type(new)) or _same_number(old, new)
+
+
+def _same_number(old: object, new: object) -> bool:
+    """1 and 1.0 are one number (the API server gives back whole floats as integers)."""
+    return (
+        isinstance(old, int | float)
+        and isinstance(new, int | float)
+        and not isinstance(old, bool)
+        and not isinstance(new, bool)
+        and old == new
     )

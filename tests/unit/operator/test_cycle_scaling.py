@@ -137,7 +137,7 @@ def test_an_unchanged_status_is_written_again_only_when_its_window_grows_old(
     assert kube.status_patches == []
     assert stored_status(kube, "team-a", "one") == first
 
-    refreshed = NOW + timedelta(minutes=10)  # 10 intervals after the stored window's end
+    refreshed = NOW + timedelta(minutes=10)  # beyond half the default maxStaleness (15 min)
     cycle.run_cycle(memo, now=refreshed)
     assert len(kube.status_patches) == 4
     window = stored_status(kube, "team-a", "one")["window"]
@@ -168,7 +168,7 @@ def test_merge_patch_follows_rfc_7386() -> None:
     assert target == {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}, "the target is not modified"
 
 
-def test_status_unchanged_ignores_only_the_window_times() -> None:
+def test_status_unchanged_ignores_the_window_times_and_small_moves() -> None:
     old = {
         "window": {"start": "2026-03-04T11:00:00Z", "end": "2026-03-04T12:00:00Z", "samples": 60},
         "apply": {"state": "Skipped", "policy": "a"},
@@ -179,7 +179,9 @@ def test_status_unchanged_ignores_only_the_window_times() -> None:
     assert cycle.status_unchanged(old, moved, later, fresh)
     assert cycle.status_unchanged(old, {**moved, "apply": {"policy": "a"}}, later, fresh)
     assert not cycle.status_unchanged(old, {**moved, "apply": {"policy": "b"}}, later, fresh)
-    more = {"window": {**moved["window"], "samples": 61}}
+    a_few_more = {"window": {**moved["window"], "samples": 61}}  # within the figures' tolerance
+    assert cycle.status_unchanged(old, a_few_more, later, fresh)
+    more = {"window": {**moved["window"], "samples": 40}}
     assert not cycle.status_unchanged(old, more, later, fresh)
     assert not cycle.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
     assert not cycle.status_unchanged({}, moved, later, fresh), "nothing stored yet"
@@ -261,3 +263,218 @@ def test_an_opted_out_workload_with_a_change_in_flight_is_settled_before_its_rec
     kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Abandoned", "policy": "a"}
     cycle.run_cycle(ctx, now=NOW)
     assert "team-c/Deployment/solo" in kube.deleted
+
+
+# --- writes only on material change -------------------------------------------------------------
+
+
+def moving_analysis(figures: dict[str, Any]) -> Any:
+    """Stands in for `cycle.analyse`: an OversizedGPU analysis with a MIG action whose figures (busy
+    share, confidence, savings, samples) and target come from `figures`, read at each call."""
+    from gpu_rightsizer.model.codes import ActionType, DiagnosisCode, Severity
+    from gpu_rightsizer.model.result import Action, ActionTarget, Analysis, Finding, Savings
+
+    def fake(window: WorkloadWindow, *args: Any) -> Analysis:
+        busy, confidence = figures["busy"], figures["confidence"]
+        profile = figures.get("profile", "nvidia.com/mig-1g.18gb")
+        return Analysis(
+            workload=window.workload,
+            primary=DiagnosisCode(figures.get("primary", "OversizedGPU")),
+            confidence=confidence,
+            findings=[
+                Finding(
+                    code=DiagnosisCode(figures.get("primary", "OversizedGPU")),
+                    severity=Severity.WARNING,
+                    confidence=confidence,
+                    message=f"GPU busy p95 is {busy:.0%}, memory used {busy * 140:.1f} GiB of 141 GiB.",
+                    evidence={"gpuBusyP95": busy, "memoryUsedGiB": busy * 140, "throttled": 0.0},
+                )
+            ],
+            actions=[
+                Action(
+                    type=ActionType.MIG_PROFILE,
+                    from_value="nvidia.com/gpu: 1",
+                    to_value=f"{profile}: 1",
+                    reason=f"the work needs about {busy:.0%} of a GPU",
+                    resource=profile,
+                    automatic=True,
+                    target=ActionTarget(
+                        requests={profile: "1"}, limits={profile: "1"},
+                        remove_resources=["nvidia.com/gpu"], gpu_capacity_change=True,
+                    ),
+                )
+            ],
+            savings=Savings(gpu_hours_per_day=24 * (1 - busy) * 0.8, share_of_allocation=(1 - busy) * 0.8),
+            gpu_busy_p95=busy,
+            samples=figures["samples"],
+            summary=f"The GPU is {busy:.0%} busy at p95: a MIG slice would do.",
+        )  # fmt: skip
+
+    return fake
+
+
+def test_a_window_whose_figures_move_a_little_is_not_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = listing_cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    figures: dict[str, Any] = {"busy": 0.212, "confidence": 0.834, "samples": 60}
+    monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
+    memo = memo_for(kube, interval_seconds=15.0)
+    cycle.run_cycle(memo, now=NOW)
+    assert len(kube.status_patches) == 4
+    first = stored_status(kube, "team-a", "one")
+
+    for minute, (busy, confidence, samples) in enumerate(
+        [(0.218, 0.829, 59), (0.209, 0.851, 61), (0.221, 0.84, 60)], start=1
+    ):  # the window slides: every figure moves, none by more than the tolerance
+        kube.status_patches.clear()
+        figures.update(busy=busy, confidence=confidence, samples=samples)
+        assert cycle.run_cycle(memo, now=NOW + timedelta(seconds=15 * minute)) == 4
+        assert kube.status_patches == [], f"cycle {minute} rewrote a status that says nothing new"
+    assert stored_status(kube, "team-a", "one") == first
+    assert memo.last_written == 0
+
+
+def _second_cycle(monkeypatch: pytest.MonkeyPatch, **change: Any) -> tuple[ListingKube, dict[str, Any]]:
+    """Two cycles 15 s apart, the second with `change` to the figures; the kube and the figures."""
+    kube = listing_cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    figures: dict[str, Any] = {"busy": 0.212, "confidence": 0.834, "samples": 60}
+    monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
+    memo = memo_for(kube, interval_seconds=15.0)
+    cycle.run_cycle(memo, now=NOW)
+    kube.status_patches.clear()
+    figures.update(change)
+    cycle.run_cycle(memo, now=NOW + timedelta(seconds=15))
+    return kube, figures
+
+
+def test_a_changed_action_target_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, _ = _second_cycle(monkeypatch, profile="nvidia.com/mig-2g.35gb")
+
+    assert len(kube.status_patches) == 4
+    action = stored_status(kube, "team-a", "one")["actions"][0]
+    assert action["target"]["requests"] == {"nvidia.com/mig-2g.35gb": "1"}
+
+
+def test_a_changed_diagnosis_with_the_same_figures_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, _ = _second_cycle(monkeypatch, primary="LowOccupancy")
+
+    assert len(kube.status_patches) == 4
+    assert stored_status(kube, "team-b", "three")["diagnosis"]["primary"] == "LowOccupancy"
+
+
+def test_a_confidence_beyond_the_tolerance_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, _ = _second_cycle(monkeypatch, confidence=0.62)
+
+    assert len(kube.status_patches) == 4
+    assert stored_status(kube, "team-a", "one")["diagnosis"]["confidence"] == 0.62
+
+
+def test_figures_drifting_slowly_are_written_once_they_pass_the_tolerance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = listing_cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    figures: dict[str, Any] = {"busy": 0.30, "confidence": 0.80, "samples": 60}
+    monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
+    memo = memo_for(kube, interval_seconds=15.0)
+    cycle.run_cycle(memo, now=NOW)
+    writes = []
+    for step in range(1, 8):  # 2 % a cycle: each step is within the tolerance, the sum is not
+        kube.status_patches.clear()
+        figures["confidence"] = 0.80 * (1 - 0.02 * step)
+        cycle.run_cycle(memo, now=NOW + timedelta(seconds=15 * step))
+        writes.append(len(kube.status_patches) // 4)
+    assert writes == [0, 0, 1, 0, 0, 1, 0], "compared with the stored figures, not the last analysis"
+
+
+def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The actuator's freshness gate reads the stored window's end: a skipped write must never make it
+    stale. With a 5 min interval, 10 intervals would be 50 min, far beyond maxStaleness (15 min)."""
+    kube = listing_cluster()
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
+    memo = memo_for(kube, interval_seconds=300.0)
+    max_staleness = timedelta(minutes=15)  # the default spec.safety.maxStaleness
+    cycle.run_cycle(memo, now=NOW)
+    for minutes in range(5, 65, 5):  # every cycle of an hour, 5 min apart
+        kube.status_patches.clear()
+        moment = NOW + timedelta(minutes=minutes)
+        cycle.run_cycle(memo, now=moment)
+        for namespace, name in kube.workloads:
+            end = stored_status(kube, namespace, name)["window"]["end"]
+            age = moment - datetime.fromisoformat(end.replace("Z", "+00:00"))
+            assert age < max_staleness / 2, f"{namespace}/{name}: the stored window is {age} old"
+            # an actuator in another process, up to one interval later, still finds it fresh
+            assert age + timedelta(minutes=5) <= max_staleness
+        if minutes % 10 == 5:
+            assert kube.status_patches == [], f"at +{minutes} min the stored window was young"
+        else:
+            assert len(kube.status_patches) == 4, f"at +{minutes} min the stored window was old"
+
+
+def test_refresh_periods_follow_the_policy_max_staleness_and_spread_over_cycles() -> None:
+    fifteen = timedelta(minutes=15)
+    draws = [f"ns/Deployment/wl-{i} 2026-03-04T12:00:{i % 60:02d}Z" for i in range(200)]
+    periods = {cycle.refresh_period(15.0, fifteen, key) for key in draws}
+    assert max(periods) <= fifteen / 2, "never beyond half maxStaleness, whatever is drawn"
+    assert min(periods) >= fifteen / 2 * (1 - cycle.REFRESH_SPREAD)
+    assert len(periods) > 100, "the refreshes are spread"
+    # the chart's 5 min interval: every second cycle at most, never every cycle
+    assert {cycle.refresh_period(300.0, fifteen, key) for key in draws} == {timedelta(minutes=7.5)}
+    # maxStaleness below two intervals: every cycle, as the gate needs
+    assert cycle.refresh_period(300.0, timedelta(minutes=2), "x") == timedelta(minutes=1)
+    assert cycle.refresh_period(15.0, timedelta(hours=24), "x") <= cycle.REFRESH_AT_MOST
+
+
+def test_write_reasons() -> None:
+    old = {"window": {"start": "2026-03-04T11:00:00Z", "end": "2026-03-04T12:00:00Z", "samples": 60}}
+    slid = {"window": {"start": "2026-03-04T11:01:00Z", "end": "2026-03-04T12:01:00Z", "samples": 60}}
+    fresh = timedelta(minutes=5)
+    assert cycle.write_reason({}, slid, NOW, fresh) == "new"
+    assert cycle.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
+    assert cycle.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
+    assert cycle.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
+
+
+def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recommender and actuator in one process under an Apply policy with maxStaleness 20m, a cycle
+    every 5 min for an hour, nothing new to say: the actuator's gates, on the published status, never
+    find it stale (with a refresh after 10 intervals, 50 min, they did from +25 min on)."""
+    from gpu_rightsizer.logic import actuation
+
+    class ActingKube(ListingKube):
+        def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:
+            return []
+
+    apply_policy = policy("a", "team-a")
+    apply_policy["spec"].update(mode="Apply", actions=["cpu"], safety={"maxStaleness": "20m"})
+    kube = ActingKube(cluster(apply_policy))
+    for workload in kube.workloads.values():
+        workload["metadata"]["generation"] = 3
+    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
+    monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
+    verdicts: list[tuple[str, str]] = []
+    gates = cycle.changes.Actuator._gates
+
+    def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> actuation.Verdict:
+        verdicts.append((case.ref.key, gates(self, case, recent, **kwargs).reason))
+        return actuation.Verdict(False, actuation.ApplyState.SKIPPED, "recorded by the test")
+
+    monkeypatch.setattr(cycle.changes.Actuator, "_gates", recording)
+    monkeypatch.setattr(cycle.changes.Actuator, "_set_state", lambda *args: None)
+    ctx = memo_for(kube, role="all", interval_seconds=300.0)
+    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
+    writes = []
+    for minutes in range(0, 65, 5):
+        kube.status_patches.clear()
+        cycle.run_cycle(ctx, now=NOW + timedelta(minutes=minutes))
+        writes.append(len(kube.status_patches))
+    governed = [reason for key, reason in verdicts if key.startswith("team-a/")]
+    assert len(governed) == 13 * 2, "the actuator stepped team-a's two workloads every cycle"
+    assert set(governed) == {"all safety gates passed"}, governed
+    assert writes == [4] + [0, 4] * 6, "written at first, then every second cycle (10 min of the 20)"

@@ -397,3 +397,51 @@ async def test_without_a_cache_every_walk_reads_the_owners(
     for _ in range(3):
         await call(adapter.resolve_owner, pod)
     assert len(reads(kmock)) == 6
+
+
+# --------------------------------------------------------------------------------------------------
+# Listings (decoded from the JSON, without the typed client models)
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_listed_workloads_are_the_objects_as_the_api_server_sent_them(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    seed_deployment_chain(kmock)
+    kmock.objects["apps/v1/deployments", "team-b", "server"] = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {**meta("server", "uid-server"), "namespace": "team-b",
+                     "creationTimestamp": "2026-03-04T12:00:00Z"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "y"}}, "template": TEMPLATE,
+                 "strategy": {"rollingUpdate": {"maxSurge": "25%"}}},
+    }  # fmt: skip
+
+    everywhere = await call(adapter.list_workloads, "Deployment")
+    only_b = await call(adapter.list_workloads, "Deployment", ("team-b",))
+    replica_sets = await call(adapter.list_workloads, "ReplicaSet", (NS,))
+
+    assert set(everywhere) == {(NS, "trainer"), ("team-b", "server")}
+    assert set(only_b) == {("team-b", "server")}
+    server = only_b[("team-b", "server")]
+    assert (server["kind"], server["apiVersion"]) == ("Deployment", "apps/v1")
+    assert server["spec"]["replicas"] == 3
+    assert server["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == "25%"
+    assert server["metadata"]["creationTimestamp"] == "2026-03-04T12:00:00Z", "as sent, not re-encoded"
+    assert replica_sets[(NS, "trainer-5d4")]["metadata"]["ownerReferences"][0]["name"] == "trainer"
+    assert not writes(kmock)
+
+
+async def test_listed_hpas_are_keyed_by_the_workload_they_scale(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    kmock.objects["autoscaling/v2/horizontalpodautoscalers", NS, "trainer-hpa"] = {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta("trainer-hpa", "uid-hpa"),
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"},
+                 "minReplicas": 2, "maxReplicas": 5},
+    }  # fmt: skip
+
+    found = await call(adapter.list_hpas)
+    in_namespace = await call(adapter.list_hpas, (NS,))
+
+    assert set(found) == set(in_namespace) == {(NS, "Deployment", "trainer")}
+    assert found[(NS, "Deployment", "trainer")]["spec"]["maxReplicas"] == 5

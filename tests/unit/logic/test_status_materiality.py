@@ -1,0 +1,147 @@
+"""What makes a new analysis worth a status write: codes, actions and their targets, allocation and
+generations exactly; figures within a relative tolerance; texts by their words and shown numbers."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpu_rightsizer.logic.status import (
+    FIGURE_TOLERANCE,
+    materially_same,
+    same_figure,
+    same_text,
+)
+
+
+def status() -> dict[str, Any]:
+    return {
+        "observedGeneration": 3,
+        "workloadGeneration": 7,
+        "window": {"start": "2026-03-04T11:00:00Z", "end": "2026-03-04T12:00:00Z", "samples": 60},
+        "allocation": {"gpuResource": "nvidia.com/gpu", "gpuCount": 1, "cpuRequest": "4", "replicas": 20},
+        "diagnosis": {
+            "primary": "OversizedGPU",
+            "confidence": 0.8,
+            "summary": "The GPU is 21% busy at p95.",
+            "findings": [
+                {
+                    "code": "OversizedGPU", "severity": "Warning", "confidence": 0.8,
+                    "message": "GPU busy p95 is 21%, memory 12.4 GiB.",
+                    "evidence": {"gpuBusyP95": 0.21, "throttled": 0.0},
+                }
+            ],
+        },
+        "actions": [
+            {
+                "type": "migProfile", "from": "nvidia.com/gpu: 1", "to": "nvidia.com/mig-1g.18gb: 1",
+                "reason": "needs about 21% of a GPU", "automatic": True,
+                "target": {"requests": {"nvidia.com/mig-1g.18gb": "1"}, "gpuCapacityChange": True},
+            }
+        ],
+        "savings": {"gpuHoursPerDay": 15.2, "shareOfAllocation": 0.63},
+        "summary": {"action": "migProfile nvidia.com/gpu: 1->…", "gpuBusyP95": "21%", "savings": "15.2 GPUh/d",
+                    "confidence": "0.80", "window": "1h"},
+        "conditions": [
+            {"type": "Analyzed", "status": "True", "reason": "Analyzed", "message": "The GPU is 21% busy at p95.",
+             "lastTransitionTime": "2026-03-04T10:00:00Z", "observedGeneration": 3},
+        ],
+        "apply": {"state": "Skipped", "reason": "no Apply policy selects this workload"},
+    }  # fmt: skip
+
+
+def moved(**paths: Any) -> dict[str, Any]:
+    """The status with values set at dotted paths (list indices as numbers)."""
+    result = status()
+    for dotted, value in paths.items():
+        *parents, last = dotted.split("__")
+        node: Any = result
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node[key]
+        node[int(last) if last.isdigit() else last] = value
+    return result
+
+
+def test_a_sliding_window_with_figures_within_the_tolerance_says_nothing_new() -> None:
+    new = moved(
+        window__start="2026-03-04T11:00:15Z", window__end="2026-03-04T12:00:15Z", window__samples=61,
+        diagnosis__confidence=0.78, diagnosis__summary="The GPU is 22% busy at p95.",
+        diagnosis__findings__0__confidence=0.78, diagnosis__findings__0__message="GPU busy p95 is 22%, memory 12.6 GiB.",
+        diagnosis__findings__0__evidence={"gpuBusyP95": 0.216, "throttled": 0.003},
+        actions__0__reason="needs about 22% of a GPU", savings__gpuHoursPerDay=14.9,
+        summary__gpuBusyP95="22%", summary__savings="14.9 GPUh/d", summary__confidence="0.78",
+    )  # fmt: skip
+    assert materially_same(status(), new)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"diagnosis__primary": "LowOccupancy"},
+        {"diagnosis__findings__0__code": "LowOccupancy"},
+        {"diagnosis__findings__0__severity": "Critical"},
+        {"actions__0__target": {"requests": {"nvidia.com/mig-2g.35gb": "1"}, "gpuCapacityChange": True}},
+        {"actions__0__to": "nvidia.com/mig-2g.35gb: 1"},
+        {"actions__0__automatic": False},
+        {"actions": []},
+        {"allocation__replicas": 21},  # 5 %: within the figures' tolerance, but not a figure
+        {"allocation__cpuRequest": "4100m"},
+        {"workloadGeneration": 8},
+        {"observedGeneration": 4},
+        {"conditions__0__status": "False"},
+        {"conditions__0__message": "The GPU sat idle."},
+        {"diagnosis__confidence": 0.6},
+        {"diagnosis__findings__0__evidence": {"gpuBusyP95": 0.21}},  # a figure less
+        {"diagnosis__findings__0__evidence": {"gpuBusyP95": 0.3, "throttled": 0.0}},
+        {"savings__gpuHoursPerDay": 12.0},
+        {"summary__gpuBusyP95": "30%"},
+        {"diagnosis__summary": "The GPU is 21% busy at p95 on 2 pods."},
+        {"apply": {"state": "Pending"}},
+    ],
+    ids=lambda change: next(iter(change)),
+)
+def test_what_makes_a_status_say_something_new(change: dict[str, Any]) -> None:
+    assert not materially_same(status(), moved(**change))
+
+
+def test_a_figure_drifting_by_the_tolerance_is_new_once_it_passes_it() -> None:
+    assert same_figure(0.80, 0.80 * (1 - FIGURE_TOLERANCE * 0.99))
+    assert not same_figure(0.80, 0.80 * (1 - FIGURE_TOLERANCE * 1.01))
+    assert same_figure(0.0, 0.004), "noise around zero"
+    assert not same_figure(0.0, 0.02)
+    assert same_figure(1, 1.0), "the API server gives whole floats back as integers"
+
+
+def test_texts_compare_words_exactly_and_shown_numbers_within_one_step() -> None:
+    assert same_text("3% busy", "4% busy"), "one step of the digits shown: a rounding apart"
+    assert not same_text("3% busy", "5% busy")
+    assert same_text("0.87", "0.88")
+    assert not same_text("0.87", "0.80")
+    assert same_text("120 GiB", "124 GiB"), "within the relative tolerance"
+    assert not same_text("busy", "idle")
+    assert not same_text("2 pods", "2 pods on node-1")
+
+
+def test_whole_floats_stored_as_integers_are_the_same_status() -> None:
+    stored = copy.deepcopy(status())
+    stored["diagnosis"]["findings"][0]["evidence"]["throttled"] = 0
+    stored["savings"]["gpuHoursPerDay"] = 15
+    new = moved(savings__gpuHoursPerDay=15.0)
+    assert materially_same(stored, new)
+
+
+def test_the_install_guide_states_the_tolerance_and_refresh_period_the_code_uses() -> None:
+    from pathlib import Path
+
+    from gpu_rightsizer.handlers import cycle
+    from gpu_rightsizer.logic.status import FIGURE_FLOOR
+
+    text = " ".join((Path(__file__).parents[3] / "docs" / "install.md").read_text().split())
+    assert f"more than {FIGURE_TOLERANCE * 100:g} % of the larger value" in text
+    assert f"absolute differences below {FIGURE_FLOOR:g} do not count" in text
+    assert cycle.REFRESH_STALENESS_SHARE == 0.5
+    assert "refresh period: half of the governing policy's `spec.safety.maxStaleness`" in text
+    assert f"at most {cycle.REFRESH_AT_MOST.total_seconds() / 3600:g}h" in text
+    assert f"shortened by up to {cycle.REFRESH_SPREAD * 100:g} %" in text
