@@ -385,7 +385,11 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
     )
     started = time.perf_counter()
     server.start(timeout=600)
-    print(f"Prometheus ready on the cached TSDB in {time.perf_counter() - started:.1f} s", flush=True)
+    print(
+        f"Prometheus ready on the cached TSDB in {time.perf_counter() - started:.1f} s; this process "
+        f"holds {rss_mib()[0]:.0f} MiB before the cold start (interpreter, modules, the fleet's list)",
+        flush=True,
+    )
     try:
         cfg = dataclasses.replace(cfg, prometheus_url=server.url)
         sources = window_sources(cfg)
@@ -493,6 +497,9 @@ def main() -> int:
         default=None,
         help="write cProfiles of the cold start and the first steady cycle to PROFILE.cold and .steady",
     )
+    parser.add_argument(
+        "--generate-only", action="store_true", help="build (or find) the cached TSDB, measure nothing"
+    )
     args = parser.parse_args()
     if args.workloads < 1 or args.batch < 1 or args.per_namespace < 1 or args.cycles < 0:
         parser.error("--workloads, --batch and --per-namespace must be positive, --cycles not negative")
@@ -506,7 +513,8 @@ def main() -> int:
         flush=True,
     )
     workdir = cached_tsdb(args, fleet_, start, end)
-    measure(args, fleet_, workdir)
+    if not args.generate_only:
+        measure(args, fleet_, workdir)
     return 0
 
 
