@@ -32,6 +32,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def create_blocks(source: Path, data_dir: Path, promtool: Path = Path("/usr/bin/promtool")) -> float:
+    """Write TSDB blocks of one OpenMetrics file into `data_dir` with promtool; returns its seconds.
+
+    Several files may go into one directory: their blocks overlap in time, which Prometheus 2.39 and
+    newer always accepts (it merges them at query time and compacts them vertically).
+    """
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(data_dir)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise PrometheusError(f"promtool backfill of {source} failed: {result.stderr.strip()[-2000:]}")
+    return time.monotonic() - started
+
+
 @dataclass
 class PrometheusServer:
     """One Prometheus process with its own data directory; `start()` then `stop()` (or a `with`)."""
@@ -45,6 +61,10 @@ class PrometheusServer:
     #: Rules files the server evaluates live (`rule_files`).
     rule_files: Sequence[Path] = ()
     port: int = field(default_factory=free_port)
+    #: Start on the TSDB already in `data_dir` (a cached backfill) instead of an empty one.
+    keep_data: bool = False
+    #: More command-line flags, e.g. `--query.timeout=30s`.
+    extra_args: Sequence[str] = ()
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -80,19 +100,8 @@ class PrometheusServer:
 
     def _backfill(self) -> None:
         for source in self.backfill:
-            started = time.monotonic()
-            result = subprocess.run(
-                [str(self.promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(self.data_dir)],
-                capture_output=True, text=True, check=False, timeout=600,
-            )  # fmt: skip
-            if result.returncode != 0:
-                raise PrometheusError(
-                    f"promtool backfill of {source} failed: {result.stderr.strip()[-2000:]}"
-                )
-            print(
-                f"[prometheus] backfilled {source.name} in {time.monotonic() - started:.1f} s",
-                file=sys.stderr,
-            )
+            seconds = create_blocks(source, self.data_dir, self.promtool)
+            print(f"[prometheus] backfilled {source.name} in {seconds:.1f} s", file=sys.stderr)
 
     def backfill_rules(self, rule_file: Path, start: float, end: float) -> None:
         """Record `rule_file`'s rules over `[start, end]` from the running server's data
@@ -118,10 +127,11 @@ class PrometheusServer:
         self._launch(timeout=60)
 
     def start(self, *, timeout: float = 60) -> PrometheusServer:
-        """Backfill, start the server and wait until it answers /-/ready (always on an empty TSDB)."""
-        if self.data_dir.exists():  # series of an earlier run with the same pod names would mix in
-            shutil.rmtree(self.data_dir)
-        self.data_dir.mkdir(parents=True)
+        """Backfill, start the server and wait until it answers /-/ready (on an empty TSDB unless
+        `keep_data`)."""
+        if self.data_dir.exists() and not self.keep_data:
+            shutil.rmtree(self.data_dir)  # series of an earlier run with the same pod names would mix in
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._backfill()
         return self._launch(timeout=timeout)
 
@@ -137,6 +147,7 @@ class PrometheusServer:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-remote-write-receiver",
                 "--web.enable-lifecycle",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

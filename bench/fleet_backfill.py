@@ -1,0 +1,522 @@
+"""A fleet of GPU workloads (10,000 by default) over a 1 h window: the operator's analysis path against a
+backfilled Prometheus.
+
+A live simulator cannot serve ~14,000 pods on a small machine, so their history is backfilled into
+Prometheus' TSDB instead. The labelled scenario library (`sim.library.scenario_library`: every shape,
+allocations and workload kinds) is repeated over `--workloads` workloads spread over namespaces of
+`--per-namespace` each; every workload gets the history of the window, plus `--margin` before it
+(rate windows) and max(3, `--cycles`) × `--interval` after it (the new data of the steady cycles), at one
+sample every `--step` seconds (60 s: a common production scrape interval; slower than the
+simulator's live 5 s, which only changes the samples per series, not the shape of the work).
+
+The history is written and backfilled in pieces of `--batch` workloads (one OpenMetrics file and one
+`promtool tsdb create-blocks-from openmetrics` run each, the file deleted after), so memory and disk
+stay bounded whatever the fleet. The pieces' blocks overlap in time, which Prometheus 2.39 and newer
+(Debian's is 2.42) always accept; one Prometheus start then compacts them vertically into one block
+per 2 h, as a real server's TSDB would be. The TSDB is cached under `--cache-dir` keyed by the
+parameters (and the simulator's source), so a re-run skips all that and says so.
+
+Then Prometheus (127.0.0.1, `--query.timeout` the operator's default client timeout) serves the
+cached TSDB, and this process runs what every operator cycle runs, in process:
+
+* the windows from `handlers.cycle.window_sources` (one `IncrementalSource` per window, at most half
+  an interval of backfill queries per cycle), plus the node capacity from kube-state-metrics;
+* `handlers.cycle.analyse` (the engine with the policy-less settings) on every workload window.
+
+The cold start is read as back-to-back operator cycles at one simulated "now" (the end of the
+window) until the backfill is complete, then the engine runs on every workload: its wall time is
+"cold start"; in a live operator the backfill cycles are an interval apart, so the script also
+prints that time. Then `--cycles` steady cycles, "now" advanced by `--interval` each. For every
+cycle it prints the wall time, the read and engine parts, the queries, the samples Prometheus
+touched (`prometheus_engine_query_samples_total`, when exported) and its CPU-seconds
+(`process_cpu_seconds_total`), both from Prometheus' own `/metrics`, and this process's resident
+set (current and peak, `VmRSS` and `VmHWM` of /proc/self/status).
+
+Not measured here: the kube-apiserver side (listing recommendations and workloads, status patches,
+events). `bench/operator_scale.py` runs the real operator against a live cluster for that.
+
+    .venv/bin/python bench/fleet_backfill.py [--workloads 10000] [--window 1h] [--step 60] \\
+        [--interval 5m] [--cycles 3] [--batch 500] [--profile /tmp/fleet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from operator_scale import http_text, samples
+from window_flatness import END, cost
+
+from gpu_rightsizer.adapters.incremental import Chunk, CycleReport
+from gpu_rightsizer.adapters.prometheus import source_for
+from gpu_rightsizer.config import OperatorConfig, parse_duration
+from gpu_rightsizer.handlers.cycle import analyse, window_sources
+from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.policy import settings_for_workload
+from gpu_rightsizer.model.codes import DiagnosisCode
+from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.sim import backfill, library, scenarios
+from gpu_rightsizer.sim.backfill import write_openmetrics
+from gpu_rightsizer.sim.library import scenario_library
+from gpu_rightsizer.sim.scenarios import Scenario, pod_contexts
+from gpu_rightsizer.testcluster.prometheus import PrometheusError, PrometheusServer, create_blocks
+
+DEFAULT_CACHE = Path.home() / ".cache" / "gpu-rightsizer" / "fleet-backfill"
+MIB = 1024 * 1024
+#: Steady cycles the history always covers, so fewer cycles reuse the same cached TSDB.
+HISTORY_CYCLES = 3
+
+
+# --- the fleet and its history ---------------------------------------------------------------------
+def fleet(workloads: int, per_namespace: int) -> list[Scenario]:
+    """`workloads` copies of the scenario library's shapes, `per_namespace` to a namespace.
+
+    A time-sliced scenario gets a node of its own: the simulator's shared time-slicing pool would
+    otherwise put thousands of unrelated pods on one device and read them as sharing it.
+    """
+    shapes = scenario_library()
+    out = []
+    for index in range(workloads):
+        base = shapes[index % len(shapes)]
+        changes: dict[str, object] = {
+            "name": f"{base.name}-{index}",
+            "namespace": f"team-{index // per_namespace:03d}",
+        }
+        if base.pods_per_gpu > 1 and base.node_prefix is None:
+            changes["node_prefix"] = f"gpu-ts-{index}"
+        out.append(base.with_(**changes))
+    return out
+
+
+def cache_key(params: dict[str, Any]) -> str:
+    """Parameters and the simulator's source: a changed simulator never reuses an old TSDB."""
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
+    for module in (backfill, library, scenarios):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def write_piece(path: Path, piece: Sequence[Scenario], start: float, end: float, step: float) -> int:
+    """One piece's OpenMetrics file (in the worker process); returns its samples."""
+    return write_openmetrics(path, piece, start, end, step)
+
+
+def block_ranges(data_dir: Path) -> list[tuple[int, int]]:
+    """(minTime, maxTime) of every finished block in a TSDB directory."""
+    ranges = []
+    for meta in data_dir.glob("*/meta.json"):
+        if meta.parent.name.endswith(".tmp") or ".tmp-" in meta.parent.name:
+            continue
+        body = json.loads(meta.read_text())
+        ranges.append((int(body["minTime"]), int(body["maxTime"])))
+    return sorted(ranges)
+
+
+def overlapping(ranges: list[tuple[int, int]]) -> int:
+    """Blocks that overlap the one before them (0 once Prometheus compacted them vertically)."""
+    count, reach = 0, None
+    for start, end in ranges:
+        count += reach is not None and start < reach
+        reach = end if reach is None else max(reach, end)
+    return count
+
+
+def compact(workdir: Path) -> None:
+    """Start Prometheus once on the backfilled blocks and wait until it merged the overlapping ones."""
+    server = PrometheusServer(workdir=workdir, keep_data=True)
+    started = time.perf_counter()
+    server.start(timeout=600)
+    try:
+        while True:
+            ranges = block_ranges(server.data_dir)
+            left = overlapping(ranges)
+            tmp = any(".tmp" in p.name for p in server.data_dir.iterdir())
+            if not left and not tmp:
+                break
+            if time.perf_counter() - started > 1800:
+                raise PrometheusError(f"{left} blocks still overlap after 30 min")
+            print(
+                f"  compacting: {len(ranges)} blocks, {left} overlapping "
+                f"({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+            time.sleep(10)
+    finally:
+        server.stop()
+    print(
+        f"compacted into {len(block_ranges(server.data_dir))} blocks in "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+
+
+def build_tsdb(
+    workdir: Path, fleet_: list[Scenario], start: float, end: float, step: float, batch: int
+) -> dict[str, float]:
+    """Backfill the fleet piece by piece into `workdir/data`; the next piece is written while
+    promtool reads the last. Returns its figures."""
+    data_dir = workdir / "data"
+    data_dir.mkdir(parents=True)
+    pieces = [fleet_[i : i + batch] for i in range(0, len(fleet_), batch)]
+    started = time.perf_counter()
+    total_samples, total_bytes, promtool_seconds, peak_disk = 0, 0, 0.0, 0
+    done = 0
+    # a worker process: the history's memory is never this process's (its RSS is the operator's)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+
+        def submit(index: int) -> Future[int]:
+            return pool.submit(write_piece, workdir / f"piece-{index}.om", pieces[index], start, end, step)
+
+        pending = submit(0)
+        for index, piece in enumerate(pieces):
+            written = pending.result()
+            path = workdir / f"piece-{index}.om"
+            if index + 1 < len(pieces):
+                pending = submit(index + 1)
+            size = path.stat().st_size
+            peak_disk = max(peak_disk, tree_bytes(workdir))
+            promtool_seconds += create_blocks(path, data_dir)
+            peak_disk = max(peak_disk, tree_bytes(workdir))
+            path.unlink()
+            done += len(piece)
+            total_samples += written
+            total_bytes += size
+            print(
+                f"  backfilled {done:,}/{len(fleet_):,} workloads: {total_samples:,} samples, "
+                f"{total_bytes / MIB:,.0f} MiB of OpenMetrics, {time.perf_counter() - started:.0f} s "
+                f"(promtool {promtool_seconds:.0f} s)",
+                flush=True,
+            )
+    backfill_seconds = time.perf_counter() - started
+    compact(workdir)
+    return {
+        "samples": total_samples,
+        "openmetrics_mib": total_bytes / MIB,
+        "backfill_seconds": backfill_seconds,
+        "promtool_seconds": promtool_seconds,
+        "generate_and_compact_seconds": time.perf_counter() - started,
+        "peak_disk_mib": peak_disk / MIB,
+        "tsdb_mib": tree_bytes(data_dir) / MIB,
+    }
+
+
+def cached_tsdb(args: argparse.Namespace, fleet_: list[Scenario], start: float, end: float) -> Path:
+    """The TSDB of these parameters: from the cache, else generated into it."""
+    params = {
+        "workloads": args.workloads,
+        "per_namespace": args.per_namespace,
+        "start": start,
+        "end": end,
+        "step": args.step,
+    }
+    workdir = Path(args.cache_dir) / cache_key(params)
+    marker = workdir / "complete.json"
+    if marker.exists():
+        figures = json.loads(marker.read_text())["figures"]
+        print(
+            f"cached TSDB found in {workdir}: generation skipped (it took "
+            f"{figures['generate_and_compact_seconds']:.0f} s: {figures['samples']:,} samples, "
+            f"{figures['tsdb_mib']:.0f} MiB)",
+            flush=True,
+        )
+        return workdir
+    if workdir.exists():  # an interrupted run: start that one again
+        shutil.rmtree(workdir)
+    print(f"generating the TSDB into {workdir} ...", flush=True)
+    figures = build_tsdb(workdir, fleet_, start, end, args.step, args.batch)
+    print(
+        f"backfill: {figures['samples']:,} samples ({figures['openmetrics_mib']:,.0f} MiB of OpenMetrics) "
+        f"in {figures['backfill_seconds']:.0f} s (promtool {figures['promtool_seconds']:.0f} s); with "
+        f"compaction {figures['generate_and_compact_seconds']:.0f} s; TSDB {figures['tsdb_mib']:.0f} MiB, "
+        f"peak disk {figures['peak_disk_mib']:.0f} MiB",
+        flush=True,
+    )
+    marker.write_text(json.dumps({"params": params, "figures": figures}, indent=2))
+    return workdir
+
+
+# --- the operator's cycle --------------------------------------------------------------------------
+def rss_mib() -> tuple[float, float]:
+    """This process's resident set now and at its peak (VmRSS, VmHWM), in MiB."""
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = float(value.split()[0]) / 1024
+    return found.get("VmRSS", 0.0), found.get("VmHWM", 0.0)
+
+
+@dataclass
+class Cycle:
+    """What one cycle did and cost."""
+
+    wall: float
+    read: float
+    engine: float
+    queries: float
+    touched: float | None
+    cpu: float
+    fetched: int
+    #: Workload windows read (None while backfilling); the windows themselves are dropped after the
+    #: cycle, as the operator does, so they never count in the next cycle's resident set.
+    windows: int | None
+    report: CycleReport
+    diagnoses: dict[str, DiagnosisCode]
+
+
+def one_cycle(
+    url: str,
+    cfg: OperatorConfig,
+    sources: WindowSources,
+    now: datetime,
+    progress: Any = None,
+) -> Cycle:
+    """The windows at `now` (None while backfilling) and, when there are, the engine on each."""
+    answer: list[tuple[list[WorkloadWindow] | None, CycleReport, ClusterCapacity]] = []
+
+    def read() -> None:
+        windows, report = sources.fetch(cfg.window_seconds, now, progress=progress)
+        capacity = ClusterCapacity()
+        if windows is not None:
+            try:
+                capacity = source_for(cfg).read_capacity(now)
+            except Exception as error:  # the operator goes on without node pools too
+                print(f"  node capacity unreadable: {error}", flush=True)
+        answer.append((windows, report, capacity))
+
+    read_wall, spent = cost(url, read)
+    windows, report, capacity = answer[0]
+    diagnoses: dict[str, DiagnosisCode] = {}
+    started = time.perf_counter()
+    if windows is not None:
+        settings = settings_for_workload([], {}, {}, {})
+        for window in windows:
+            analysis = analyse(window, settings, now, cfg.window_seconds, capacity)
+            diagnoses[window.workload.key] = analysis.primary
+    engine = time.perf_counter() - started
+    return Cycle(
+        read_wall + engine,
+        read_wall,
+        engine,
+        spent.queries,
+        spent.samples_touched,
+        spent.cpu_seconds,
+        report.samples,
+        None if windows is None else len(windows),
+        report,
+        diagnoses,
+    )
+
+
+def row(label: str, cycle: Cycle) -> None:
+    touched = "-" if cycle.touched is None else f"{cycle.touched:,.0f}"
+    rss, peak = rss_mib()
+    print(
+        f"{label:24}{cycle.wall:>8.1f}{cycle.read:>8.1f}{cycle.engine:>8.1f}{cycle.queries:>8.0f}"
+        f"{touched:>15}{cycle.cpu:>8.1f}{cycle.fetched:>13,}{rss:>8.0f}{peak:>8.0f}",
+        flush=True,
+    )
+    groups: dict[str, float] = {}
+    for group, seconds in cycle.report.durations:
+        groups[group] = groups.get(group, 0.0) + seconds
+    print(
+        f"{'':24}query seconds by family group (4 in flight): "
+        + ", ".join(f"{g} {s:.1f}" for g, s in sorted(groups.items(), key=lambda kv: -kv[1])),
+        flush=True,
+    )
+
+
+HEADER = (
+    f"{'':24}{'wall s':>8}{'read s':>8}{'engine':>8}{'queries':>8}{'samples touch':>15}{'P CPU-s':>8}"
+    f"{'fetched':>13}{'RSS MiB':>8}{'peak':>8}"
+)
+
+
+def expected_diagnoses(fleet_: list[Scenario]) -> dict[tuple[str, str], DiagnosisCode]:
+    """(namespace, workload name) -> the code the scenario is labelled with."""
+    return {(s.namespace, s.name): s.expected for s in fleet_}
+
+
+def tally(
+    diagnoses: dict[str, DiagnosisCode], expected: dict[tuple[str, str], DiagnosisCode]
+) -> tuple[int, int, int]:
+    """(windows with a real diagnosis, workloads that should have one, diagnoses as labelled)."""
+    real = sum(1 for code in diagnoses.values() if code != DiagnosisCode.INSUFFICIENT_DATA)
+    should = sum(1 for code in expected.values() if code != DiagnosisCode.INSUFFICIENT_DATA)
+    matches = 0
+    for key, code in diagnoses.items():
+        namespace, _, name = key.split("/", 2)
+        matches += expected.get((namespace, name)) == code
+    return real, should, matches
+
+
+def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> None:
+    cfg = OperatorConfig(
+        prometheus_url="http://placeholder",
+        interval_seconds=args.interval,
+        window_seconds=args.window,
+        prometheus_step_seconds=args.step,
+    )
+    server = PrometheusServer(
+        workdir=workdir,
+        keep_data=True,
+        extra_args=(f"--query.timeout={cfg.prometheus_timeout_seconds:g}s",),
+    )
+    started = time.perf_counter()
+    server.start(timeout=600)
+    print(
+        f"Prometheus ready on the cached TSDB in {time.perf_counter() - started:.1f} s; this process "
+        f"holds {rss_mib()[0]:.0f} MiB before the cold start (interpreter, modules, the fleet's list)",
+        flush=True,
+    )
+    try:
+        cfg = dataclasses.replace(cfg, prometheus_url=server.url)
+        sources = window_sources(cfg)
+        assert sources is not None
+        expected = expected_diagnoses(fleet_)
+        last_print = [0.0]
+
+        def progress(report: CycleReport, chunk: Chunk) -> None:
+            if time.perf_counter() - last_print[0] > 15:
+                last_print[0] = time.perf_counter()
+                rss, _ = rss_mib()
+                print(
+                    f"  backfill chunk {report.backfill_done}/{report.backfill_total} "
+                    f"({chunk.describe()}), {report.samples:,} samples this cycle, RSS {rss:.0f} MiB",
+                    flush=True,
+                )
+
+        print(f"\n{HEADER}", flush=True)
+        now = datetime.fromtimestamp(END, tz=UTC)
+        profiler = cProfile.Profile() if args.profile else None
+        cold: list[Cycle] = []
+        if profiler is not None:
+            profiler.enable()
+        while not cold or cold[-1].windows is None:
+            cold.append(one_cycle(server.url, cfg, sources, now, progress))
+            row(f"cold start cycle {len(cold)}", cold[-1])
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{args.profile}.cold")
+        cold_wall = sum(c.wall for c in cold)
+        real, should, matches = tally(cold[-1].diagnoses, expected)
+        live = (len(cold) - 1) * args.interval + cold[-1].wall
+        steady: list[Cycle] = []
+        for k in range(1, args.cycles + 1):
+            moment = datetime.fromtimestamp(END + k * args.interval, tz=UTC)
+            profiler = cProfile.Profile() if args.profile and k == 1 else None
+            if profiler is not None:
+                profiler.enable()
+            steady.append(one_cycle(server.url, cfg, sources, moment))
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(f"{args.profile}.steady")
+            row(f"steady cycle {k}", steady[-1])
+        _, peak = rss_mib()
+        prometheus_rss = samples(http_text(f"{server.url}/metrics"), "process_resident_memory_bytes")
+    finally:
+        server.stop()
+    walls = [c.wall for c in steady]
+    touched = [c.touched for c in steady if c.touched is not None]
+    print(
+        f"\n{args.workloads:,} workloads, {cold[-1].windows or 0:,} windows, "
+        f"{len(sources.source(cfg.window_seconds).reader.store.series):,} series in memory",
+        flush=True,
+    )
+    print(
+        f"cold start: {cold_wall:.0f} s in {len(cold)} back-to-back cycle(s) (read "
+        f"{sum(c.read for c in cold):.0f} s, engine {cold[-1].engine:.0f} s, {sum(c.queries for c in cold):.0f} "
+        f"queries, {sum(c.cpu for c in cold):.0f} Prometheus CPU-s); a live operator at a "
+        f"{args.interval:g} s interval: {live:.0f} s"
+    )
+    print(
+        f"diagnosed after the cold start: {real:,} of {should:,} workloads that can be "
+        f"({args.workloads - should:,} are labelled InsufficientData); {matches:,} as labelled "
+        f"=> time until every workload is diagnosed: "
+        + (f"{cold_wall:.0f} s (live operator {live:.0f} s)" if real >= should else "not reached")
+    )
+    if walls:
+        print(
+            f"steady cycle: p50 {statistics.median(walls):.1f} s, max {max(walls):.1f} s; "
+            f"per cycle {statistics.mean(c.queries for c in steady):.0f} queries, "
+            + (
+                f"{statistics.mean(touched):,.0f} samples touched, "
+                if touched
+                else "samples touched not exported by this Prometheus, "
+            )
+            + f"{statistics.mean(c.cpu for c in steady):.1f} Prometheus CPU-s"
+        )
+    print(
+        f"operator RSS peak {peak:.0f} MiB; Prometheus RSS "
+        + (f"{prometheus_rss[0][1] / MIB:.0f} MiB" if prometheus_rss else "-")
+    )
+    print(
+        f"targets: cold start <= 600 s: {'met' if live <= 600 else 'MISSED'} (live {live:.0f} s); "
+        f"steady cycle <= 60 s: {'met' if walls and max(walls) <= 60 else 'MISSED'}; "
+        f"RSS <= 600 MiB: {'met' if peak <= 600 else 'MISSED'}",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workloads", type=int, default=10_000)
+    parser.add_argument("--per-namespace", type=int, default=200, help="workloads per namespace")
+    parser.add_argument("--window", type=parse_duration, default=3600.0, help="default 1h")
+    parser.add_argument("--step", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument("--interval", type=parse_duration, default=300.0, help="cycle interval, 5m")
+    parser.add_argument("--cycles", type=int, default=3, help="steady cycles after the cold start")
+    parser.add_argument("--margin", type=parse_duration, default=900.0, help="history before the window")
+    parser.add_argument("--batch", type=int, default=500, help="workloads per promtool run")
+    parser.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="default %(default)s")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="write cProfiles of the cold start and the first steady cycle to PROFILE.cold and .steady",
+    )
+    parser.add_argument(
+        "--generate-only", action="store_true", help="build (or find) the cached TSDB, measure nothing"
+    )
+    args = parser.parse_args()
+    if args.workloads < 1 or args.batch < 1 or args.per_namespace < 1 or args.cycles < 0:
+        parser.error("--workloads, --batch and --per-namespace must be positive, --cycles not negative")
+    fleet_ = fleet(args.workloads, args.per_namespace)
+    pods = sum(len(pod_contexts(s, 0.0, args.window)) for s in fleet_)
+    start = END - args.window - args.margin
+    end = END + max(args.cycles, HISTORY_CYCLES) * args.interval
+    print(
+        f"{args.workloads:,} workloads ({pods:,} pods) in {-(-args.workloads // args.per_namespace)} "
+        f"namespaces; history {start:.0f}..{end:.0f} every {args.step:g} s",
+        flush=True,
+    )
+    workdir = cached_tsdb(args, fleet_, start, end)
+    if not args.generate_only:
+        measure(args, fleet_, workdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
