@@ -243,7 +243,8 @@ def plan(
     """The chunks of one cycle: `(last_end, now]` in one piece, or the whole window in time slices.
 
     A read whose `last_end` is unknown or older than the window is a cold start and reads the window
-    slice by slice (each at most `slice_seconds` and `MAX_POINTS_PER_SERIES` steps long).
+    slice by slice (each spanning at most `slice_seconds`, ends included, and `MAX_POINTS_PER_SERIES`
+    points), so a window as long as a slice is one query per family, not a slice and a one-point rest.
     """
     if last_end is None or last_end < now - window_seconds:
         start = now - window_seconds
@@ -258,7 +259,7 @@ def plan(
     chunks: list[Chunk] = []
     slice_start = first
     while slice_start <= last:
-        slice_end = min(last, slice_start + longest - step_seconds)
+        slice_end = min(last, slice_start + longest)  # `longest` apart: at most MAX_POINTS_PER_SERIES points
         chunks.extend(Chunk(family, slice_start, slice_end) for family in families)
         slice_start = slice_end + step_seconds
     return chunks

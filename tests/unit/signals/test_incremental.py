@@ -106,7 +106,7 @@ def test_a_cold_start_reads_the_window_in_bounded_time_slices_on_the_step_grid()
     assert per_family[-1].end == NOW  # the last whole step before now
     for before, after in itertools.pairwise(per_family):
         assert after.start == before.end + STEP  # no instant twice, none left out
-    assert all(c.end - c.start < 900 and c.start % STEP == 0 for c in chunks)
+    assert all(c.end - c.start <= 900 and c.start % STEP == 0 for c in chunks)
 
 
 def test_slices_never_exceed_prometheus_points_per_series() -> None:
@@ -252,3 +252,12 @@ def test_the_busiest_process_family_takes_the_max_over_containers_and_pinned_the
     assert busiest.startswith("max by (namespace, pod)") and "sum by" not in busiest
     assert mn.AGENT_PROCESS_CPU_MAX in busiest
     assert by_signal[Signal.PROCESSES_PINNED].startswith("sum by (namespace, pod)")
+
+
+def test_a_window_as_long_as_a_slice_is_one_query_per_family() -> None:
+    """A 1 h window at a 60 s step has 61 grid points; slices of 3600 s hold them all, so the cold start
+    is one query per family and not a 60-point slice plus a 1-point rest (twice the queries)."""
+    chunks = plan(
+        [GPU, CPU], now=NOW, last_end=None, window_seconds=3600.0, step_seconds=60.0, slice_seconds=3600.0
+    )
+    assert [(c.family.name, c.end - c.start) for c in chunks] == [(GPU.name, 3600.0), (CPU.name, 3600.0)]
