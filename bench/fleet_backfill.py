@@ -25,8 +25,8 @@ cached TSDB, and this process runs what every operator cycle runs, in process:
 
 The cold start is read as back-to-back operator cycles at one simulated "now" (the end of the
 window) until the backfill is complete, then the engine runs on every workload: its wall time is
-"cold start"; in a live operator the backfill cycles are an interval apart, so the script also
-prints that time. Then `--cycles` steady cycles, "now" advanced by `--interval` each. For every
+"cold start"; a live operator pauses `handlers.cycle.BACKFILL_PAUSE_SECONDS` between backfill
+cycles, so the script also prints that time. Then `--cycles` steady cycles, "now" advanced by `--interval` each. For every
 cycle it prints the wall time, the read and engine parts, the queries, the samples Prometheus
 touched (`prometheus_engine_query_samples_total`, when exported) and its CPU-seconds
 (`process_cpu_seconds_total`), both from Prometheus' own `/metrics`, and this process's resident
@@ -66,7 +66,7 @@ from window_flatness import END, cost
 from gpu_rightsizer.adapters.incremental import Chunk, CycleReport
 from gpu_rightsizer.adapters.prometheus import source_for
 from gpu_rightsizer.config import OperatorConfig, parse_duration
-from gpu_rightsizer.handlers.cycle import analyse, window_sources
+from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, analyse, window_sources
 from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.policy import settings_for_workload
@@ -421,7 +421,9 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
             profiler.dump_stats(f"{args.profile}.cold")
         cold_wall = sum(c.wall for c in cold)
         real, should, matches = tally(cold[-1].diagnoses, expected)
-        live = (len(cold) - 1) * args.interval + cold[-1].wall
+        # a live operator starts the next cycle BACKFILL_PAUSE_SECONDS after one that left a window
+        # still backfilling (handlers.cycle.next_delay)
+        live = cold_wall + (len(cold) - 1) * min(BACKFILL_PAUSE_SECONDS, args.interval)
         steady: list[Cycle] = []
         for k in range(1, args.cycles + 1):
             moment = datetime.fromtimestamp(END + k * args.interval, tz=UTC)
@@ -447,8 +449,8 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
     print(
         f"cold start: {cold_wall:.0f} s in {len(cold)} back-to-back cycle(s) (read "
         f"{sum(c.read for c in cold):.0f} s, engine {cold[-1].engine:.0f} s, {sum(c.queries for c in cold):.0f} "
-        f"queries, {sum(c.cpu for c in cold):.0f} Prometheus CPU-s); a live operator at a "
-        f"{args.interval:g} s interval: {live:.0f} s"
+        f"queries, {sum(c.cpu for c in cold):.0f} Prometheus CPU-s); a live operator, "
+        f"{BACKFILL_PAUSE_SECONDS:g} s between backfill cycles: {live:.0f} s"
     )
     print(
         f"diagnosed after the cold start: {real:,} of {should:,} workloads that can be "

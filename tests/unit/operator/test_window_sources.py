@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.adapters.recording_rules import Detection
 from gpu_rightsizer.handlers import windows as window_sources
+from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, next_delay
 from gpu_rightsizer.handlers.windows import WindowSources, step_for
 
 END = datetime(2026, 1, 1, tzinfo=UTC)
@@ -123,3 +125,21 @@ def test_a_failing_detection_leaves_every_family_raw(monkeypatch: pytest.MonkeyP
     made = sources.sources[3600.0]
     assert isinstance(made, RecordingIncremental) and made.switches == [{}] and made.reads == 1
     assert "failed" in sources.detections[3600.0].method
+
+
+def test_cycles_follow_each_other_while_a_window_backfills_then_wait_the_interval(
+    sources: WindowSources,
+) -> None:
+    """A cold start reads back to back (each cycle within its budget) instead of an interval apart."""
+    ctx: Any = SimpleNamespace(config=SimpleNamespace(interval_seconds=300.0), windows=None)
+    assert next_delay(ctx) == 300.0  # full-window reads: nothing to backfill
+    ctx.windows = sources
+    assert next_delay(ctx) == 300.0  # no window in use yet
+    sources.fetch(3600.0, END)
+    assert next_delay(ctx) == BACKFILL_PAUSE_SECONDS
+    sources.fetch(3600.0, END)
+    sources.fetch(3600.0, END)
+    assert next_delay(ctx) == 300.0  # backfilled: one cycle per interval again
+    ctx.config.interval_seconds = 2.0
+    sources.fetch(1800.0, END)
+    assert next_delay(ctx) == 2.0  # never slower than the interval
