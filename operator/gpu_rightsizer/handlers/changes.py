@@ -113,7 +113,8 @@ def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _parse_time(text: Any) -> datetime | None:
+def parse_time(text: Any) -> datetime | None:
+    """An RFC 3339 time from a status or annotation (naive ones taken as UTC); None when absent or garbled."""
     if not text:
         return None
     try:
@@ -316,7 +317,7 @@ class Actuator:
                 settings=case.settings,
                 diagnosis=diagnosis,
                 finding_codes=findings,
-                window_end=_parse_time((published.get("window") or {}).get("end")),
+                window_end=parse_time((published.get("window") or {}).get("end")),
                 now=case.now,
                 staleness_limit=case.settings.max_staleness,
                 last_change_at=last_change,
@@ -374,7 +375,7 @@ class Actuator:
         # the annotation is editable by the workload's owners: it may only make the cooldown longer
         record = actuation.record_on(case.workload)
         times = [
-            t for t in (record.at if record is not None else None, _parse_time(apply.get("appliedAt"))) if t
+            t for t in (record.at if record is not None else None, parse_time(apply.get("appliedAt"))) if t
         ]
         last_change = max(times) if times else None
         in_cooldown = last_change is not None and case.now - last_change < settings.cooldown
@@ -475,7 +476,7 @@ class Actuator:
             return
         plan = ChangePlan(record.change_id, record.actions, record.target, record.previous)
         landed = actuation.landed(case.workload, plan, case.hpa)
-        recorded_at = _parse_time(apply.get("appliedAt")) or record.at
+        recorded_at = parse_time(apply.get("appliedAt")) or record.at
         verdict = self._gates(case, recent, started_by=apply.get("policy"), exclude_own=recorded_at)
         if verdict.go and case.now - recorded_at > case.settings.max_staleness:
             verdict = actuation.Verdict(False, ApplyState.SKIPPED, "the intent is older than maxStaleness")
@@ -525,7 +526,7 @@ class Actuator:
     def _verify(self, case: WorkloadCase, status: _Status) -> None:
         apply = status.apply
         record = _record_from_patch(str(apply.get("patch") or ""))
-        applied_at = _parse_time(apply.get("appliedAt"))
+        applied_at = parse_time(apply.get("appliedAt"))
         if record is None or applied_at is None:
             self._settle(
                 case, status, ApplyState.BLOCKED, ChangePhase.ABANDONED, "the change record is unreadable"
@@ -543,7 +544,7 @@ class Actuator:
             replica_sets = list(self.kube.list_workloads("ReplicaSet", (case.ref.namespace,)).values())
         new_pods = actuation.new_revision_pods(case.workload, pods, replica_sets)
         health = actuation.pod_health(new_pods)
-        rolled_out_at = _parse_time(apply.get("rolledOutAt"))
+        rolled_out_at = parse_time(apply.get("rolledOutAt"))
         after: dict[str, float] = {}
         if rolled_out_at is not None and case.now >= rolled_out_at + case.settings.verify_for:
             after = self._measure_new_pods(case, rolled_out_at, new_pods, record)
@@ -751,7 +752,7 @@ def recent_changes(recommendations: list[dict[str, Any]], now: datetime) -> list
     changes = []
     for recommendation in recommendations:
         apply = (recommendation.get("status") or {}).get("apply") or {}
-        moment = _parse_time(apply.get("appliedAt"))
+        moment = parse_time(apply.get("appliedAt"))
         if moment is None or apply.get("dryRun"):
             continue
         if now - moment < timedelta(hours=1):

@@ -314,16 +314,6 @@ def merge_patched(target: Any, patch: Any) -> Any:
     return result
 
 
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
     """How old a stored window may grow before a status that says nothing new is rewritten anyway:
     REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST), shortened by up to
@@ -342,7 +332,7 @@ def write_reason(
     something new: `logic.status.materially_same`, window times left out, figures within a
     tolerance), "refresh" (the stored window ended `refresh_after` ago or more, so readers and the
     actuator's freshness gate still see a recent window); None when it is not."""
-    stored_end = _parse_time((old_status.get("window") or {}).get("end"))
+    stored_end = changes.parse_time((old_status.get("window") or {}).get("end"))
     if stored_end is None:
         return "new"
     if not materially_same(dict(old_status), merge_patched(old_status, patch)):
