@@ -313,13 +313,19 @@ def moving_analysis(figures: dict[str, Any]) -> Any:
     return fake
 
 
-def test_a_window_whose_figures_move_a_little_is_not_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
+def _first_cycle(monkeypatch: pytest.MonkeyPatch) -> tuple[ListingKube, Any, dict[str, Any]]:
+    """One cycle of four workloads whose analysis reads `figures`; the kube, the memo and the figures."""
     kube = listing_cluster()
     monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     figures: dict[str, Any] = {"busy": 0.212, "confidence": 0.834, "samples": 60}
     monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
     memo = memo_for(kube, interval_seconds=15.0)
     cycle.run_cycle(memo, now=NOW)
+    return kube, memo, figures
+
+
+def test_a_window_whose_figures_move_a_little_is_not_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, memo, figures = _first_cycle(monkeypatch)
     assert len(kube.status_patches) == 4
     first = stored_status(kube, "team-a", "one")
 
@@ -336,12 +342,7 @@ def test_a_window_whose_figures_move_a_little_is_not_rewritten(monkeypatch: pyte
 
 def _second_cycle(monkeypatch: pytest.MonkeyPatch, **change: Any) -> tuple[ListingKube, dict[str, Any]]:
     """Two cycles 15 s apart, the second with `change` to the figures; the kube and the figures."""
-    kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
-    figures: dict[str, Any] = {"busy": 0.212, "confidence": 0.834, "samples": 60}
-    monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
-    memo = memo_for(kube, interval_seconds=15.0)
-    cycle.run_cycle(memo, now=NOW)
+    kube, memo, figures = _first_cycle(monkeypatch)
     kube.status_patches.clear()
     figures.update(change)
     cycle.run_cycle(memo, now=NOW + timedelta(seconds=15))
