@@ -23,6 +23,7 @@ import yaml
 
 from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, TestBinaries, ensure_binaries
 from gpu_rightsizer.testcluster.kwok import LocalCluster
+from gpu_rightsizer.testcluster.processes import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,13 +155,7 @@ class Background:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def start_background(args: list[str], log: Path, env: dict[str, str] | None = None) -> Background:
