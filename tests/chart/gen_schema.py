@@ -219,6 +219,7 @@ def build() -> JsonSchema:
                 },
                 "tmpSizeLimit": {"type": "string", "pattern": QUANTITY},
                 "commonLabels": string_map,
+                "avoidGPUNodes": boolean("keep the operator pods off GPU nodes (required node affinity)"),
                 "recommender": obj(
                     {"serviceAccountName": service_account_name, **pod_placement("recommender pod")},
                     required=["resources"],
@@ -326,7 +327,10 @@ def build() -> JsonSchema:
                 ),
                 "serviceMonitor": obj(
                     {
-                        "enabled": boolean("create a ServiceMonitor"),
+                        "enabled": {
+                            "enum": [True, False, "auto"],
+                            "description": "true, false, or auto (when the monitoring.coreos.com/v1 API exists)",
+                        },
                         "interval": duration("scrape interval"),
                         "scrapeTimeout": duration("scrape timeout"),
                         "labels": string_map,
