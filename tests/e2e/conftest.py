@@ -83,10 +83,12 @@ class Kube:
         return config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
 
     def wait_for(self, predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
-        """Poll until `predicate()` is truthy; fail the test with `what` otherwise."""
+        """Poll until `predicate()` is truthy; fail the test with `what` otherwise, and at once, with
+        the component's log, when a part of the cluster has exited."""
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
         while time.monotonic() < deadline:
+            self.cluster.check_running()
             try:
                 value = predicate()
                 if value:
