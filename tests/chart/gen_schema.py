@@ -170,7 +170,11 @@ def build() -> JsonSchema:
                 "analysis": obj(
                     {
                         "interval": duration("re-analysis interval, e.g. 5m", K8S_DURATION),
-                        "window": duration("observation window, e.g. 24h (units ms, s, m, h)", K8S_DURATION),
+                        "window": duration(
+                            "observation window, e.g. 24h (units ms, s, m, h); at least 5m, which the templates check "
+                            "(a schema cannot add up 4m59s)",
+                            K8S_DURATION,
+                        ),
                     },
                     required=["interval", "window"],
                 ),
