@@ -191,8 +191,9 @@ def demo_folders() -> list[Path]:
 def clean_left_overs(bins: Any) -> list[str]:
     """Delete the demo clusters whose owning run has exited; leave running ones alone.
 
-    A folder without an owner is one being created right now, unless it is the single fixed-name
-    folder of earlier versions. Returns the names of the clusters still running.
+    A folder without an owner is one being created right now, or the single fixed-name folder of
+    earlier versions, which is removed only once its cluster has stopped. Returns the names of the
+    clusters still running.
     """
     from gpu_rightsizer.testcluster.kwok import LocalCluster
     from gpu_rightsizer.testcluster.processes import process_running
@@ -200,12 +201,16 @@ def clean_left_overs(bins: Any) -> list[str]:
     running = []
     for folder in demo_folders():
         owner = _owner(folder)
+        cluster = LocalCluster(name=folder.name, workdir=folder, bins=bins)
         if owner is not None and process_running(owner):
             running.append(f"{folder.name} (pid {owner})")
             continue
         if owner is None and folder.name != DEMO_CLUSTER:
             continue
-        LocalCluster(name=folder.name, workdir=folder, bins=bins).down()
+        if owner is None and cluster.running_components():
+            running.append(f"{folder.name} (an earlier version's demo)")
+            continue
+        cluster.down()
         shutil.rmtree(folder, ignore_errors=True)
         _say(f"removed left-over demo cluster {folder.name}")
     return running

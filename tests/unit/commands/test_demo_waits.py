@@ -1,8 +1,12 @@
-"""The demo's waits end on a real failure at once and name it; only kubectl's errors are waited through."""
+"""The demo's waits end on a real failure at once and name it, and only kubectl's errors are waited
+through; its clean-up of left-over clusters never touches a running demo's."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +68,35 @@ def test_a_value_ends_the_wait_after_transient_errors() -> None:
         return answer
 
     assert demo._wait(predicate, timeout=600, what="verification") == {"state": "Verified"}
+
+
+def test_left_over_clean_up_removes_only_clusters_whose_run_has_exited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two demos beside each other: neither deletes the other's cluster, only an exited run's."""
+    from gpu_rightsizer.testcluster.kwok import LocalCluster
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    deleted: list[str] = []
+    monkeypatch.setattr(LocalCluster, "down", lambda self: deleted.append(self.name))
+    monkeypatch.setattr(LocalCluster, "running_components", lambda self: [])
+    root = tmp_path / "gpu-rightsizer" / "clusters"
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    owners = {"gpu-rightsizer-demo-exited": exited.pid, "gpu-rightsizer-demo-running": os.getpid()}
+    for name, pid in owners.items():
+        (root / name).mkdir(parents=True)
+        (root / name / demo.OWNER_FILE).write_text(str(pid))
+    (root / "gpu-rightsizer-demo-starting").mkdir()  # created a moment ago, owner not yet written
+    (root / "gpu-rightsizer-demo").mkdir()  # the fixed-name folder of earlier versions, stopped
+    (root / "gpu-rightsizer").mkdir()  # `cluster up`'s default cluster: not a demo
+
+    running = demo.clean_left_overs(bins=None)
+
+    assert sorted(deleted) == ["gpu-rightsizer-demo", "gpu-rightsizer-demo-exited"]
+    assert running == [f"gpu-rightsizer-demo-running (pid {os.getpid()})"]
+    assert sorted(path.name for path in root.iterdir()) == [
+        "gpu-rightsizer",
+        "gpu-rightsizer-demo-running",
+        "gpu-rightsizer-demo-starting",
+    ]
