@@ -3,7 +3,10 @@ its log, instead of a silent wait that ends in a traceback minutes later."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 
 from gpu_rightsizer.testcluster.binaries import TestBinaries
 from gpu_rightsizer.testcluster.kwok import ClusterError, ClusterPorts, LocalCluster
+from tests.e2e.conftest import Kube
 
 
 def test_a_component_that_cannot_bind_fails_the_start_with_its_log(
@@ -37,3 +41,27 @@ def test_a_component_that_cannot_bind_fails_the_start_with_its_log(
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # its closed connections may linger
         probe.bind(("127.0.0.1", ports.etcd))
+
+
+def test_cluster_up_refuses_a_name_that_is_already_running(kube: Kube, tmp_path: Path) -> None:
+    """`gpu-rightsizer cluster up` on the session cluster's name and folder: refused, nothing touched."""
+    name = kube.cluster.name
+    folder = tmp_path / "gpu-rightsizer" / "clusters" / name
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(kube.cluster.workdir)
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path),
+        "GPU_RIGHTSIZER_TESTBINS": str(kube.cluster.bins.bin_dir),
+    }
+
+    result = subprocess.run(
+        [sys.executable, "-m", "gpu_rightsizer", "cluster", "up", "--name", name],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"cluster {name!r} is already running" in result.stderr and "kube-apiserver" in result.stderr
+    assert "creating cluster" not in result.stderr
+    kube.cluster.check_running()
+    assert kube.get_json("nodes")["items"]
