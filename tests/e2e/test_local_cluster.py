@@ -25,7 +25,7 @@ def test_a_component_that_cannot_bind_fails_the_start_with_its_log(
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ports = ClusterPorts(kube_apiserver=taken.getsockname()[1])
+        ports = ClusterPorts.pick(kube_apiserver=taken.getsockname()[1])
         cluster = LocalCluster(
             name=f"exits-{uuid.uuid4().hex[:6]}", workdir=tmp_path, bins=testbins, ports=ports
         )

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import yaml
 
 from gpu_rightsizer.testcluster.binaries import TestBinaries
 from gpu_rightsizer.testcluster.nodes import NodeSpec, default_nodes
-from gpu_rightsizer.testcluster.processes import free_port, log_tail, process_running, stop_process
+from gpu_rightsizer.testcluster.processes import free_ports, log_tail, process_running, stop_process
 
 KUBE_VERSION = "v1.36.3"
 #: Seconds between two progress lines while the control plane starts.
@@ -36,18 +36,24 @@ def _progress(message: str) -> None:
 
 @dataclass(frozen=True)
 class ClusterPorts:
-    """The 127.0.0.1 ports of one cluster's components, picked by the kernel.
+    """The 127.0.0.1 ports of one cluster's components, picked by the kernel (`pick`).
 
     kwokctl itself counts down from port 32766 and skips only the ports bound right now, so two
     clusters created at the same moment get the same ports and one of them dies on its binds.
     """
 
-    etcd: int = field(default_factory=free_port)
-    etcd_peer: int = field(default_factory=free_port)
-    kube_apiserver: int = field(default_factory=free_port)
-    kube_controller_manager: int = field(default_factory=free_port)
-    kube_scheduler: int = field(default_factory=free_port)
-    kwok_controller: int = field(default_factory=free_port)
+    etcd: int
+    etcd_peer: int
+    kube_apiserver: int
+    kube_controller_manager: int
+    kube_scheduler: int
+    kwok_controller: int
+
+    @classmethod
+    def pick(cls, **fixed: int) -> ClusterPorts:
+        """Distinct free ports for every component not given in `fixed`."""
+        names = [spec.name for spec in fields(cls) if spec.name not in fixed]
+        return cls(**fixed, **dict(zip(names, free_ports(len(names)), strict=True)))
 
     def options(self) -> dict[str, int]:
         """The kwokctl configuration options that pin these ports."""
@@ -69,7 +75,7 @@ class LocalCluster:
     workdir: Path
     bins: TestBinaries
     nodes: list[NodeSpec] = field(default_factory=default_nodes)
-    ports: ClusterPorts = field(default_factory=ClusterPorts)
+    ports: ClusterPorts = field(default_factory=ClusterPorts.pick)
 
     @property
     def kubeconfig(self) -> Path:
