@@ -38,6 +38,9 @@ KEEP: frozenset[str] = frozenset(
         mn.KSM_POD_LIMITS,
         mn.KSM_NODE_LABELS,
         *mn.SERVING_REQUEST_COUNTERS,
+        *mn.SERVING_QUEUE_GAUGES,
+        mn.KSM_POD_RESTARTS,
+        mn.KSM_POD_LAST_TERMINATED,
         AGENT_UP,
         PROCESS_CPU_MAX,
         PROCESSES_PINNED,
@@ -47,7 +50,7 @@ KEEP: frozenset[str] = frozenset(
 
 def thin(path: Path, every: int) -> OpenMetricsRecording:
     """The kept families of one recording, every `every`-th timestamp."""
-    families = list(text_string_to_metric_families(path.read_text()))
+    families = list(text_string_to_metric_families(restore_colons(path.read_bytes()).decode()))
     for family in families:  # the parser gives Timestamp objects; the recorder wants float seconds
         family.samples = [s._replace(timestamp=float(s.timestamp)) for s in family.samples if s.timestamp]
     stamps = sorted({float(s.timestamp) for f in families for s in f.samples})
@@ -62,6 +65,17 @@ def thin(path: Path, every: int) -> OpenMetricsRecording:
     return recording
 
 
+def restore_colons(text: bytes) -> bytes:
+    """Sample names as vLLM writes them (`vllm:…`): prometheus_client escapes ':' to '_' in sample lines.
+
+    Applied before parsing (so the samples stay in their family) and after rendering.
+    """
+    for name in (*mn.SERVING_REQUEST_COUNTERS, *mn.SERVING_QUEUE_GAUGES):
+        if ":" in name:
+            text = text.replace(b"\n" + name.replace(":", "_").encode(), b"\n" + name.encode())
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("recordings", type=Path)
@@ -72,7 +86,7 @@ def main() -> int:
     for path in sorted(args.recordings.glob("*.om")):
         if path.name.startswith("agent-cli"):
             continue
-        data = thin(path, args.every).render()
+        data = restore_colons(thin(path, args.every).render())
         target = args.fixtures / f"{path.stem}.om.gz"
         target.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
         print(f"{target}: {len(data)} bytes of text, {target.stat().st_size} gzipped")
