@@ -463,7 +463,9 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
         for device in snapshot.devices:
             pids = {p.pid for p in device.processes}
             run.nvml_pids_seen |= pids & run.tree
-            if run.tree and not pids & run.tree:
+            # A crash-looping pod keeps its GPU through the back-off (kubelet's pod-resources still lists
+            # it), so dcgm-exporter keeps labelling the device with the pod while no process runs.
+            if (run.tree or spec.restart) and not pids & run.tree:
                 # NVML did not list the process (PID namespace); the GPU runs only this workload.
                 run.ticks_without_process += 1
                 device.processes.append(
