@@ -246,44 +246,44 @@ def table(baseline: dict[str, Any], limited: list[dict[str, Any]], total_sms: in
             if not isinstance(cell, dict) or "step_s" not in cell:
                 continue
             if run["method"] == "share":
-                out.append(_share_row(name, shape, base, cell, int(run["sms"])))
+                sharers = int(run["sms"])
+                row = _row(name, shape, base, cell, "time-slice", f"1/{sharers}")
+                if shape is not None:
+                    row["predicted"] = predicted_time_sliced_slowdown(shape, sharers)
+                out.append(row)
                 continue
             device_sms = int(run.get("device_sms", total_sms))
             sms = device_sms if run["method"] == "mps" and device_sms < total_sms else int(run["sms"])
-            row = {
-                "workload": name,
-                "method": run["method"],
-                "sms": sms,
-                "duty": None if shape is None else shape.duty,
-                "width_sms": None if shape is None else shape.width_sms,
-                "dram_share": None if shape is None else shape.bandwidth_share,
-                "base_ms": base["step_s"] * 1000,
-                "step_ms": cell["step_s"] * 1000,
-                "measured": cell["step_s"] / base["step_s"],
-                "predicted": None if shape is None else predicted_slowdown(shape, sms, total_sms),
-                "predicted_bw": None
-                if shape is None
-                else predicted_slowdown(shape, sms, total_sms, slice_bandwidth_fraction=sms / total_sms),
-            }
+            row = _row(name, shape, base, cell, run["method"], sms)
+            if shape is not None:
+                row["predicted"] = predicted_slowdown(shape, sms, total_sms)
+                row["predicted_bw"] = predicted_slowdown(
+                    shape, sms, total_sms, slice_bandwidth_fraction=sms / total_sms
+                )
             out.append(row)
     return out
 
 
-def _share_row(
-    name: str, shape: PhaseShape | None, base: dict[str, Any], cell: dict[str, Any], sharers: int
+def _row(
+    name: str,
+    shape: PhaseShape | None,
+    base: dict[str, Any],
+    cell: dict[str, Any],
+    method: str,
+    limit: int | str,
 ) -> dict[str, Any]:
-    """A time-sliced row: the whole GPU, 1/N of its time, against (1 − d) + d · N."""
+    """The measured part of one table row; the caller adds the predictions where a shape is known."""
     return {
         "workload": name,
-        "method": "time-slice",
-        "sms": f"1/{sharers}",
+        "method": method,
+        "sms": limit,
         "duty": None if shape is None else shape.duty,
         "width_sms": None if shape is None else shape.width_sms,
         "dram_share": None if shape is None else shape.bandwidth_share,
         "base_ms": base["step_s"] * 1000,
         "step_ms": cell["step_s"] * 1000,
         "measured": cell["step_s"] / base["step_s"],
-        "predicted": None if shape is None else predicted_time_sliced_slowdown(shape, sharers),
+        "predicted": None,
         "predicted_bw": None,
     }
 
