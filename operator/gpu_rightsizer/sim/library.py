@@ -388,10 +388,10 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
                                                                     "tensor": 0.35}, expected_code=code.HEALTHY),
         t("h-cpu-just-enough", Shape.INPUT_CPU_BOUND, 364, "12.5 cores for a 12-core pipeline: GPU 92 % "
           "busy, CPU not throttled", cpu_limit=12.5, expected_code=code.HEALTHY),
-        t("h-busy-just-over-idle", Shape.IDLE, 365, "busy 7 % (over the 5 % floor) with 3 % memory: small "
-          "but real work on a whole GPU, a slice or shared GPU fits it",
-          level_overrides={"busy": 0.07, "sm": 0.05, "occupancy": 0.1}, memory_share=0.1,
-          expected_code=code.OVERSIZED_GPU),
+        t("h-busy-just-over-idle", Shape.IDLE, 365, "busy 7 % (over the 5 % floor) with 3 % memory, but SM/GR "
+          "0.71: real work in wide phases at low duty with no named cause, so the GPU waits on the host; "
+          "not idle, and no slice", level_overrides={"busy": 0.07, "sm": 0.05, "occupancy": 0.1},
+          memory_share=0.1, expected_code=code.HOST_WAIT_BOUND),
         t("h-oom-at-93", Shape.MEMORY_CAPACITY_BOUND, 366, "memory p99 ≈ 93 % (under 95 %) but an OOM restart "
           "every 30 min: capacity-bound all the same", level_overrides={"memory_share": 0.93}),
         v("h-queue-at-peaks", Shape.UNDER_REPLICATED, 367, "queue only at each peak (~⅓ of the hour) with the "
@@ -424,9 +424,10 @@ def review_scenario_library(namespace: str = "sim-review") -> list[Scenario]:
                                            "memory_share": 0.1},
           expected_code=code.OVERSIZED_GPU),
         t("r-host-wait-loop", Shape.IDLE, 402, "a loop that waits 50 ms on the host per step: busy 2 %, "
-          "kernels in every sample: tiny live work, never idle", kind="Job", gpu_model=H200,
+          "kernels in every sample, phases 82 % of the SMs wide: live work that waits on the host, never "
+          "idle and never a slice", kind="Job", gpu_model=H200,
           level_overrides={"busy": 0.022, "sm": 0.018, "cpu_cores": 0.03, "pcie_rx": 2e6,
-                           "memory_share": 0.02}, expected_code=code.OVERSIZED_GPU),
+                           "memory_share": 0.02}, expected_code=code.HOST_WAIT_BOUND),
         t("r-one-worker-loader", Shape.IDLE, 403, "one loader process pinned at a core under a 2-core "
           "limit: CPU flat at 1.1, never throttled, busy 0.16: starved, a slice would starve it for good",
           kind="Job", gpu_model=H200, cpu_limit=2.0, cpu_request=2.0,
@@ -499,9 +500,10 @@ RECORDING_LABELS: dict[str, tuple[DiagnosisCode, str]] = {
         "resident; a slice fits, a release would cause an outage",
     ),
     "host-wait": (
-        DiagnosisCode.OVERSIZED_GPU,
-        "a loop that waits 50 ms on the host each step: busy 0.02 with kernels in every sample, "
-        "under 1 GiB: live, tiny work, never idle",
+        DiagnosisCode.HOST_WAIT_BOUND,
+        "a loop that waits 50 ms on the host each step: busy 0.02 with kernels in every sample and "
+        "phases 82 % of the SMs wide (SM/GR 0.825): live work that waits on the host, never idle; a "
+        "16-SM slice would stretch each phase 6.8×",
     ),
     "bf16-trainer": (DiagnosisCode.HEALTHY, "BF16 training at 61.5 steps/s, SM 0.95, tensor 0.67"),
 }

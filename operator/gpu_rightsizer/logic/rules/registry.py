@@ -43,11 +43,15 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(DiagnosisCode.THROTTLED, "H1", Family.HEALTH, Severity.CRITICAL),
     RuleEntry(DiagnosisCode.INSUFFICIENT_DATA, "D", Family.DATA, Severity.INFO),
     RuleEntry(DiagnosisCode.MEMORY_CAPACITY_BOUND, "R9", Family.BREAKING, Severity.WARNING),
+    RuleEntry(DiagnosisCode.CRASH_LOOPING, "R12", Family.BREAKING, Severity.WARNING),
     RuleEntry(DiagnosisCode.UNDER_REPLICATED, "R10", Family.BREAKING, Severity.WARNING),
+    RuleEntry(DiagnosisCode.SERVING_HOST_BOUND, "R13", Family.BREAKING, Severity.WARNING),
     RuleEntry(DiagnosisCode.INPUT_PIPELINE_CPU_BOUND, "R2", Family.DATA_PATH, Severity.WARNING),
+    RuleEntry(DiagnosisCode.LAUNCH_BOUND, "R14", Family.DATA_PATH, Severity.WARNING),
     RuleEntry(DiagnosisCode.INPUT_PIPELINE_IO_BOUND, "R2b", Family.DATA_PATH, Severity.WARNING),
     RuleEntry(DiagnosisCode.HOST_TRANSFER_BOUND, "R3", Family.DATA_PATH, Severity.WARNING),
     RuleEntry(DiagnosisCode.COMMUNICATION_BOUND, "R4", Family.DATA_PATH, Severity.WARNING),
+    RuleEntry(DiagnosisCode.HOST_WAIT_BOUND, "R15", Family.DATA_PATH, Severity.WARNING),
     RuleEntry(DiagnosisCode.IDLE_ALLOCATION, "R1", Family.IDLE, Severity.WARNING),
     RuleEntry(DiagnosisCode.NO_TENSOR_CORES, "R7", Family.EFFICIENCY, Severity.INFO),
     RuleEntry(DiagnosisCode.MEMORY_BANDWIDTH_BOUND, "R6", Family.EFFICIENCY, Severity.INFO),
@@ -65,6 +69,11 @@ PRIMARY_ORDER: tuple[DiagnosisCode, ...] = tuple(entry.code for entry in RULES)
 #: Findings that mean the GPU is starved: while one holds, no action shrinks GPU capacity.
 DATA_PATH_CODES: frozenset[DiagnosisCode] = frozenset(
     entry.code for entry in RULES if entry.family is Family.DATA_PATH
+)
+
+#: Findings that break users now (OOM, crash loops, queueing): while one holds, nothing shrinks either.
+BREAKING_CODES: frozenset[DiagnosisCode] = frozenset(
+    entry.code for entry in RULES if entry.family is Family.BREAKING
 )
 
 #: Hardware health: blocks every action (SPEC §6).
