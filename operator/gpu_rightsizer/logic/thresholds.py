@@ -608,7 +608,7 @@ class EngineSettings(BaseModel):
         le=1,
         description="Without SM fields, GR_ENGINE_ACTIVE's idle floor learned on GPUs no pod holds (same "
         "node and model): GR max at or below it = no kernels. Absent: GR alone never says idle (an idle "
-        "RTX 4000 Ada reads 15-20× above the H200 floor). Input, not a constant.",
+        "RTX 4000 Ada reads 15-20× above the H200 floor). An input learned per node and model; Heur.",
     )
     release_max_network_rx_bytes_per_s: float = Field(
         default=10.0 * 1024,
