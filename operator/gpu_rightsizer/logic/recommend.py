@@ -264,6 +264,14 @@ def _shape_for(figures: WorkloadFigures) -> PhaseShape | None:
     return PhaseShape(1.0, shape.width_fraction, shape.sm_count, shape.bandwidth_share)
 
 
+def _duty(figures: WorkloadFigures) -> float | None:
+    """Share of time the GPU has work (GR mean of the busiest GPU); time-slicing cost depends on it only."""
+    if figures.phase_shape is not None:
+        return figures.phase_shape.duty
+    means = [g.busy.mean for g in figures.gpus if g.busy is not None and g.busy_source == "gr_engine_active"]
+    return max(means) if means else None
+
+
 def slice_slowdown(figures: WorkloadFigures, profile: MigProfile, current: MigProfile | None) -> float | None:
     """Predicted slowdown on `profile` (logic/width.py), or None without a phase shape."""
     shape = _shape_for(figures)
@@ -289,7 +297,7 @@ def _slice_action(
     if figures.gpus_per_pod != 1:
         return None  # never MIG or sharing for multi-GPU work
     need = sizing_need(figures, settings)
-    if need is None or figures.phase_shape is None:
+    if need is None:
         return None
     memory = max(need.memory_gib, memory_peak_gib or 0.0)
     bound = _slowdown_bound(figures, settings)
@@ -298,7 +306,8 @@ def _slice_action(
     product = figures.window.allocation.gpu_model or next(
         (g.observation.model_name for g in figures.gpus if g.observation.model_name), None
     )
-    if sharing in _MIG_STRATEGIES and figures.profiles:
+    shape = figures.phase_shape
+    if sharing in _MIG_STRATEGIES and figures.profiles and shape is not None:
         slowdowns = {p.name: slice_slowdown(figures, p, current_profile) for p in figures.profiles}
         narrow_enough = [p for p in figures.profiles if (slowdowns[p.name] or math.inf) <= bound + 1e-12]
         profile: MigProfile | None = smallest_fitting_profile(
@@ -321,9 +330,9 @@ def _slice_action(
                 to_value=request.describe(),
                 reason=f"{reason_prefix} {profile.name} holds {profile.memory_gib:g} GiB ≥ "
                 f"{settings.memory_headroom:g} × {memory:.1f} GiB used (peak) and its {profile.sms} SMs "
-                f"predict {_bound_text(figures, settings).split(' ≤')[0]} × {slowdown:.3f} (phases "
-                f"{figures.phase_shape.width_sms:.0f} SMs wide, busy {figures.phase_shape.duty:.0%} of the "
-                f"time; bound: {_bound_text(figures, settings)}).{caveat}",
+                f"predict a slowdown of × {slowdown:.3f} (phases {shape.width_sms:.0f} SMs wide, busy "
+                f"{shape.duty:.0%} of the time; bandwidth term modelled; bound: "
+                f"{_bound_text(figures, settings)}).{caveat}",
                 resource=request.resource,
                 automatic=automatic,
                 target=_gpu_resource_target(figures, request.resource, request.count) if automatic else None,
@@ -333,14 +342,18 @@ def _slice_action(
             max(0.0, 1.0 - profile.gpu_fraction / current_fraction),
             shrinks=True,
         )
-    if figures.is_mig:
-        return None  # already on a slice and the cluster gives no finer sharing
+    if figures.is_mig or (sharing in _MIG_STRATEGIES and figures.profiles):
+        return None  # on a slice with no finer sharing, or a MIG GPU whose slices none fit narrowly
     share = min(1.0, need.share_of_device)
     if share > settings.oversized_max_device_share:
         return None
     replicas_per_gpu = max(2, min(16, math.floor(1.0 / max(share, 1e-6))))
-    shape = _shape_for(figures)
-    slowdown = predicted_time_sliced_slowdown(shape, replicas_per_gpu) if shape is not None else math.inf
+    duty = 1.0 if serves(figures) else _duty(figures)
+    slowdown = (
+        predicted_time_sliced_slowdown(PhaseShape(duty, 1.0, 1), replicas_per_gpu)
+        if duty is not None
+        else math.inf
+    )
     if slowdown > bound + 1e-12:
         return None
     request = shared_request(sharing, share)
