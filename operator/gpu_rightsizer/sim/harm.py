@@ -5,7 +5,8 @@ its expected code plus its window. The kinds:
 
 - `release-on-live-work`: an automatic releaseIdle where the label is not IdleAllocation;
 - `shrink-on-starved`: an automatic action that shrinks GPU capacity (slice, sharing, fewer replicas, a
-  lower HPA minimum, release) where the label is a data-path, memory-capacity, queueing or health code;
+  lower HPA minimum, release) where the label is a data-path, breaking (memory capacity, crash loop,
+  queueing) or health code (the registry's families);
 - `second-capacity-change`: more than one automatic GPU-capacity change in one recommendation;
 - `action-on-bad-data`: any automatic action where the label is a health code or InsufficientData;
 - `cpu-limit-added`: an automatic CPU change that sets a limit on a pod that had none;
@@ -14,20 +15,14 @@ its expected code plus its window. The kinds:
 
 from __future__ import annotations
 
-from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES, HEALTH_CODES
+from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, DATA_PATH_CODES, HEALTH_CODES
 from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
 
 #: Labels under which shrinking GPU capacity hurts: the work needs more (or cannot be judged).
 _NO_SHRINK: frozenset[DiagnosisCode] = (
-    DATA_PATH_CODES
-    | HEALTH_CODES
-    | {
-        DiagnosisCode.MEMORY_CAPACITY_BOUND,
-        DiagnosisCode.UNDER_REPLICATED,
-        DiagnosisCode.INSUFFICIENT_DATA,
-    }
+    DATA_PATH_CODES | HEALTH_CODES | BREAKING_CODES | {DiagnosisCode.INSUFFICIENT_DATA}
 )
 
 
