@@ -29,7 +29,13 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
-from gpu_rightsizer.adapters.openmetrics import ExtraOwners, Inventory, Key, assemble_windows
+from gpu_rightsizer.adapters.openmetrics import (
+    ExtraOwners,
+    Inventory,
+    Key,
+    assemble_windows,
+    rate_window_seconds,
+)
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
@@ -391,7 +397,7 @@ class PrometheusSource:
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or 60.0
-        rate_window = max(3 * step, 180.0)
+        rate_window = rate_window_seconds(step)
         say = progress or (lambda _message: None)
         self.check(end)
         gpu_namespaces = self.gpu_namespaces(end, window_seconds)
