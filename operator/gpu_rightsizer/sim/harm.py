@@ -31,7 +31,9 @@ _NO_SHRINK: frozenset[DiagnosisCode] = (
 )
 
 
-def _shrinks(action: Action, window: WorkloadWindow) -> bool:
+def shrinks(action: Action, window: WorkloadWindow) -> bool:
+    """True when the action takes GPU capacity away (slice, sharing, release, fewer replicas or a lower
+    HPA minimum than the window shows)."""
     target = action.target
     if action.type in (ActionType.RELEASE_IDLE, ActionType.GPU_SHARING):
         return True
@@ -57,7 +59,7 @@ def harms(analysis: Analysis, expected: DiagnosisCode, window: WorkloadWindow) -
             found.append(f"release-on-live-work: {text}")
         elif (
             expected in _NO_SHRINK
-            and _shrinks(action, window)
+            and shrinks(action, window)
             and not (
                 expected is DiagnosisCode.MEMORY_CAPACITY_BOUND and action.type is ActionType.MIG_PROFILE
             )

@@ -20,8 +20,7 @@ WAITING_CAUSES: frozenset[str] = frozenset(
         "CommunicationBound",
         "ServingHostBound",
         "LaunchBound",
-        "HostWait",
-        "GPUWaitsOnHost",
+        "HostWaitBound",
     }
 )
 
