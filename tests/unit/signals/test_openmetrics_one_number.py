@@ -22,6 +22,7 @@ from gpu_rightsizer.adapters.openmetrics import (
     window_counter_rates,
     windows_from_samples,
 )
+from gpu_rightsizer.adapters.prometheus import sharers_in_time
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 START = 1_767_225_600.0
@@ -156,3 +157,18 @@ def test_the_step_stays_right_with_replicas_on_two_nodes() -> None:
     assert window.step_seconds == 30.0
     coverage = [g.stats[Signal.GR_ENGINE_ACTIVE].samples for p in window.pods for g in p.gpus]
     assert all(math.isclose(c, 120, abs_tol=2) for c in coverage), coverage
+
+
+def test_the_prometheus_source_counts_sharers_by_the_same_rule() -> None:
+    """Its pods' busy range series give their time: successors on one device are not sharers."""
+    device = {"GPU-aaaa": {"labels": {"hostname": "node-a"}}}
+    devices = {("team", "a"): device, ("team", "b"): device, ("team", "c"): device}
+    busy = {
+        ("team", "a"): [(START + t, 0.5) for t in range(0, 1800, 60)],
+        ("team", "b"): [(START + t, 0.5) for t in range(1860, 3600, 60)],
+        ("team", "c"): [(START + t, 0.5) for t in range(0, 3600, 60)],
+    }
+    shared = sharers_in_time(devices, busy, 60.0)
+    assert shared[(("team", "a"), "node-a", "GPU-aaaa")] == 2  # a and c
+    assert shared[(("team", "b"), "node-a", "GPU-aaaa")] == 2  # b and c
+    assert shared[(("team", "c"), "node-a", "GPU-aaaa")] == 3
