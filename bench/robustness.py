@@ -51,23 +51,11 @@ from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
 from gpu_rightsizer.sim import rerender
-from gpu_rightsizer.sim.harm import harms, shrinks
+from gpu_rightsizer.sim.harm import WAITING_CAUSES, harms, shrinks
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "h200"
 HOUR = 3600.0
 RELEASE_WINDOW = 25 * HOUR
-#: Codes that name why the GPU waits: an advice-only result naming one withholds the shrink rightly.
-WAITING_CAUSES: frozenset[str] = frozenset(
-    {
-        "InputPipelineCPUBound",
-        "InputPipelineIOBound",
-        "HostTransferBound",
-        "CommunicationBound",
-        "ServingHostBound",
-        "LaunchBound",
-        "HostWaitBound",
-    }
-)
 CPU_LIMITS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 8.0, 12.0, 16.0)
 REQUEST_SHARES = (1 / 3, 1 / 16, 1 / 50)
 PROMETHEUS_SAMPLE = 0.10

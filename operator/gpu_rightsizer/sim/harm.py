@@ -19,6 +19,20 @@ from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, Diagnos
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
 
+#: Codes that name why the GPU waits: an advice-only result that names one withholds a shrink rightly
+#: (by their strings, so the robustness bench and the safety tests can name codes an engine lacks).
+WAITING_CAUSES: frozenset[str] = frozenset(
+    {
+        "InputPipelineCPUBound",
+        "InputPipelineIOBound",
+        "HostTransferBound",
+        "CommunicationBound",
+        "ServingHostBound",
+        "LaunchBound",
+        "HostWaitBound",
+    }
+)
+
 #: Labels under which shrinking GPU capacity hurts: the work needs more (or cannot be judged).
 _NO_SHRINK: frozenset[DiagnosisCode] = (
     DATA_PATH_CODES
