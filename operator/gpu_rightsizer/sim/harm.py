@@ -20,13 +20,29 @@ from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, Diagnos
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
 
+#: Codes that name why the GPU waits: an advice-only result that names one withholds a shrink rightly
+#: (by their strings, so the robustness bench and the safety tests can name codes an engine lacks).
+WAITING_CAUSES: frozenset[str] = frozenset(
+    {
+        "InputPipelineCPUBound",
+        "InputPipelineIOBound",
+        "HostTransferBound",
+        "CommunicationBound",
+        "ServingHostBound",
+        "LaunchBound",
+        "HostWaitBound",
+    }
+)
+
 #: Labels under which shrinking GPU capacity hurts: the work needs more (or cannot be judged).
 _NO_SHRINK: frozenset[DiagnosisCode] = (
     DATA_PATH_CODES | HEALTH_CODES | BREAKING_CODES | {DiagnosisCode.INSUFFICIENT_DATA}
 )
 
 
-def _shrinks(action: Action, window: WorkloadWindow) -> bool:
+def shrinks(action: Action, window: WorkloadWindow) -> bool:
+    """True when the action takes GPU capacity away (slice, sharing, release, fewer replicas or a lower
+    HPA minimum than the window shows)."""
     target = action.target
     if action.type in (ActionType.RELEASE_IDLE, ActionType.GPU_SHARING):
         return True
@@ -52,7 +68,7 @@ def harms(analysis: Analysis, expected: DiagnosisCode, window: WorkloadWindow) -
             found.append(f"release-on-live-work: {text}")
         elif (
             expected in _NO_SHRINK
-            and _shrinks(action, window)
+            and shrinks(action, window)
             and not (
                 expected is DiagnosisCode.MEMORY_CAPACITY_BOUND and action.type is ActionType.MIG_PROFILE
             )

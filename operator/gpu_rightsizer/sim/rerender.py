@@ -25,8 +25,7 @@ import math
 import random
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -428,11 +427,36 @@ def _pod_names(series: dict[SeriesKey, list[float]]) -> tuple[str, str | None, s
     return pod, node, uuid
 
 
-def render(recording: Recording, variant: Variant) -> SeriesStore:
-    """The recording as a cluster would have stored it under `variant`."""
+def identity(recording: Recording) -> dict[str, str]:
+    """The recording's namespace, node and GPU UUID (the label values a `rename` may swap)."""
+    found: dict[str, str] = {}
+    for metric, labels in recording.series:
+        values = dict(labels)
+        if metric == mn.KSM_POD_INFO:
+            found.setdefault("namespace", values.get("namespace", ""))
+            found.setdefault("node", values.get("node", ""))
+        if metric.startswith("DCGM_") and "UUID" in values:
+            found.setdefault("uuid", values["UUID"])
+    return found
+
+
+def render(
+    recording: Recording,
+    variant: Variant,
+    *,
+    rename: dict[str, str] | None = None,
+    store: SeriesStore | None = None,
+) -> SeriesStore:
+    """The recording as a cluster would have stored it under `variant` (into `store` when given).
+
+    `rename` swaps label values (namespace, node, GPU UUID), so several renders of one recording can
+    share one Prometheus without their series meeting.
+    """
     rng = random.Random(variant.seed * 104729 + 17)
-    store = SeriesStore()
+    store = store if store is not None else SeriesStore()
     base = stretched(recording, variant)
+    if rename:
+        base = _renamed(base, rename)
     start = recording.start
     end = start + variant.seconds
     if variant.perturbation == "pod-replaced":
@@ -445,6 +469,8 @@ def render(recording: Recording, variant: Variant) -> SeriesStore:
         pod, node, uuid = _pod_names(base)
         collect(base, start, variant, store, rng)
         other = stretched(recording, variant, seed_offset=1)
+        if rename:
+            other = _renamed(other, rename)
         changes = {pod: f"{pod}-b"}
         if node:
             changes[node] = f"{node}-b"
@@ -460,25 +486,6 @@ def write(recording: Recording, variant: Variant, path: Path) -> int:
     """Render into an OpenMetrics file; returns the sample count."""
     with path.open("w", encoding="utf-8") as out:
         return render(recording, variant).write(out)
-
-
-def variants_around(base: Variant) -> Iterator[Variant]:
-    """One factor at a time around `base` (the robustness grid's variants for one seed)."""
-    yield base
-    for scrape in (10.0, 15.0, 60.0):
-        yield replace(base, scrape_seconds=scrape)
-    yield replace(base, dcgm="instant")
-    yield replace(base, cadvisor_timestamps="scrape")
-    for scrape in (15.0, 30.0):
-        if scrape != base.scrape_seconds or base.cadvisor_timestamps == "honoured":
-            yield replace(base, scrape_seconds=scrape, cadvisor_timestamps="scrape")
-    for perturbation in PERTURBATIONS:
-        yield replace(base, perturbation=perturbation)
-
-
-def cpu_limits() -> Iterable[float]:
-    """Every CPU limit from 1 to 16 cores, with the half-core steps below 5 where the dead zone was."""
-    return [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 8.0, 12.0, 16.0]
 
 
 # --- analysis: the render through `analyze --openmetrics` -----------------------------------------------

@@ -10,20 +10,9 @@ from __future__ import annotations
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
+from gpu_rightsizer.sim.harm import WAITING_CAUSES
 
-#: Codes that name why the GPU waits (the review's "waiting cause"): each withholds a shrink.
-WAITING_CAUSES: frozenset[str] = frozenset(
-    {
-        "InputPipelineCPUBound",
-        "InputPipelineIOBound",
-        "HostTransferBound",
-        "CommunicationBound",
-        "ServingHostBound",
-        "LaunchBound",
-        "HostWait",
-        "GPUWaitsOnHost",
-    }
-)
+__all__ = ["WAITING_CAUSES", "assert_safe", "describe", "reduces_capacity"]
 
 
 def reduces_capacity(action: Action, subject: WorkloadWindow) -> bool:

@@ -66,6 +66,32 @@ def pod_of(name: str, gpus: list[GPUObservation], signals: dict[str, SignalStats
     return pod(name, gpus).model_copy(update={"stats": {Signal(k): v for k, v in signals.items()}})
 
 
+Level = tuple[float, float]
+
+
+def h200_levels(
+    fb_mib: float,
+    busy: Level,
+    sm: Level,
+    tensor: Level,
+    dram: Level,
+    *,
+    occupancy: Level | None = None,
+    fb_spread: float = 0.0,
+    long: bool = False,
+    uuid: str = "GPU-0",
+) -> GPUObservation:
+    """An H200 from (value, spread) levels of its activity fields and the memory it holds."""
+    make = day if long else stat
+    levels = {"gr_engine_active": busy, "sm_active": sm, "tensor_active": tensor, "dram_active": dram}
+    if occupancy is not None:
+        levels["sm_occupancy"] = occupancy
+    signals = {name: make(value, spread) for name, (value, spread) in levels.items()}
+    signals["fb_used_mib"] = make(fb_mib - fb_spread, fb_spread)
+    signals["fb_free_mib"] = make(H200_MIB - fb_mib, fb_spread)
+    return h200_of(signals, uuid)
+
+
 def h200_allocation(**changes: object) -> Allocation:
     return allocation(gpu_model=H200_PRODUCT, **changes)
 
@@ -154,9 +180,7 @@ H2_CASES = {
 @pytest.mark.parametrize("case", sorted(H2_CASES))
 @pytest.mark.parametrize("sharing", ALL_SHARING, ids=[s.value for s in ALL_SHARING])
 def test_h2_a_cpu_starved_loader_is_never_sliced(case: str, sharing: SharingStrategy) -> None:
-    subject = H2_CASES[case]
-    analysis = analyze_window(subject, sharing=sharing)
-    assert_safe(analysis, subject, accepted=WAITING_CAUSES)
+    assert_safe(analyze_window(H2_CASES[case], sharing=sharing), H2_CASES[case], accepted=WAITING_CAUSES)
 
 
 # --- H3: `analyze --openmetrics` turns cAdvisor staleness into CPU spikes ------------------------------
@@ -203,9 +227,7 @@ H4_CASES = {
 @pytest.mark.parametrize("case", sorted(H4_CASES))
 @pytest.mark.parametrize("sharing", ALL_SHARING, ids=[s.value for s in ALL_SHARING])
 def test_h4_reads_while_the_gpu_starves_veto_a_shrink(case: str, sharing: SharingStrategy) -> None:
-    subject = H4_CASES[case]
-    analysis = analyze_window(subject, sharing=sharing)
-    assert_safe(analysis, subject, accepted=WAITING_CAUSES)
+    assert_safe(analyze_window(H4_CASES[case], sharing=sharing), H4_CASES[case], accepted=WAITING_CAUSES)
 
 
 # --- H5: a serving fleet crashing on GPU OOM is scaled in ---------------------------------------------
@@ -215,14 +237,15 @@ def _oom_fleet() -> WorkloadWindow:
         pod(
             f"server-{i}",
             [
-                h200(
-                    f"GPU-{i}",
-                    gr_engine_active=day(0.11, 0.04),
-                    sm_active=day(0.09, 0.03),
-                    tensor_active=day(0.04, 0.02),
-                    dram_active=day(0.1, 0.03),
-                    fb_used_mib=day(used - 3000.0, 3000.0),
-                    fb_free_mib=day(H200_MIB - used, 3000.0),
+                h200_levels(
+                    used,
+                    (0.11, 0.04),
+                    (0.09, 0.03),
+                    (0.04, 0.02),
+                    (0.1, 0.03),
+                    fb_spread=3000.0,
+                    long=True,
+                    uuid=f"GPU-{i}",
                 )
             ],
             restarts=3,
@@ -242,31 +265,20 @@ def _oom_fleet() -> WorkloadWindow:
 @pytest.mark.parametrize("sharing", ALL_SHARING, ids=[s.value for s in ALL_SHARING])
 def test_h5_a_fleet_crashing_on_gpu_memory_is_not_scaled_in(sharing: SharingStrategy) -> None:
     subject = _oom_fleet()
-    analysis = analyze_window(subject, sharing=sharing)
-    assert_safe(
-        analysis,
-        subject,
-        accepted=frozenset({"MemoryCapacityBound", "CrashLooping"}),
-        no_automatic=True,
-    )
+    accepted = frozenset({"MemoryCapacityBound", "CrashLooping"})
+    assert_safe(analyze_window(subject, sharing=sharing), subject, accepted=accepted, no_automatic=True)
 
 
 # --- H6: a queueing server whose bottleneck is the CPU is sliced ---------------------------------------
 def _cpu_bound_queueing_server() -> WorkloadWindow:
-    signals = {
-        "gr_engine_active": day(0.3, 0.05),
-        "sm_active": day(0.22, 0.03),
-        "sm_occupancy": day(0.1, 0.03),
-        "tensor_active": day(0.1, 0.03),
-        "dram_active": day(0.15, 0.05),
-        "fb_used_mib": day(30000.0),
-        "fb_free_mib": day(H200_MIB - 30000.0),
-    }
+    device = h200_levels(
+        30000.0, (0.3, 0.05), (0.22, 0.03), (0.1, 0.03), (0.15, 0.05), occupancy=(0.1, 0.03), long=True
+    )
     queue = SignalStats(
         samples=DAY_SAMPLES, mean=12.0, p50=12.0, p95=20.0, p99=24.0, max=30.0, active_fraction=0.9
     )
     return window(
-        [pod("server-0", [h200_of(signals)], cpu_usage_cores=day(2.1, 0.5, peak=2.6))],
+        [pod("server-0", [device], cpu_usage_cores=day(2.1, 0.5, peak=2.6))],
         alloc=h200_allocation(cpu_limit_cores=4.0, workload_type="inference"),
         hours=25.0,
         step=30.0,
@@ -277,12 +289,8 @@ def _cpu_bound_queueing_server() -> WorkloadWindow:
 @pytest.mark.parametrize("sharing", ALL_SHARING, ids=[s.value for s in ALL_SHARING])
 def test_h6_a_sustained_queue_vetoes_every_shrink(sharing: SharingStrategy) -> None:
     subject = _cpu_bound_queueing_server()
-    analysis = analyze_window(subject, sharing=sharing)
-    assert_safe(
-        analysis,
-        subject,
-        accepted=frozenset({"ServingHostBound", "InputPipelineCPUBound", "UnderReplicated"}),
-    )
+    accepted = frozenset({"ServingHostBound", "InputPipelineCPUBound", "UnderReplicated"})
+    assert_safe(analyze_window(subject, sharing=sharing), subject, accepted=accepted)
 
 
 # --- H7: a memory peak outside the window leads to a slice, then OOM ----------------------------------
@@ -294,14 +302,14 @@ def test_h7_no_automatic_slice_on_one_window_of_memory_history() -> None:
             pod(
                 "trainer-0",
                 [
-                    h200(
-                        gr_engine_active=stat(0.35, 0.05),
-                        sm_active=stat(0.3, 0.05),
-                        sm_occupancy=stat(0.2, 0.05),
-                        tensor_active=stat(0.2, 0.05),
-                        dram_active=stat(0.2, 0.05),
-                        fb_used_mib=stat(used, 200.0),
-                        fb_free_mib=stat(H200_MIB - used, 200.0),
+                    h200_levels(
+                        used,
+                        (0.35, 0.05),
+                        (0.3, 0.05),
+                        (0.2, 0.05),
+                        (0.2, 0.05),
+                        occupancy=(0.2, 0.05),
+                        fb_spread=200.0,
                     )
                 ],
                 cpu_usage_cores=stat(2.0, 0.3),
@@ -338,16 +346,7 @@ def test_h9_a_host_oom_crash_loop_gets_memory_not_a_slice() -> None:
         [
             pod(
                 "server-0",
-                [
-                    h200(
-                        gr_engine_active=day(0.05, 0.03),
-                        sm_active=day(0.04, 0.02),
-                        tensor_active=day(0.02, 0.01),
-                        dram_active=day(0.03, 0.01),
-                        fb_used_mib=day(4096.0),
-                        fb_free_mib=day(H200_MIB - 4096.0),
-                    )
-                ],
+                [h200_levels(4096.0, (0.05, 0.03), (0.04, 0.02), (0.02, 0.01), (0.03, 0.01), long=True)],
                 restarts=7,
                 oom_killed=True,
                 cpu_usage_cores=day(0.5, 0.2),
