@@ -25,7 +25,7 @@ from gpu_rightsizer.logic.mig import (
     smallest_fitting_profile,
 )
 from gpu_rightsizer.logic.rules.idle import no_cuda_context
-from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, DATA_PATH_CODES
+from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, BY_CODE, DATA_PATH_CODES
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.logic.vetoes import SERVICE_KINDS, missing_evidence, serves
 from gpu_rightsizer.logic.width import PhaseShape, predicted_slowdown, predicted_time_sliced_slowdown
@@ -686,7 +686,10 @@ def recommend(
         _plan_finding(
             finding, diagnosis, settings, sharing, allowed_profiles, min_replicas, peak, data_path, planned
         )
-        planned[before:] = [replace(p, confidence=finding.confidence) for p in planned[before:]]
+        allowed = BY_CODE[finding.code].actions  # the registry says what a rule may propose
+        planned[before:] = [
+            replace(p, confidence=finding.confidence) for p in planned[before:] if p.action.type in allowed
+        ]
     planned.extend(_idle_gpu_advice(figures))
     lookback_seconds = (
         (figures.window.end - memory_lookback.since).total_seconds()

@@ -271,3 +271,19 @@ def test_one_recommendation_never_raises_cpu_and_replicas_together() -> None:
     assert ActionType.CPU in automatic
     assert ActionType.REPLICAS not in automatic
     assert any(a.type is ActionType.REPLICAS and "next verified cycle" in a.reason for a in analysis.actions)
+
+
+def test_every_veto_is_registered_under_its_suspected_cause() -> None:
+    """The registry lists, per code, the vetoes that name it; a veto outside that list is a bug."""
+    from tests.unit.logic.test_diagnose import CASES
+
+    from gpu_rightsizer.logic.rules.registry import BY_CODE
+
+    seen: set[str] = set()
+    windows = [case() for case in CASES.values()]
+    windows += [_quiet(0.0, memory_working_set_bytes=stat(63 * 2**30)), _quiet(2.4e-5)]
+    for w in windows:
+        for veto in analyze_window(w).vetoes:
+            assert veto.name in BY_CODE[veto.cause].vetoes, (veto.name, veto.cause)
+            seen.add(veto.name)
+    assert {"crashLoop", "sustainedQueue", "hostWait", "ioReads", "cpuThrottled"} <= seen
