@@ -103,6 +103,13 @@ def _software(text: str, reason: str) -> PlannedAction:
     )
 
 
+def _infrastructure(current: str, change: str, reason: str) -> PlannedAction:
+    """Advice for the platform team (storage, placement): never automatic, tier 2."""
+    return PlannedAction(
+        Action(type=ActionType.INFRASTRUCTURE, from_value=current, to_value=change, reason=reason), 2
+    )
+
+
 def cpu_demand_cores(figures: WorkloadFigures, settings: EngineSettings) -> float | None:
     """CPU cores the pod would use if its GPU were fed, or None without a CPU usage figure.
 
@@ -802,14 +809,10 @@ def _plan_finding(
             )
         )
         planned.append(
-            PlannedAction(
-                Action(
-                    type=ActionType.INFRASTRUCTURE,
-                    from_value="current storage",
-                    to_value="faster storage class or local NVMe cache",
-                    reason="Reads, not CPU, stall the input pipeline.",
-                ),
-                2,
+            _infrastructure(
+                "current storage",
+                "faster storage class or local NVMe cache",
+                "Reads, not CPU, stall the input pipeline.",
             )
         )
     elif code is DiagnosisCode.HOST_TRANSFER_BOUND:
@@ -829,14 +832,10 @@ def _plan_finding(
             )
         )
         planned.append(
-            PlannedAction(
-                Action(
-                    type=ActionType.INFRASTRUCTURE,
-                    from_value="pods spread over nodes / links",
-                    to_value="topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
-                    reason="Interconnect traffic is high while SMs idle; MIG is never suitable here.",
-                ),
-                2,
+            _infrastructure(
+                "pods spread over nodes / links",
+                "topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
+                "Interconnect traffic is high while SMs idle; MIG is never suitable here.",
             )
         )
     elif code is DiagnosisCode.LOW_OCCUPANCY:

@@ -24,6 +24,10 @@ SERVICE_KINDS = frozenset({"Deployment", "StatefulSet"})
 __all__ = ["SERVICE_KINDS", "missing_evidence", "shrink_vetoes", "veto_cause"]
 
 
+def _add(found: list[Veto], name: str, cause: DiagnosisCode, reason: str, measure_next: str) -> None:
+    found.append(Veto(name=name, cause=cause, reason=reason, measure_next=measure_next))
+
+
 def serves(figures: WorkloadFigures) -> bool:
     """A server, or a Deployment/StatefulSet not labelled training: low duty there is low traffic."""
     kind_serves = figures.window.workload.kind in SERVICE_KINDS
@@ -36,45 +40,47 @@ def _gpu_waits(figures: WorkloadFigures, settings: EngineSettings) -> bool:
     return busy is not None and busy < settings.low_busy
 
 
+def _cpu_cause(figures: WorkloadFigures) -> DiagnosisCode:
+    """A server's CPU starves its requests (tokenizer, pre-processing); a job's its input pipeline."""
+    return DiagnosisCode.SERVING_HOST_BOUND if figures.is_serving else DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+
+
 def _cpu_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]:
     if not _gpu_waits(figures, settings):
         return []
-    cause = DiagnosisCode.SERVING_HOST_BOUND if figures.is_serving else DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+    cause = _cpu_cause(figures)
     found: list[Veto] = []
     process = figures.process_cpu_max_p50
     if process is not None and process >= settings.cpu_process_pinned_cores:
-        found.append(
-            Veto(
-                name="cpuPinnedCore",
-                cause=cause,
-                reason=f"a process sits at {process:.2f} cores (node agent, median): one thread is pinned "
-                f"at a core while GPU busy p50 is {pct(figures.busy_p50 or 0.0)}",
-                measure_next="which process is pinned (py-spy dump, or the node agent's process list): a "
-                "DataLoader worker means too few workers, the CUDA-context thread a launch-bound loop",
-            )
+        _add(
+            found,
+            "cpuPinnedCore",
+            cause,
+            f"a process sits at {process:.2f} cores (node agent, median): one thread is pinned "
+            f"at a core while GPU busy p50 is {pct(figures.busy_p50 or 0.0)}",
+            "which process is pinned (py-spy dump, or the node agent's process list): a "
+            "DataLoader worker means too few workers, the CUDA-context thread a launch-bound loop",
         )
     usage = figures.cpu_usage_p95
     limit = figures.window.allocation.cpu_limit_cores
     if usage is not None and limit is not None:
         margin = max(settings.veto_cpu_near_limit_cores, settings.veto_cpu_near_limit_share * limit)
         if usage >= limit - margin:
-            found.append(
-                Veto(
-                    name="cpuNearLimit",
-                    cause=cause,
-                    reason=f"CPU p95 {usage:.2f} cores is within {margin:.2f} of the {limit:g}-core limit",
-                    measure_next="CFS throttling at 1 s (cpu.stat) and steps/s with a higher CPU limit",
-                )
+            _add(
+                found,
+                "cpuNearLimit",
+                cause,
+                f"CPU p95 {usage:.2f} cores is within {margin:.2f} of the {limit:g}-core limit",
+                "CFS throttling at 1 s (cpu.stat) and steps/s with a higher CPU limit",
             )
     throttled = figures.cpu_throttled
     if throttled is not None and throttled >= settings.veto_cpu_throttled:
-        found.append(
-            Veto(
-                name="cpuThrottled",
-                cause=cause,
-                reason=f"CFS throttled in {pct(throttled)} of periods (p50)",
-                measure_next="steps/s or latency with a higher CPU limit",
-            )
+        _add(
+            found,
+            "cpuThrottled",
+            cause,
+            f"CFS throttled in {pct(throttled)} of periods (p50)",
+            "steps/s or latency with a higher CPU limit",
         )
     return found
 
@@ -85,7 +91,7 @@ def _cpu_plateau_veto(figures: WorkloadFigures, settings: EngineSettings) -> lis
         return []
     usage, usage_p50 = figures.cpu_usage_p95, figures.cpu_usage_p50
     limit = figures.window.allocation.cpu_limit_cores
-    cause = DiagnosisCode.SERVING_HOST_BOUND if figures.is_serving else DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+    cause = _cpu_cause(figures)
     found: list[Veto] = []
     if (
         usage is not None
@@ -94,33 +100,31 @@ def _cpu_plateau_veto(figures: WorkloadFigures, settings: EngineSettings) -> lis
         and (limit is None or usage_p50 < limit)
         and usage - usage_p50 <= settings.veto_plateau_max_spread
     ):
-        found.append(
-            Veto(
-                name="cpuPlateau",
-                cause=cause,
-                reason=f"container CPU holds at {usage_p50:.2f} cores (p50; p95 {usage:.2f}) below its "
-                f"{'limit' if limit is not None else 'request (no limit)'}: k busy processes may feed the GPU",
-                measure_next="per-process CPU (the node agent's gpu_rightsizer_container_process_cpu_max_cores)",
-            )
+        _add(
+            found,
+            "cpuPlateau",
+            cause,
+            f"container CPU holds at {usage_p50:.2f} cores (p50; p95 {usage:.2f}) below its "
+            f"{'limit' if limit is not None else 'request (no limit)'}: k busy processes may feed the GPU",
+            "per-process CPU (the node agent's gpu_rightsizer_container_process_cpu_max_cores)",
         )
     return found
 
 
 def _cpu_pressure_veto(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]:
-    cause = DiagnosisCode.SERVING_HOST_BOUND if figures.is_serving else DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
+    cause = _cpu_cause(figures)
     found: list[Veto] = []
     if (
         _gpu_waits(figures, settings)
         and figures.cpu_pressure_p50 is not None
         and figures.cpu_pressure_p50 >= settings.veto_pressure_share
     ):
-        found.append(
-            Veto(
-                name="cpuPressure",
-                cause=cause,
-                reason=f"tasks stalled on CPU {pct(figures.cpu_pressure_p50)} of the time (PSI, p50)",
-                measure_next="which threads wait (PSI per container, py-spy)",
-            )
+        _add(
+            found,
+            "cpuPressure",
+            cause,
+            f"tasks stalled on CPU {pct(figures.cpu_pressure_p50)} of the time (PSI, p50)",
+            "which threads wait (PSI per container, py-spy)",
         )
     return found
 
@@ -135,24 +139,22 @@ def _io_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]
         figures.net_rx_p50 is not None and not figures.is_serving
     )
     if has_series and reads >= settings.veto_io_bytes_per_s:
-        found.append(
-            Veto(
-                name="ioReads",
-                cause=DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
-                reason=f"the pod reads {reads / 2**20:.1f} MiB/s (median, file system"
-                f"{'' if figures.is_serving else ' + network'}) while GPU busy p50 is {pct(busy)}",
-                measure_next="I/O pressure (cgroup io.pressure, container_pressure_io_stalled_seconds_total) "
-                "and the volume's read ceiling",
-            )
+        _add(
+            found,
+            "ioReads",
+            DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
+            f"the pod reads {reads / 2**20:.1f} MiB/s (median, file system"
+            f"{'' if figures.is_serving else ' + network'}) while GPU busy p50 is {pct(busy)}",
+            "I/O pressure (cgroup io.pressure, container_pressure_io_stalled_seconds_total) "
+            "and the volume's read ceiling",
         )
     if figures.io_pressure_p50 is not None and figures.io_pressure_p50 >= settings.veto_pressure_share:
-        found.append(
-            Veto(
-                name="ioPressure",
-                cause=DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
-                reason=f"tasks stalled on I/O {pct(figures.io_pressure_p50)} of the time (PSI, p50)",
-                measure_next="which volume the reads come from, and its throughput ceiling",
-            )
+        _add(
+            found,
+            "ioPressure",
+            DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
+            f"tasks stalled on I/O {pct(figures.io_pressure_p50)} of the time (PSI, p50)",
+            "which volume the reads come from, and its throughput ceiling",
         )
     return found
 
@@ -169,26 +171,24 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
             or not figures.pcie_link_known
         )
     ) or (figures.pcie_utilisation is not None and figures.pcie_utilisation >= settings.pcie_utilisation):
-        found.append(
-            Veto(
-                name="hostTransfers",
-                cause=DiagnosisCode.HOST_TRANSFER_BOUND,
-                reason=f"host↔device copies at {(p50_bytes or 0.0) / 1e9:.1f} GB/s (median), "
-                f"{pct(figures.pcie_utilisation or 0.0)} of the link at p95",
-                measure_next="whether copies are pageable (Nsight Systems memcpy rows) and overlap compute",
-            )
+        _add(
+            found,
+            "hostTransfers",
+            DiagnosisCode.HOST_TRANSFER_BOUND,
+            f"host↔device copies at {(p50_bytes or 0.0) / 1e9:.1f} GB/s (median), "
+            f"{pct(figures.pcie_utilisation or 0.0)} of the link at p95",
+            "whether copies are pageable (Nsight Systems memcpy rows) and overlap compute",
         )
     link = figures.nvlink_utilisation
     if figures.gpus_per_pod >= 2 and link is not None and link >= settings.nvlink_utilisation:
         math_p50 = figures.math_p50
         if math_p50 is None or math_p50 < settings.communication_max_math_p50:
-            found.append(
-                Veto(
-                    name="communication",
-                    cause=DiagnosisCode.COMMUNICATION_BOUND,
-                    reason=f"NVLink at {pct(link)} of nominal per direction (median) with the math pipes idle",
-                    measure_next="NCCL time per step (NCCL_DEBUG=INFO, profiler) and the placement of the pods",
-                )
+            _add(
+                found,
+                "communication",
+                DiagnosisCode.COMMUNICATION_BOUND,
+                f"NVLink at {pct(link)} of nominal per direction (median) with the math pipes idle",
+                "NCCL time per step (NCCL_DEBUG=INFO, profiler) and the placement of the pods",
             )
     queue_active, queue_p50 = figures.queue_active_fraction, figures.queue_length_p50
     sustained = (queue_active is not None and queue_active >= settings.queue_sustained_fraction) or (
@@ -197,15 +197,14 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
     if sustained:
         saturation = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95
         saturated = saturation is not None and saturation >= settings.serving_saturation
-        found.append(
-            Veto(
-                name="sustainedQueue",
-                cause=DiagnosisCode.UNDER_REPLICATED if saturated else DiagnosisCode.SERVING_HOST_BOUND,
-                reason=f"requests queue for {pct(queue_active) if queue_active is not None else 'most'} of the "
-                f"window (queue p50 {queue_p50 or 0.0:.1f})",
-                measure_next="where requests wait: tokenizer/CPU time per request, the server's batch "
-                "settings (max batch size, max tokens in flight)",
-            )
+        _add(
+            found,
+            "sustainedQueue",
+            DiagnosisCode.UNDER_REPLICATED if saturated else DiagnosisCode.SERVING_HOST_BOUND,
+            f"requests queue for {pct(queue_active) if queue_active is not None else 'most'} of the "
+            f"window (queue p50 {queue_p50 or 0.0:.1f})",
+            "where requests wait: tokenizer/CPU time per request, the server's batch "
+            "settings (max batch size, max tokens in flight)",
         )
     return found
 
@@ -213,26 +212,23 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
 def _failure_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]:
     found: list[Veto] = []
     if figures.restarts >= settings.crash_loop_restarts or figures.oom_killed:
-        found.append(
-            Veto(
-                name="crashLoop",
-                cause=DiagnosisCode.CRASH_LOOPING,
-                reason=f"{figures.restarts} container restart(s) in the window"
-                f"{', OOMKilled' if figures.oom_killed else ''}",
-                measure_next="the last termination reason and the container log before each restart",
-            )
+        _add(
+            found,
+            "crashLoop",
+            DiagnosisCode.CRASH_LOOPING,
+            f"{figures.restarts} container restart(s) in the window"
+            f"{', OOMKilled' if figures.oom_killed else ''}",
+            "the last termination reason and the container log before each restart",
         )
     host_share = host_memory_share(figures)
     if host_share is not None and host_share >= settings.memory_tight_share:
-        found.append(
-            Veto(
-                name="hostMemoryNearLimit",
-                cause=DiagnosisCode.CRASH_LOOPING,
-                reason=f"the working set reached {pct(host_share)} of the memory limit: the next allocation "
-                "can OOM-kill the container",
-                measure_next="the working set's growth (container_memory_working_set_bytes) and the "
-                "process's resident memory",
-            )
+        _add(
+            found,
+            "hostMemoryNearLimit",
+            DiagnosisCode.CRASH_LOOPING,
+            f"the working set reached {pct(host_share)} of the memory limit: the next allocation "
+            "can OOM-kill the container",
+            "the working set's growth (container_memory_working_set_bytes) and the process's resident memory",
         )
     fb_max, capacity = figures.fb_used_max_gib, figures.capacity_gib
     if (
@@ -241,13 +237,12 @@ def _failure_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[
         and capacity
         and fb_max >= settings.memory_full_share * capacity
     ):
-        found.append(
-            Veto(
-                name="gpuMemoryFull",
-                cause=DiagnosisCode.MEMORY_CAPACITY_BOUND,
-                reason=f"GPU memory reached {fb_max:.1f} of {capacity:.0f} GiB",
-                measure_next="the allocator's peak (torch.cuda.max_memory_allocated) against the reservation",
-            )
+        _add(
+            found,
+            "gpuMemoryFull",
+            DiagnosisCode.MEMORY_CAPACITY_BOUND,
+            f"GPU memory reached {fb_max:.1f} of {capacity:.0f} GiB",
+            "the allocator's peak (torch.cuda.max_memory_allocated) against the reservation",
         )
     return found
 
