@@ -6,12 +6,13 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_rightsizer.logic.figures import WorkloadFigures
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.result import Finding
 
 #: No finding claims certainty: window statistics can always miss what happened between samples.
-MAX_CONFIDENCE = 0.95
+MAX_CONFIDENCE = CONFIDENCE.max_confidence
 
 
 def pct(value: float) -> str:
@@ -57,9 +58,9 @@ class ConfidenceFactor:
 
 
 #: Samples cover less of the window than `good_coverage`: gaps may hide what happened. Heur.
-GAPPY_WINDOW_FACTOR = 0.85
+GAPPY_WINDOW_FACTOR = CONFIDENCE.gappy_window
 #: The metric source reported warnings (duplicates, resets, unknown labels). Heur.
-SOURCE_WARNINGS_FACTOR = 0.9
+SOURCE_WARNINGS_FACTOR = CONFIDENCE.source_warnings
 
 
 def window_factors(

@@ -12,6 +12,7 @@ from gpu_rightsizer.logic.rules.common import (
     pct,
     window_factor,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 
@@ -38,7 +39,7 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
             DiagnosisCode.UNDER_REPLICATED,
             Severity.WARNING,
             base
-            * (0.85 if figures.sm_p95 is not None else 0.7)
+            * (C.under_replicated if figures.sm_p95 is not None else C.under_replicated_busy)
             * (settings.queue_at_peaks_confidence if at_peaks else 1.0),
             f"Seen: requests queue for {share} of the window "
             f"(queue p50 {queue_p50 or 0:.1f}, p95 {figures.queue_length_p95 or 0:.1f}"
@@ -52,6 +53,30 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
                 "queueActiveFraction": queue_active,
                 "saturationP95": saturation,
                 "replicas": float(figures.replicas),
+            },
+        )
+        return
+    if sustained and saturation is not None:
+        cpu_text = (
+            f"; CPU p95 {figures.cpu_usage_p95:.2f} of {figures.cpu_reference_cores:g} cores"
+            if figures.cpu_usage_p95 is not None and figures.cpu_reference_cores
+            else ""
+        )
+        out.add(
+            DiagnosisCode.SERVING_HOST_BOUND,
+            Severity.WARNING,
+            base * C.serving_host_bound,
+            f"Seen: requests queue for {pct(queue_active) if queue_active is not None else 'most'} of the "
+            f"window (queue p50 {queue_p50 or 0:.1f}) while {saturation_name} p95 is only {pct(saturation)}"
+            f"{cpu_text}. Meaning: requests wait on the host side, not on the GPU: tokenisation or "
+            "pre/post-processing on too little CPU, or batch settings that keep the GPU underfed. Change: "
+            "more CPU or tokenizer workers, larger max batch / tokens in flight; more replicas or a larger "
+            "GPU would not help. Nothing is shrunk while requests queue.",
+            {
+                "queueP50": queue_p50,
+                "queueActiveFraction": queue_active,
+                "saturationP95": saturation,
+                "cpuSaturation": figures.cpu_saturation,
             },
         )
         return
@@ -83,7 +108,7 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
         out.add(
             DiagnosisCode.OVER_REPLICATED,
             Severity.INFO,
-            base * (0.8 if low_fleet else 0.7),
+            base * (C.over_replicated_low if low_fleet else C.over_replicated),
             f"Seen: {figures.replicas} replicas, fleet busy p95 {pct(fleet)} (replicas' p95 averaged; "
             f"busiest {pct(figures.busy_p95_max or 0.0)}), fleet busy p50 {pct(fleet_median or 0.0)}, "
             f"{pct(idle_share or 0.0)} of replicas idle at the median, and "
