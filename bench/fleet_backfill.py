@@ -68,7 +68,7 @@ from gpu_rightsizer.adapters.incremental import Chunk, CycleReport
 from gpu_rightsizer.adapters.prometheus import source_for
 from gpu_rightsizer.config import OperatorConfig, parse_duration
 from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, analyse, window_sources
-from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import DiagnosisCode

@@ -18,7 +18,7 @@ import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 
 

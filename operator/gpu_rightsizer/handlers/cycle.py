@@ -36,7 +36,7 @@ from gpu_rightsizer.adapters.state import StateDir
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import changes, metrics
 from gpu_rightsizer.handlers.context import OperatorContext
-from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (

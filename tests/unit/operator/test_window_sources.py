@@ -10,9 +10,9 @@ import pytest
 
 from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.adapters.recording_rules import Detection
-from gpu_rightsizer.handlers import windows as window_sources
+from gpu_rightsizer.adapters import windows as window_sources
 from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, next_delay
-from gpu_rightsizer.handlers.windows import WindowSources, step_for
+from gpu_rightsizer.adapters.windows import WindowSources, step_for
 
 END = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -19,10 +19,10 @@ from gpu_rightsizer.adapters.state import StateDir
 from gpu_rightsizer.commands import run as run_command
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import recommender
-from gpu_rightsizer.handlers import windows as window_sources
+from gpu_rightsizer.adapters import windows as window_sources
 from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.handlers.cycle import window_sources as window_sources_for
-from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.logic.streaming import StateError
 
 FINGERPRINT = "families-v1"
