@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes import client, config
 
+from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.capacity import load_capacity
 from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.adapters.kube import KubeAdapter
@@ -34,7 +35,7 @@ from gpu_rightsizer.adapters.prometheus import source_for
 from gpu_rightsizer.adapters.recording_rules import Detection
 from gpu_rightsizer.adapters.state import StateDir
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import changes, metrics
+from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_rightsizer.logic import actuation
-from gpu_rightsizer.logic.actuation import ChangeRecord, GateContext, PlanError, PodHealth
+from gpu_rightsizer.actuator import plan as actuation
+from gpu_rightsizer.actuator.plan import ChangeRecord, GateContext, PlanError, PodHealth
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
 from gpu_rightsizer.model.crd import GPURightsizingPolicy

@@ -18,10 +18,10 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from gpu_rightsizer.handlers import changes
-from gpu_rightsizer.handlers.changes import Actuator, LeadershipLostError, WorkloadCase
+from gpu_rightsizer.actuator import plan as actuation
+from gpu_rightsizer.actuator import step as changes
+from gpu_rightsizer.actuator.step import Actuator, LeadershipLostError, WorkloadCase
 from gpu_rightsizer.handlers.cycle import merge_patched
-from gpu_rightsizer.logic import actuation
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.crd import GPURightsizingPolicy

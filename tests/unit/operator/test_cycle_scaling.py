@@ -446,7 +446,7 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     """Recommender and actuator in one process under an Apply policy with maxStaleness 20m, a cycle
     every 5 min for an hour, nothing new to say: the actuator's gates, on the published status, never
     find it stale (with a refresh after 10 intervals, 50 min, they did from +25 min on)."""
-    from gpu_rightsizer.logic import actuation
+    from gpu_rightsizer.actuator import plan as actuation
 
     class ActingKube(ListingKube):
         def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:

@@ -31,10 +31,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.handlers import metrics
-from gpu_rightsizer.logic import actuation
-from gpu_rightsizer.logic.actuation import (
+from gpu_rightsizer.actuator import plan as actuation
+from gpu_rightsizer.actuator.plan import (
     Availability,
     ChangePlan,
     ChangeRecord,
@@ -42,6 +40,8 @@ from gpu_rightsizer.logic.actuation import (
     Outcome,
     VerificationInput,
 )
+from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.logic.policy import EffectiveSettings
 from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
