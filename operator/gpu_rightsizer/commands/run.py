@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     )
     recommender.CONFIG = config
     if config.role in ("actuator", "all"):
-        from gpu_rightsizer.handlers import actuator  # noqa: F401 - registers the actuator's handlers
+        from gpu_rightsizer.actuator import wiring as actuator  # noqa: F401 - registers the actuator's handlers
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     kopf.run(

@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes import client, config
 
+from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.capacity import load_capacity
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
@@ -36,7 +37,7 @@ from gpu_rightsizer.adapters.source import (
     WindowSource,
 )
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import changes, metrics
+from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window

@@ -17,12 +17,13 @@ from typing import Any
 
 import kopf
 
+from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.adapters.source import KeepsWindows
 from gpu_rightsizer.adapters.source_registry import open_source
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import changes, cycle
+from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.handlers.context import OperatorContext, context_of
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.status import waiting_status

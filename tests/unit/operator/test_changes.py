@@ -1,4 +1,4 @@
-"""The actuator's step (handlers/changes.py) driven against an in-memory cluster.
+"""The actuator's step (actuator/step.py) driven against an in-memory cluster.
 
 The fake keeps what the API server guarantees and the actuator relies on: status writes are RFC 7386
 merge patches, and every write carrying a resourceVersion is refused with 409 when the object moved
@@ -18,10 +18,13 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from gpu_rightsizer.handlers import changes
-from gpu_rightsizer.handlers.changes import Actuator, LeadershipLostError, WorkloadCase
+from gpu_rightsizer.actuator import step as changes
+from gpu_rightsizer.actuator.gates import CLEAR_REGRESSIONS_ANNOTATION
+from gpu_rightsizer.actuator.plan import CHANGE_ANNOTATION
+from gpu_rightsizer.actuator.record import ChangeRecord
+from gpu_rightsizer.actuator.step import Actuator, LeadershipLostError, WorkloadCase
+from gpu_rightsizer.actuator.verify import REVISION_ANNOTATION
 from gpu_rightsizer.handlers.cycle import merge_patched
-from gpu_rightsizer.logic import actuation
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -54,7 +57,7 @@ class Cluster:
             "kind": "Deployment",
             "metadata": {
                 "name": "trainer", "namespace": "team-a", "uid": "d-1", "generation": 1,
-                "resourceVersion": "100", "annotations": {actuation.REVISION_ANNOTATION: "1"},
+                "resourceVersion": "100", "annotations": {REVISION_ANNOTATION: "1"},
             },
             "spec": {
                 "replicas": replicas,
@@ -100,7 +103,7 @@ class Cluster:
         metadata["generation"] += 1
         metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + 1)
         self.revision += 1
-        metadata["annotations"][actuation.REVISION_ANNOTATION] = str(self.revision)
+        metadata["annotations"][REVISION_ANNOTATION] = str(self.revision)
 
     def cpu(self) -> str:
         return str(self.workload["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"])
@@ -174,7 +177,7 @@ class Cluster:
         rs = {
             "metadata": {
                 "labels": {"pod-template-hash": f"h{self.revision}"},
-                "annotations": {actuation.REVISION_ANNOTATION: str(self.revision)},
+                "annotations": {REVISION_ANNOTATION: str(self.revision)},
                 "ownerReferences": [{"uid": "d-1", "controller": True}],
             }
         }
@@ -522,7 +525,7 @@ def test_a_regressed_change_is_not_retried_until_the_spec_changes_and_n_rollback
     cluster.publish(now=much_later)
     driver.step(much_later)
     assert cluster.apply()["state"] == "Blocked" and "clear-regressions" in cluster.apply()["reason"]
-    cluster.workload["metadata"]["annotations"][actuation.CLEAR_REGRESSIONS_ANNOTATION] = "ticket-42"
+    cluster.workload["metadata"]["annotations"][CLEAR_REGRESSIONS_ANNOTATION] = "ticket-42"
     driver.step(much_later + timedelta(minutes=1))
     assert cluster.cpu() == "4" and cluster.apply()["rollbacks"] == 0
 
@@ -673,8 +676,8 @@ def test_a_forged_change_record_cannot_shorten_the_cooldown() -> None:
     driver = Driver(cluster)
     cluster.publish()
     cluster.recommendation["status"]["apply"] = {"state": "Verified", "appliedAt": "2026-03-04T11:50:00Z"}
-    forged = actuation.ChangeRecord(change_id="c-x", at=T0 - timedelta(days=30), target={}, previous={})
-    cluster.workload["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] = forged.to_annotation()
+    forged = ChangeRecord(change_id="c-x", at=T0 - timedelta(days=30), target={}, previous={})
+    cluster.workload["metadata"]["annotations"][CHANGE_ANNOTATION] = forged.to_annotation()
     driver.step(T0)
     assert cluster.cpu() == "1"
 

@@ -435,7 +435,8 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     """Recommender and actuator in one process under an Apply policy with maxStaleness 20m, a cycle
     every 5 min for an hour, nothing new to say: the actuator's gates, on the published status, never
     find it stale (with a refresh after 10 intervals, 50 min, they did from +25 min on)."""
-    from gpu_rightsizer.logic import actuation
+    from gpu_rightsizer.actuator.gates import Verdict
+    from gpu_rightsizer.model.codes import ApplyState
 
     class ActingKube(ListingKube):
         def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:
@@ -450,9 +451,9 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     verdicts: list[tuple[str, str]] = []
     gates = cycle.changes.Actuator._gates
 
-    def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> actuation.Verdict:
+    def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> Verdict:
         verdicts.append((case.ref.key, gates(self, case, recent, **kwargs).reason))
-        return actuation.Verdict(False, actuation.ApplyState.SKIPPED, "recorded by the test")
+        return Verdict(False, ApplyState.SKIPPED, "recorded by the test")
 
     monkeypatch.setattr(cycle.changes.Actuator, "_gates", recording)
     monkeypatch.setattr(cycle.changes.Actuator, "_set_state", lambda *args: None)

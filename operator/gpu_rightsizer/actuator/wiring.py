@@ -1,7 +1,7 @@
 """The actuator's kopf wiring: leader election on a Lease (SPEC §6).
 
 Importing this module registers the handlers. Only the lease holder changes workloads; the work
-itself is `handlers.changes.Actuator.step()`, driven by the analysis cycle. Times are observed
+itself is `actuator.step.Actuator.step()`, driven by the analysis cycle. Times are observed
 locally (client-go semantics, see `LeaseElector`); a process that loses the lease exits at once,
 and on a clean shutdown the lease is released only after the running cycle has finished.
 """

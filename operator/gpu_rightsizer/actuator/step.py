@@ -1,10 +1,10 @@
 """The actuator's step: carries published recommendations into workloads under an `Apply` policy (SPEC §6).
 
 `Actuator.step()` is called by the analysis cycle for each workload while this process holds the
-lease (`handlers.actuator` keeps it).
+lease (`actuator.wiring` keeps it).
 It acts only on what the recommendation's status publishes (machine-readable action targets, the
 workload generation and window they were computed from); it never analyses. Every decision is a
-function of `logic.actuation`; this module reads, writes and records.
+function of the pure modules `actuator.{gates,plan,fields,record,verify}`; this module reads, writes and records.
 
 A change's life (`status.apply.phase`) is a state machine, each step one conditional status write
 (resourceVersion precondition) so a crash at any point neither loses nor repeats it:
@@ -31,17 +31,40 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.handlers import metrics
-from gpu_rightsizer.logic import actuation
-from gpu_rightsizer.logic.actuation import (
+from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
+from gpu_rightsizer.actuator.gates import (
+    CLEAR_REGRESSIONS_ANNOTATION,
     Availability,
-    ChangePlan,
-    ChangeRecord,
     GateContext,
+    Verdict,
+    check_availability,
+    check_gates,
+    count_recent,
+    rollout_failure,
+    rollout_incomplete,
+)
+from gpu_rightsizer.actuator.plan import (
+    CHANGE_ANNOTATION,
+    ChangePlan,
+    PlanError,
+    current_value,
+    hpa_patch,
+    plan_change,
+    same_value,
+    workload_patch,
+)
+from gpu_rightsizer.actuator.record import ChangeRecord, change_landed, record_on, rollback_plan
+from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
+    new_revision_pods,
+    pod_health,
+    signals_from_window,
+    target_cpu_limit,
+    verification_outcome,
 )
+from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.logic.policy import EffectiveSettings
 from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
@@ -128,7 +151,7 @@ def _record_from_patch(patch_text: str) -> ChangeRecord | None:
     """The change record inside a recorded patch (its annotation), or None."""
     try:
         body = yaml.safe_load(patch_text)
-        annotation = body["metadata"]["annotations"][actuation.CHANGE_ANNOTATION]
+        annotation = body["metadata"]["annotations"][CHANGE_ANNOTATION]
         return ChangeRecord.from_annotation(str(annotation))
     except (yaml.YAMLError, KeyError, TypeError, ValueError):
         return None
@@ -213,10 +236,10 @@ class Actuator:
     def _patch_workload(self, case: WorkloadCase, plan: ChangePlan, record: ChangeRecord) -> dict[str, Any]:
         """The change as a strategic-merge patch, conditional on the workload version the gates saw."""
         self._guard()
-        body = actuation.workload_patch(case.ref.kind, plan.target, record.to_annotation())
+        body = workload_patch(case.ref.kind, plan.target, record.to_annotation())
         version = (case.workload.get("metadata") or {}).get("resourceVersion")
         patched = self.kube.strategic_patch(case.ref, body, resource_version=version)
-        hpa_body = actuation.hpa_patch(plan.target)
+        hpa_body = hpa_patch(plan.target)
         if hpa_body is not None and case.hpa is not None:
             self._guard()
             self.kube.patch_hpa(case.ref.namespace, str(case.hpa["metadata"]["name"]), hpa_body)
@@ -305,14 +328,14 @@ class Actuator:
     def _gates(
         self, case: WorkloadCase, recent: list[tuple[str, datetime]], *, started_by: str | None = None,
         exclude_own: datetime | None = None, last_change: datetime | None = None,
-    ) -> actuation.Verdict:  # fmt: skip
+    ) -> Verdict:  # fmt: skip
         published = case.recommendation.get("status") or {}
         diagnosis, findings = _published_diagnosis(published)
         changes = [
             c for c in recent if not (exclude_own is not None and c == (case.ref.namespace, exclude_own))
         ]
-        cluster, namespace = actuation.count_recent(changes, case.ref.namespace, case.now)
-        return actuation.check_gates(
+        cluster, namespace = count_recent(changes, case.ref.namespace, case.now)
+        return check_gates(
             GateContext(
                 settings=case.settings,
                 diagnosis=diagnosis,
@@ -331,11 +354,11 @@ class Actuator:
             )
         )
 
-    def _live_gates(self, case: WorkloadCase, plan: ChangePlan) -> actuation.Verdict | None:
-        owners = actuation.field_conflicts(case.workload, plan.target)
+    def _live_gates(self, case: WorkloadCase, plan: ChangePlan) -> Verdict | None:
+        owners = field_conflicts(case.workload, plan.target)
         if owners:
-            return actuation.Verdict(False, ApplyState.BLOCKED, actuation.conflict_reason(owners))
-        return actuation.check_availability(
+            return Verdict(False, ApplyState.BLOCKED, conflict_reason(owners))
+        return check_availability(
             plan,
             Availability(case.workload, case.pdbs, case.pods_in_disruption),
             case.settings,
@@ -345,7 +368,7 @@ class Actuator:
         """Why remembered regressions hold this workload back; clears them on a person's request."""
         apply = status.apply
         token = ((case.workload.get("metadata") or {}).get("annotations") or {}).get(
-            actuation.CLEAR_REGRESSIONS_ANNOTATION
+            CLEAR_REGRESSIONS_ANNOTATION
         )
         if (
             token
@@ -353,16 +376,14 @@ class Actuator:
             and (apply.get("rollbacks") or apply.get("regressed"))
         ):
             self._write(case, status, {"rollbacks": 0, "regressed": [], "clearedToken": token})
-            self._event(
-                case, "RegressionsCleared", f"cleared by {actuation.CLEAR_REGRESSIONS_ANNOTATION}={token}"
-            )
+            self._event(case, "RegressionsCleared", f"cleared by {CLEAR_REGRESSIONS_ANNOTATION}={token}")
             return None
         rollbacks = int(apply.get("rollbacks") or 0)
         if rollbacks >= case.settings.max_rollbacks:
             return (
                 f"{rollbacks} change(s) of this workload were rolled back (maxRollbacks "
                 f"{case.settings.max_rollbacks}): no automatic change until a person sets the "
-                f"{actuation.CLEAR_REGRESSIONS_ANNOTATION} annotation on the workload to a new value"
+                f"{CLEAR_REGRESSIONS_ANNOTATION} annotation on the workload to a new value"
             )
         return None
 
@@ -373,7 +394,7 @@ class Actuator:
             self._set_state(case, status, ApplyState.SKIPPED, "no metrics for this workload this cycle")
             return
         # the annotation is editable by the workload's owners: it may only make the cooldown longer
-        record = actuation.record_on(case.workload)
+        record = record_on(case.workload)
         times = [
             t for t in (record.at if record is not None else None, parse_time(apply.get("appliedAt"))) if t
         ]
@@ -390,11 +411,11 @@ class Actuator:
             self._set_state(case, status, ApplyState.BLOCKED, blocked)
             return
         try:
-            plan = actuation.plan_change(
+            plan = plan_change(
                 case.workload, published_actions(case.recommendation), settings, hpa=case.hpa,
                 workload_key=case.ref.key,
             )  # fmt: skip
-        except actuation.PlanError as error:
+        except PlanError as error:
             self._set_state(case, status, ApplyState.BLOCKED, str(error))
             return
         if plan is None:
@@ -418,13 +439,13 @@ class Actuator:
         if live is not None:
             self._set_state(case, status, live.state, live.reason)
             return
-        baseline = actuation.signals_from_window(case.window) if case.window is not None else {}
+        baseline = signals_from_window(case.window) if case.window is not None else {}
         change = ChangeRecord(
             change_id=plan.change_id, at=case.now, target=plan.target, previous=plan.previous,
             actions=plan.actions, baseline=baseline,
         )  # fmt: skip
         patch_text = yaml.safe_dump(
-            actuation.workload_patch(case.ref.kind, plan.target, change.to_annotation()), sort_keys=True
+            workload_patch(case.ref.kind, plan.target, change.to_annotation()), sort_keys=True
         )
         previous = {path: "" if value is None else value for path, value in plan.previous.items()}
         if settings.dry_run:
@@ -475,17 +496,15 @@ class Actuator:
             )
             return
         plan = ChangePlan(record.change_id, record.actions, record.target, record.previous)
-        landed = actuation.landed(case.workload, plan, case.hpa)
+        landed = change_landed(case.workload, plan, case.hpa)
         recorded_at = parse_time(apply.get("appliedAt")) or record.at
         verdict = self._gates(case, recent, started_by=apply.get("policy"), exclude_own=recorded_at)
         if verdict.go and case.now - recorded_at > case.settings.max_staleness:
-            verdict = actuation.Verdict(False, ApplyState.SKIPPED, "the intent is older than maxStaleness")
+            verdict = Verdict(False, ApplyState.SKIPPED, "the intent is older than maxStaleness")
         if verdict.go and not landed:
-            live_now = {p: actuation.current_value(case.workload, p, case.hpa) for p in plan.target}
-            if any(not actuation.same_value(p, live_now[p], plan.previous.get(p)) for p in plan.target):
-                verdict = actuation.Verdict(
-                    False, ApplyState.SKIPPED, "the workload changed since the intent"
-                )
+            live_now = {p: current_value(case.workload, p, case.hpa) for p in plan.target}
+            if any(not same_value(p, live_now[p], plan.previous.get(p)) for p in plan.target):
+                verdict = Verdict(False, ApplyState.SKIPPED, "the workload changed since the intent")
             else:
                 verdict = self._live_gates(case, plan) or verdict
         if not verdict.go:
@@ -542,22 +561,22 @@ class Actuator:
         replica_sets: list[dict[str, Any]] = []
         if case.ref.kind == "Deployment":
             replica_sets = list(self.kube.list_workloads("ReplicaSet", (case.ref.namespace,)).values())
-        new_pods = actuation.new_revision_pods(case.workload, pods, replica_sets)
-        health = actuation.pod_health(new_pods)
+        new_pods = new_revision_pods(case.workload, pods, replica_sets)
+        health = pod_health(new_pods)
         rolled_out_at = parse_time(apply.get("rolledOutAt"))
         after: dict[str, float] = {}
         if rolled_out_at is not None and case.now >= rolled_out_at + case.settings.verify_for:
             after = self._measure_new_pods(case, rolled_out_at, new_pods, record)
-        rollout = actuation.rollout_incomplete(case.workload)
+        rollout = rollout_incomplete(case.workload)
         if apply.get("workloadGeneration") is not None and rollout is None:
             observed = (case.workload.get("status") or {}).get("observedGeneration")
             if observed is not None and int(observed) < int(apply["workloadGeneration"]):
                 rollout = "the controller has not seen the change yet"
-        outcome, reason = actuation.verification_outcome(
+        outcome, reason = verification_outcome(
             VerificationInput(
                 now=case.now, applied_at=applied_at, rolled_out_at=rolled_out_at,
                 verify_for=case.settings.verify_for, rollout=rollout,
-                failure=actuation.rollout_failure(case.workload), health=health,
+                failure=rollout_failure(case.workload), health=health,
                 before=record.baseline, after=after, actions=record.actions,
             )
         )  # fmt: skip
@@ -610,7 +629,7 @@ class Actuator:
         mine = next((w for w in windows if w.workload.key == case.ref.key), None)
         if mine is None or any(name in warning for warning in mine.warnings for name in names):
             return {}  # a new pod without its series: no figures rather than partial ones
-        return actuation.signals_from_window(mine, names, actuation.target_cpu_limit(record))
+        return signals_from_window(mine, names, target_cpu_limit(record))
 
     # rollback --------------------------------------------------------------------------------------
 
@@ -618,7 +637,7 @@ class Actuator:
         self, case: WorkloadCase, status: _Status, record: ChangeRecord, why: str, after: Mapping[str, float]
     ) -> None:
         """Record the rollback intent, then restore only the fields that still hold our values."""
-        plan, kept = actuation.rollback_plan(record, case.workload, case.hpa, case.ref.key)
+        plan, kept = rollback_plan(record, case.workload, case.hpa, case.ref.key)
         if plan is None:
             text = f"change {record.change_id} {why}; not rolled back: every field was changed since by someone else"
             self._settle(case, status, ApplyState.BLOCKED, ChangePhase.DONE, text, after=after)
@@ -632,7 +651,7 @@ class Actuator:
         self._write(case, status, {
             "phase": ChangePhase.ROLLBACK_INTENT_RECORDED.value,
             "rollback": yaml.safe_dump(
-                actuation.workload_patch(case.ref.kind, plan.target, undo.to_annotation()), sort_keys=True
+                workload_patch(case.ref.kind, plan.target, undo.to_annotation()), sort_keys=True
             ),
             "reason": f"change {record.change_id} {why}: rolling back{kept_text}",
         })  # fmt: skip
@@ -642,7 +661,7 @@ class Actuator:
         self, case: WorkloadCase, status: _Status, record: ChangeRecord, plan: ChangePlan, undo: ChangeRecord,
         why: str, after: Mapping[str, float],
     ) -> None:  # fmt: skip
-        on_workload = actuation.record_on(case.workload)
+        on_workload = record_on(case.workload)
         patched: Mapping[str, Any] = case.workload
         bad_revision: str | None = None
         if on_workload is None or on_workload.change_id != undo.change_id:
@@ -678,7 +697,7 @@ class Actuator:
             metadata = pod.get("metadata") or {}
             revision = (metadata.get("labels") or {}).get("controller-revision-hash")
             stale = revision == bad_revision if bad_revision is not None else revision != current
-            stuck = actuation.pod_health([pod]).failing or (pod.get("status") or {}).get("phase") == "Pending"
+            stuck = pod_health([pod]).failing or (pod.get("status") or {}).get("phase") == "Pending"
             if stale and stuck:
                 self._guard()
                 self.kube.delete_pod(case.ref.namespace, str(metadata.get("name")), str(metadata.get("uid")))
@@ -702,9 +721,9 @@ class Actuator:
             )
             self._event(case, "ChangeAbandoned", reason, warning=True)
             return
-        on_workload = actuation.record_on(case.workload)
+        on_workload = record_on(case.workload)
         landed = on_workload is not None and on_workload.change_id == undo.change_id
-        plan, _ = actuation.rollback_plan(record, case.workload, case.hpa, case.ref.key)
+        plan, _ = rollback_plan(record, case.workload, case.hpa, case.ref.key)
         if not landed and plan is None:
             self._settle(
                 case, status, ApplyState.BLOCKED, ChangePhase.DONE,
