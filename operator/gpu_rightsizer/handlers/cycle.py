@@ -27,7 +27,7 @@ from kubernetes import client, config
 
 from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.capacity import load_capacity
-from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.kube import KubeAdapter, ResolvedWorkload
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.adapters.source import (
     ExtraOwners,
@@ -36,11 +36,13 @@ from gpu_rightsizer.adapters.source import (
     WindowRead,
     WindowSource,
 )
+from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation, status_body
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import metrics
-from gpu_rightsizer.handlers.context import OperatorContext
+from gpu_rightsizer.handlers.context import KnownWorkload, OperatorContext
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.logic.figures import summarise
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
     count_governed,
@@ -54,10 +56,18 @@ from gpu_rightsizer.logic.status import (
     materially_same,
     merge_conditions,
     metrics_condition,
+    waiting_status,
 )
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.workloads import allocation_from_pod_spec
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
-from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.crd import (
+    MAX_WINDOW_WARNINGS,
+    Baseline,
+    Condition,
+    GPURecommendationStatus,
+    GPURightsizingPolicy,
+)
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
 
@@ -115,17 +125,6 @@ def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
                 "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
             )
     return policies
-
-
-def ref_of(recommendation: Mapping[str, Any]) -> WorkloadRef:
-    """The workload a GPURecommendation targets."""
-    target = (recommendation.get("spec") or {}).get("targetRef") or {}
-    return WorkloadRef(
-        namespace=str((recommendation.get("metadata") or {}).get("namespace")),
-        kind=str(target.get("kind")),
-        name=str(target.get("name")),
-        api_version=str(target.get("apiVersion", "apps/v1")),
-    )
 
 
 def engine_settings(settings: EffectiveSettings, window_seconds: float | None = None) -> EngineSettings:
@@ -309,10 +308,10 @@ def status_unchanged(
 
 
 def write_recommendation(
+    store: RecommendationStore,
     kube: KubeAdapter,
-    ref: WorkloadRef,
     uid: str,
-    recommendation: Mapping[str, Any],
+    stored: StoredRecommendation,
     analysis: Analysis,
     window: WorkloadWindow,
     settings: EffectiveSettings,
@@ -323,14 +322,16 @@ def write_recommendation(
 ) -> str | None:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
-    `status.apply` belongs to the actuator, so the recommender never writes it (a merge patch
-    without the field keeps it). `workloadGeneration` publishes which spec the analysis saw, so the
-    actuator acts only on a recommendation made for the workload as it is. With `refresh_after`, a status
-    that would say nothing new (`status_unchanged`: its figures moved within a tolerance, its window
-    slid) is left as stored while that window is younger than `refresh_after`. Returns why the status
-    was written (`write_reason`; "changed" without `refresh_after`), None when it was not.
+    `status.apply` belongs to the actuator, so the recommender never writes it (`store.patch_status`
+    leaves it out). `workloadGeneration` publishes which spec the analysis saw, so the actuator acts
+    only on a recommendation made for the workload as it is. The window's warnings and its baseline
+    figures are published for people (the actuator measures its own baseline). With `refresh_after`,
+    a status that would say nothing new (`write_reason`: its figures moved within a tolerance, its
+    window slid) is left as stored while that window is younger than `refresh_after`. Returns why the
+    status was written ("changed" without `refresh_after`), None when it was not.
     """
-    old_status = recommendation.get("status") or {}
+    ref = stored.ref
+    old_status = stored.status_json()
     status = analysed_status(
         analysis,
         window.allocation,
@@ -338,20 +339,20 @@ def write_recommendation(
         window_end=window.end,
         workload=ref,
         now=now,
-        generation=(recommendation.get("metadata") or {}).get("generation"),
+        generation=stored.generation,
     )
-    body = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    body.pop("apply", None)  # the actuator's state: the recommender never writes it
+    status = with_window_facts(status, window)
     if workload_generation is not None:
-        body["workloadGeneration"] = workload_generation
-    body["conditions"] = merge_conditions(
-        list(old_status.get("conditions") or []), body.get("conditions", [])
-    )
+        status.workload_generation = workload_generation
+    fresh = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in status.conditions]
+    old_conditions = list(old_status.get("conditions") or [])
+    status.conditions = [Condition.model_validate(c) for c in merge_conditions(old_conditions, fresh)]
+    body = status_body(status)
     written = "changed" if refresh_after is None else write_reason(old_status, body, now, refresh_after)
     if written is not None:
-        kube.patch_recommendation_status(ref, body)
+        store.patch_status(ref, status)
         metrics.STATUS_WRITES.labels(written).inc()
-    before = (old_status.get("diagnosis") or {}).get("primary")
+    before = stored.status.diagnosis.primary.value if stored.status.diagnosis else None
     if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
         warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
         kube.post_event(
@@ -364,12 +365,78 @@ def write_recommendation(
     return written
 
 
-def remove_recommendation(kube: KubeAdapter, ctx: OperatorContext, ref: WorkloadRef, why: str) -> None:
+def with_window_facts(status: GPURecommendationStatus, window: WorkloadWindow) -> GPURecommendationStatus:
+    """The status with its window's warnings (the first ones, sorted) and baseline figures."""
+    figures = summarise(window)
+    if status.window is not None:
+        status.window.warnings = sorted(set(window.warnings))[:MAX_WINDOW_WARNINGS]
+    status.baseline = Baseline(gpu_busy_p95=figures.busy_p95_max, cpu_saturation_p95=figures.cpu_saturation)
+    return status
+
+
+def ensure_recommendation(
+    store: RecommendationStore, cfg: OperatorConfig, known: KnownWorkload
+) -> StoredRecommendation | None:
+    """The workload's recommendation, created with a first (waiting) status when there is none."""
+    workload = known.workload
+    stored = store.ensure(workload)
+    if stored is None or stored.has_status:
+        return stored
+    replicas = int(((workload.obj.get("spec") or {}).get("replicas")) or 1)
+    allocation = allocation_from_pod_spec(dict(known.pod_spec), replicas=replicas)
+    reason = (
+        "Waiting for the first observation window of metrics"
+        if cfg.prometheus_url
+        else "No metrics source configured (--prometheus-url): cannot analyse yet"
+    )
+    status = waiting_status(
+        allocation, reason, workload=workload.ref, now=datetime.now(UTC), generation=stored.generation
+    )
+    store.patch_status(workload.ref, status)  # status.apply is the actuator's alone
+    return stored
+
+
+def restore_missing(
+    ctx: OperatorContext, store: RecommendationStore, listed: list[StoredRecommendation]
+) -> list[StoredRecommendation]:
+    """Make again the recommendations of known GPU workloads that are gone (someone deleted them, or
+    the workload was recreated and the old one was collected with it), so they are analysed in this
+    cycle; workloads that are gone themselves are forgotten."""
+    present = {stored.ref.key for stored in listed}
+    with ctx.lock:
+        missing = [known for key, known in ctx.known.items() if key not in present]
+    made = []
+    for known in missing:
+        ref = known.workload.ref
+        try:
+            current = read_workload(ctx.kube, ref.api_version, ref.kind, ref.namespace, ref.name)
+            if current is None:
+                with ctx.lock:
+                    ctx.known.pop(ref.key, None)
+                continue
+            uid = str((current.get("metadata") or {}).get("uid") or known.workload.uid)
+            fresh = KnownWorkload(ResolvedWorkload(ref=ref, uid=uid, obj=current), known.pod_spec)
+            stored = ensure_recommendation(store, ctx.config, fresh)
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("could not make the recommendation of %s again", ref.key)
+            continue
+        with ctx.lock:
+            ctx.known[ref.key] = fresh
+        if stored is not None:
+            LOG.info("made the recommendation of %s again (it was gone)", ref.key)
+            made.append(store.get(ref) or stored)
+    return made
+
+
+def remove_recommendation(
+    store: RecommendationStore, ctx: OperatorContext, ref: WorkloadRef, why: str
+) -> None:
     """Delete a recommendation the workload no longer wants (opt-out annotation or an Off policy)."""
-    if kube.delete_recommendation(ref):
+    if store.delete(ref):
         LOG.info("removed the recommendation of %s: %s", ref.key, why)
     with ctx.lock:
-        ctx.known.discard(ref.key)
+        ctx.known.pop(ref.key, None)
 
 
 def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
@@ -430,7 +497,7 @@ class _Pending:
     """One workload to analyse this cycle, once its window's batch of metrics is in."""
 
     ref: WorkloadRef
-    recommendation: dict[str, Any]
+    recommendation: StoredRecommendation
     workload: dict[str, Any]
     settings: EffectiveSettings
     window_seconds: float
@@ -444,6 +511,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     metrics source changes nothing: the recommendations keep what they said.
     """
     cfg, kube = ctx.config, ctx.kube
+    store = RecommendationStore(kube)
     end = now or datetime.now(UTC)
     marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, actuator
     elector = ctx.elector
@@ -451,22 +519,26 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     if not acting and not _has_role(cfg, "recommender"):
         return 0  # a standby actuator does nothing, analysis included
     try:
-        recommendations = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
+        recommendations = store.list(cfg.namespaces if not cfg.all_namespaces else ())
         state = CycleState(now=end, policies=load_policies(kube))
     except Exception:
         metrics.ERRORS.labels("kubernetes").inc()
         LOG.exception("listing recommendations or policies failed")
         return 0
-    state.recent_changes = changes.recent_changes(recommendations, end)
-    state.in_flight = changes.in_flight_pods(recommendations)
+    if _has_role(cfg, "recommender"):
+        recommendations.extend(restore_missing(ctx, store, recommendations))
+    if acting:  # the actuator's rate budget, from its own reading of the statuses
+        raw = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
+        state.recent_changes = changes.recent_changes(raw, end)
+        state.in_flight = changes.in_flight_pods(raw)
     ctx.policies = state.policies
-    refs = [ref_of(recommendation) for recommendation in recommendations]
+    refs = [stored.ref for stored in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
     state.capacity = load_capacity(kube, capacity_from_metrics(ctx.source, end))
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
-            item = _prepare(ctx, kube, cfg, state, ref, recommendation)
+            item = _prepare(ctx, store, cfg, state, recommendation)
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.exception("cycle step for %s failed", ref.key)
@@ -501,7 +573,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         batch = batches.get(item.window_seconds)
         if batch is None:  # no metrics for this window this cycle: keep what the status says, and say so
             if item.window_seconds in failures and _has_role(cfg, "recommender"):
-                say_metrics_failed(kube, item.ref, item.recommendation, failures[item.window_seconds], end)
+                say_metrics_failed(store, item.recommendation, failures[item.window_seconds], end)
             continue
         window = batch.get(item.ref.key)
         if window is not None:
@@ -509,7 +581,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
 
     def attempt(job: tuple[_Pending, WorkloadWindow]) -> _Analysed | None:
         try:
-            return _analyse_and_write(kube, cfg, state, job[0], job[1])
+            return _analyse_and_write(store, kube, cfg, state, job[0], job[1])
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.exception("cycle step for %s failed", job[0].ref.key)
@@ -655,37 +727,32 @@ def _duration_label(seconds: float) -> str:
 
 
 def say_metrics_failed(
-    kube: KubeAdapter, ref: WorkloadRef, recommendation: Mapping[str, Any], error: str, now: datetime
+    store: RecommendationStore, stored: StoredRecommendation, error: str, now: datetime
 ) -> None:
     """Set `MetricsAvailable=False` on a recommendation whose batch failed; the analysis stays as it was."""
-    old = list((recommendation.get("status") or {}).get("conditions") or [])
-    generation = (recommendation.get("metadata") or {}).get("generation")
-    fresh = metrics_condition(error, now, generation).model_dump(
-        mode="json", by_alias=True, exclude_none=True
-    )
-    previous = next((c for c in old if c.get("type") == fresh["type"]), None)
-    if (
-        previous is not None
-        and previous.get("status") == "False"
-        and previous.get("message") == fresh["message"]
-    ):
+    fresh = metrics_condition(error, now, stored.generation)
+    previous = next((c for c in stored.status.conditions if c.type == fresh.type), None)
+    if previous is not None and previous.status == "False" and previous.message == fresh.message:
         return
+    old = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in stored.status.conditions]
+    new = fresh.model_dump(mode="json", by_alias=True, exclude_none=True)
+    merged = [Condition.model_validate(c) for c in merge_conditions(old, [new])]
     try:
-        kube.patch_recommendation_status(ref, {"conditions": merge_conditions(old, [fresh])})
+        store.patch_status(stored.ref, GPURecommendationStatus(conditions=merged), fields={"conditions"})
     except Exception:
         metrics.ERRORS.labels("kubernetes").inc()
-        LOG.exception("could not mark the metrics of %s as unavailable", ref.key)
+        LOG.exception("could not mark the metrics of %s as unavailable", stored.ref.key)
 
 
 def _prepare(
     ctx: OperatorContext,
-    kube: KubeAdapter,
+    store: RecommendationStore,
     cfg: OperatorConfig,
     state: CycleState,
-    ref: WorkloadRef,
-    recommendation: dict[str, Any],
+    recommendation: StoredRecommendation,
 ) -> _Pending | None:
     """Read the workload and decide its settings; remove the recommendation of an opted-out one."""
+    kube, ref = ctx.kube, recommendation.ref
     workload = state.workload(kube, ref)
     if workload is None:  # the workload is gone; garbage collection removes the recommendation
         return None
@@ -697,15 +764,15 @@ def _prepare(
     if not settings.ignored:
         state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
     if not settings.recommends:
-        apply = (recommendation.get("status") or {}).get("apply") or {}
-        if changes.phase_of(apply) in changes.IN_FLIGHT:
+        apply = recommendation.status.apply
+        if "apply" in recommendation.unreadable or (apply is not None and apply.in_flight):
             # a change in flight is settled by the actuator first (abandoned: an opted-out or Off
             # workload is never written again); deleting it now would lose the record of that change
             state.settling.append(_Pending(ref, recommendation, workload, settings, 0.0))
             return None
         if _has_role(cfg, "recommender"):
             why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
-            remove_recommendation(kube, ctx, ref, why)
+            remove_recommendation(store, ctx, ref, why)
         return None
     seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
@@ -724,6 +791,7 @@ class _Analysed:
 
 
 def _analyse_and_write(
+    store: RecommendationStore,
     kube: KubeAdapter,
     cfg: OperatorConfig,
     state: CycleState,
@@ -750,7 +818,7 @@ def _analyse_and_write(
         return None
     metrics.WORKLOADS_ANALYZED.inc()
     written = write_recommendation(
-        kube, ref, uid, item.recommendation, analysis, window, settings, state.now,
+        store, kube, uid, item.recommendation, analysis, window, settings, state.now,
         refresh_after=refresh_period(
             cfg.interval_seconds, settings.max_staleness, f"{ref.key} {window_end_of(item.recommendation)}"
         ),
@@ -759,9 +827,9 @@ def _analyse_and_write(
     return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid, written=written)
 
 
-def window_end_of(recommendation: Mapping[str, Any]) -> str:
-    """The stored `status.window.end` as written ("" when none)."""
-    return str(((recommendation.get("status") or {}).get("window") or {}).get("end") or "")
+def window_end_of(stored: StoredRecommendation) -> str:
+    """The stored `status.window.end` as the API server holds it ("" when none)."""
+    return str((stored.status_json().get("window") or {}).get("end") or "")
 
 
 def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:

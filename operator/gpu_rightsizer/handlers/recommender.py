@@ -12,22 +12,20 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.adapters.source import KeepsWindows
 from gpu_rightsizer.adapters.source_registry import open_source
+from gpu_rightsizer.adapters.store import RecommendationStore
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import cycle
-from gpu_rightsizer.handlers.context import OperatorContext, context_of
+from gpu_rightsizer.handlers.context import KnownWorkload, OperatorContext, context_of
 from gpu_rightsizer.logic.policy import settings_for_workload
-from gpu_rightsizer.logic.status import waiting_status
-from gpu_rightsizer.logic.workloads import allocation_from_pod_spec, is_ignored, requests_gpu
+from gpu_rightsizer.logic.workloads import is_ignored, requests_gpu
 from gpu_rightsizer.model.codes import PolicyMode
 
 LOG = logging.getLogger(__name__)
@@ -118,41 +116,25 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
     if config.role == "actuator":  # the recommender creates recommendations; the actuator only acts
         return
     kube = ctx.kube
+    store = RecommendationStore(kube)
     workload = kube.resolve_owner(body)
     key = workload.ref.key
     if is_ignored(workload.obj) or _switched_off(ctx, kube, workload.ref.namespace, workload.obj):
         with ctx.lock:
-            ctx.known.discard(key)
-        existing = kube.get_recommendation(workload.ref)
-        apply = ((existing or {}).get("status") or {}).get("apply") or {}
-        if existing is not None and changes.phase_of(apply) not in changes.IN_FLIGHT:
-            kube.delete_recommendation(
-                workload.ref
-            )  # one with a change in flight: the cycle settles it first
+            ctx.known.pop(key, None)
+        existing = store.get(workload.ref)
+        apply = existing.status.apply if existing is not None else None
+        if existing is not None and "apply" not in existing.unreadable and not (apply and apply.in_flight):
+            store.delete(workload.ref)  # one with a change in flight: the cycle settles it first
         return
     with ctx.lock:
-        if key in ctx.known:
-            return
-    recommendation = kube.ensure_recommendation(workload)
-    if not recommendation.get("status"):
-        replicas = int(((workload.obj.get("spec") or {}).get("replicas")) or 1)
-        allocation = allocation_from_pod_spec(dict(body.get("spec") or {}), replicas=replicas)
-        reason = (
-            "Waiting for the first observation window of metrics"
-            if config.prometheus_url
-            else "No metrics source configured (--prometheus-url): cannot analyse yet"
-        )
-        status = waiting_status(
-            allocation,
-            reason,
-            workload=workload.ref,
-            now=datetime.now(UTC),
-            generation=(recommendation.get("metadata") or {}).get("generation"),
-        )
-        first = status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"apply"})
-        kube.patch_recommendation_status(workload.ref, first)  # status.apply is the actuator's alone
+        known = ctx.known.get(key)
+        if known is not None and known.workload.uid == workload.uid:
+            return  # a recreated workload (another uid) is made a recommendation again
+    known = KnownWorkload(workload=workload, pod_spec=dict(body.get("spec") or {}))
+    cycle.ensure_recommendation(store, config, known)
     with ctx.lock:
-        ctx.known.add(key)
+        ctx.known[key] = known
 
 
 def _switched_off(ctx: OperatorContext, kube: KubeAdapter, namespace: str, workload: Any) -> bool:

@@ -726,7 +726,12 @@ def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight
             return ResolvedWorkload(ref=REF, uid="d-1", obj=workload)
 
         def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any]:
-            return {"status": {"apply": {"phase": phase}}}
+            target = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+            return {
+                "metadata": {"namespace": ref.namespace, "name": "r"},
+                "spec": {"targetRef": target},
+                "status": {"apply": {"phase": phase}},
+            }
 
         def delete_recommendation(self, ref: WorkloadRef) -> bool:
             self.deleted.append(ref.key)
