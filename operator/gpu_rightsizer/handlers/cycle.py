@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client, config
-
 from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.capacity import load_capacity
 from gpu_rightsizer.adapters.kube import KubeAdapter, ResolvedWorkload
@@ -68,16 +66,15 @@ from gpu_rightsizer.model.crd import (
     GPURecommendationStatus,
     GPURightsizingPolicy,
 )
+from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
 
 LOG = logging.getLogger(__name__)
 
-#: Kinds an HPA can scale among the workloads we analyse.
-SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
 #: Kinds listed once per cycle instead of read one by one (bare Pods are read: a LIST of every pod
 #: would cost more than it saves).
-LISTED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "CronJob")
+LISTED_KINDS = frozenset(kind.kind for kind in POD_OWNERS)
 #: A status that says nothing new (`logic.status.materially_same`) is still rewritten once its stored
 #: window is this share of the governing policy's `maxStaleness` old (15 min by default), so the
 #: actuator's freshness gate, which reads the stored window's end, never finds a status stale because
@@ -95,15 +92,6 @@ REFRESH_SPREAD = 0.5
 BACKFILL_PAUSE_SECONDS = 5.0
 #: Threads that analyse and write statuses in parallel (the client's connection pool is thread-safe).
 WRITERS = 4
-
-
-def api_client() -> client.ApiClient:
-    """A Kubernetes client from the in-cluster service account, else from KUBECONFIG."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
 
 
 def capacity_from_metrics(source: WindowSource | None, end: datetime) -> Callable[[], ClusterCapacity] | None:
@@ -232,7 +220,7 @@ class CycleState:
 
     def load(self, kube: KubeAdapter, refs: list[WorkloadRef], namespaces: tuple[str, ...]) -> None:
         """List the workload kinds and HPAs `refs` need, once; whatever fails is read one by one."""
-        for kind in sorted({ref.kind for ref in refs} & set(LISTED_KINDS)):
+        for kind in sorted({ref.kind for ref in refs} & LISTED_KINDS):
             try:
                 self.workloads[kind] = kube.list_workloads(kind, namespaces)
             except Exception as error:

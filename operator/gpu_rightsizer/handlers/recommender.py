@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.kube import KubeAdapter, api_client
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.adapters.source import KeepsWindows
 from gpu_rightsizer.adapters.source_registry import open_source
@@ -27,6 +27,7 @@ from gpu_rightsizer.handlers.context import KnownWorkload, OperatorContext, cont
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.workloads import is_ignored, requests_gpu
 from gpu_rightsizer.model.codes import PolicyMode
+from gpu_rightsizer.model.kinds import POD_OWNERS
 
 LOG = logging.getLogger(__name__)
 
@@ -47,8 +48,10 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    settings.networking.connect_timeout = 10  # kopf's own calls, as adapters.kube.REQUEST_TIMEOUT ours
+    settings.networking.request_timeout = settings.watching.server_timeout + 60
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
-    kube = KubeAdapter(cycle.api_client())
+    kube = KubeAdapter(api_client())
     if CONFIG.role != "actuator":  # the pod handler walks owners from the watched copies
         kube.owner_cache = OwnerCache()
     ctx = OperatorContext(
@@ -80,16 +83,8 @@ def last_cycle_age(memo: kopf.Memo, **_: Any) -> float:
     return round(time.monotonic() - context_of(memo).last_cycle, 1)
 
 
-#: Kinds that own pods, watched so the pod handler walks owners without reading them: (group, version,
-#: plural, kind).
-OWNER_KINDS = (
-    ("apps", "v1", "replicasets", "ReplicaSet"),
-    ("apps", "v1", "deployments", "Deployment"),
-    ("apps", "v1", "statefulsets", "StatefulSet"),
-    ("apps", "v1", "daemonsets", "DaemonSet"),
-    ("batch", "v1", "jobs", "Job"),
-    ("batch", "v1", "cronjobs", "CronJob"),
-)
+#: Kinds that own pods, watched so the pod handler walks owners without reading them.
+OWNER_KINDS = POD_OWNERS
 
 
 def _owner_event_handler(kind: str) -> Callable[..., None]:
@@ -102,8 +97,10 @@ def _owner_event_handler(kind: str) -> Callable[..., None]:
     return owner_event
 
 
-for _group, _version, _plural, _kind in OWNER_KINDS:
-    kopf.on.event(_group, _version, _plural, id=f"owner-cache-{_plural}")(_owner_event_handler(_kind))
+for _owner in OWNER_KINDS:
+    kopf.on.event(_owner.group, _owner.version, _owner.plural, id=f"owner-cache-{_owner.plural}")(
+        _owner_event_handler(_owner.kind)
+    )
 
 
 @kopf.on.event("", "v1", "pods", when=_uses_gpu)

@@ -102,7 +102,7 @@ def test_the_recommender_feeds_the_cache_from_watch_events() -> None:
     assert kube.owner_cache.get("ReplicaSet", "ml", "web-1") is not None
     handler(type="DELETED", body=listed, memo=memo)
     assert kube.owner_cache.get("ReplicaSet", "ml", "web-1") is None
-    assert {kind for *_, kind in recommender.OWNER_KINDS} >= {
+    assert {owner.kind for owner in recommender.OWNER_KINDS} >= {
         "ReplicaSet",
         "Deployment",
         "Job",
