@@ -66,6 +66,7 @@ from gpu_rightsizer.model.crd import (
     GPURecommendationStatus,
     GPURightsizingPolicy,
 )
+from gpu_rightsizer.model.k8s import merge_patched, parse_time, stamp
 from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
@@ -249,19 +250,6 @@ def _has_role(cfg: OperatorConfig, role: str) -> bool:
     return cfg.role in (role, "all")
 
 
-def merge_patched(target: Any, patch: Any) -> Any:
-    """`target` after a JSON merge patch (RFC 7386), as the API server applies it to a status."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patched(result.get(key), value)
-    return result
-
-
 def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
     """How old a stored window may grow before a status that says nothing new is rewritten anyway:
     REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST), shortened by up to
@@ -280,7 +268,7 @@ def write_reason(
     something new: `logic.status.materially_same`, window times left out, figures within a
     tolerance), "refresh" (the stored window ended `refresh_after` ago or more, so readers and the
     actuator's freshness gate still see a recent window); None when it is not."""
-    stored_end = changes.parse_time((old_status.get("window") or {}).get("end"))
+    stored_end = parse_time((old_status.get("window") or {}).get("end"))
     if stored_end is None:
         return "new"
     if not materially_same(dict(old_status), merge_patched(old_status, patch)):
@@ -433,7 +421,7 @@ def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
         return
     counts = count_governed(state.policies, state.governed)
     overlaps = find_overlaps(state.policies)
-    stamp = state.now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    now = stamp(state.now)
     for policy in state.policies:
         problems = policy_problems(policy)
         old = policy.status.model_dump(mode="json", by_alias=True) if policy.status else {}
@@ -448,7 +436,7 @@ def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
             or f"governs {counts[policy.name]} workload(s) in {policy.spec.mode.value} mode",
             "lastTransitionTime": previous_ready["lastTransitionTime"]
             if previous_ready and previous_ready.get("status") == ready
-            else stamp,
+            else now,
             "observedGeneration": policy.metadata.get("generation"),
         }
         status = {

@@ -24,10 +24,10 @@ from gpu_rightsizer.actuator.plan import CHANGE_ANNOTATION
 from gpu_rightsizer.actuator.record import ChangeRecord
 from gpu_rightsizer.actuator.step import Actuator, LeadershipLostError, WorkloadCase
 from gpu_rightsizer.actuator.verify import REVISION_ANNOTATION
-from gpu_rightsizer.handlers.cycle import merge_patched
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import (
     Allocation,
     GPUObservation,

@@ -12,6 +12,7 @@ import pytest
 from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_for, policy
 
 from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 
 
@@ -51,7 +52,7 @@ class ListingKube(FakeKube):
     def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> None:
         super().patch_recommendation_status(ref, status)
         stored = self.recommendations[(ref.namespace, ref.name)]
-        stored["status"] = cycle.merge_patched(stored.get("status") or {}, status)
+        stored["status"] = merge_patched(stored.get("status") or {}, status)
 
 
 def stored_status(kube: FakeKube, namespace: str, name: str) -> dict[str, Any]:
@@ -159,7 +160,7 @@ def test_a_changed_diagnosis_is_written_at_once(monkeypatch: pytest.MonkeyPatch)
 def test_merge_patch_follows_rfc_7386() -> None:
     target = {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}
     patch = {"a": None, "b": {"c": 4}, "e": [3], "f": {"g": 5}}
-    assert cycle.merge_patched(target, patch) == {"b": {"c": 4, "d": 3}, "e": [3], "f": {"g": 5}}
+    assert merge_patched(target, patch) == {"b": {"c": 4, "d": 3}, "e": [3], "f": {"g": 5}}
     assert target == {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}, "the target is not modified"
 
 
