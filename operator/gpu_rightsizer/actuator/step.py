@@ -64,12 +64,12 @@ from gpu_rightsizer.actuator.verify import (
     verification_outcome,
 )
 from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.logic.policy import EffectiveSettings
 from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Action
+from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from gpu_rightsizer.adapters.kube import LeaseElector
-from gpu_rightsizer.handlers.context import context_of
+from gpu_rightsizer.runtime.context import context_of
 
 LOG = logging.getLogger(__name__)
 

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
+    from gpu_rightsizer.recommender import wiring as recommender
 
     try:
         config = OperatorConfig.from_args(args)

@@ -135,8 +135,8 @@ def test_whole_floats_stored_as_integers_are_the_same_status() -> None:
 def test_the_install_guide_states_the_tolerance_and_refresh_period_the_code_uses() -> None:
     from pathlib import Path
 
-    from gpu_rightsizer.handlers import cycle
     from gpu_rightsizer.logic.status import FIGURE_FLOOR
+    from gpu_rightsizer.recommender import cycle
 
     text = " ".join((Path(__file__).parents[3] / "docs" / "install.md").read_text().split())
     assert f"more than {FIGURE_TOLERANCE * 100:g} % of the larger value" in text

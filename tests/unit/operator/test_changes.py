@@ -713,8 +713,8 @@ def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight
 
     from gpu_rightsizer.adapters.kube import ResolvedWorkload
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
-    from gpu_rightsizer.handlers.context import OperatorContext
+    from gpu_rightsizer.recommender import wiring as recommender
+    from gpu_rightsizer.runtime.context import OperatorContext
 
     workload = {"metadata": {"name": "trainer", "annotations": {"gpurightsizer.io/ignore": "true"}}}
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_for, policy
 
-from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.recommender import cycle
 
 
 class ListingKube(FakeKube):

@@ -18,11 +18,12 @@ from gpu_rightsizer.adapters.source import Scope
 from gpu_rightsizer.adapters.source_registry import open_source
 from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import cycle, metrics
-from gpu_rightsizer.handlers.context import KnownWorkload, OperatorContext
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.recommender import cycle
+from gpu_rightsizer.runtime import metrics
+from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 
@@ -366,7 +367,7 @@ def test_a_known_workload_that_is_gone_is_forgotten_not_recreated() -> None:
 def test_a_recreated_workload_gets_its_recommendation_again_from_its_pods() -> None:
     import kopf
 
-    from gpu_rightsizer.handlers import recommender
+    from gpu_rightsizer.recommender import wiring as recommender
 
     kube = cluster()
     ref = WorkloadRef(namespace="team-b", kind="Deployment", name="three")

@@ -89,8 +89,8 @@ def test_the_recommender_feeds_the_cache_from_watch_events() -> None:
 
     from gpu_rightsizer.adapters.kube import KubeAdapter
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
-    from gpu_rightsizer.handlers.context import OperatorContext
+    from gpu_rightsizer.recommender import wiring as recommender
+    from gpu_rightsizer.runtime.context import OperatorContext
 
     kube = KubeAdapter()
     kube.owner_cache = OwnerCache()

@@ -22,12 +22,12 @@ from gpu_rightsizer.adapters.source import KeepsWindows
 from gpu_rightsizer.adapters.source_registry import open_source
 from gpu_rightsizer.adapters.store import RecommendationStore
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import cycle
-from gpu_rightsizer.handlers.context import KnownWorkload, OperatorContext, context_of
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.workloads import is_ignored, requests_gpu
 from gpu_rightsizer.model.codes import PolicyMode
 from gpu_rightsizer.model.kinds import POD_OWNERS
+from gpu_rightsizer.recommender import cycle
+from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext, context_of
 
 LOG = logging.getLogger(__name__)
 

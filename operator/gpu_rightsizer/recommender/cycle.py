@@ -36,8 +36,6 @@ from gpu_rightsizer.adapters.source import (
 )
 from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation, status_body
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import metrics
-from gpu_rightsizer.handlers.context import KnownWorkload, OperatorContext
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.figures import summarise
@@ -70,6 +68,8 @@ from gpu_rightsizer.model.k8s import merge_patched, parse_time, stamp
 from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
+from gpu_rightsizer.runtime import metrics
+from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
 
 LOG = logging.getLogger(__name__)
 
