@@ -19,7 +19,7 @@ parameters (and the simulator's source), so a re-run skips all that and says so.
 Then Prometheus (127.0.0.1, `--query.timeout` the operator's default client timeout) serves the
 cached TSDB, and this process runs what every operator cycle runs, in process:
 
-* the windows from `handlers.cycle.window_sources` (one `IncrementalSource` per window, at most half
+* the windows from `adapters.windows.sources_for` (one `IncrementalSource` per window, at most half
   an interval of backfill queries per cycle), plus the node capacity from kube-state-metrics;
 * `handlers.cycle.analyse` (the engine with the policy-less settings) on every workload window.
 
@@ -64,11 +64,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import http_text, samples
 from window_flatness import END, cost
 
-from gpu_rightsizer.adapters.incremental import Chunk, CycleReport
+from gpu_rightsizer.adapters.incremental import Chunk
 from gpu_rightsizer.adapters.prometheus import source_for
+from gpu_rightsizer.adapters.source import CycleReport
+from gpu_rightsizer.adapters.windows import WindowSources, sources_for
 from gpu_rightsizer.config import OperatorConfig, parse_duration
-from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, analyse, window_sources
-from gpu_rightsizer.handlers.windows import WindowSources
+from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, analyse
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import DiagnosisCode
@@ -409,8 +410,7 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
     )
     try:
         cfg = dataclasses.replace(cfg, prometheus_url=server.url)
-        sources = window_sources(cfg)
-        assert sources is not None
+        sources = sources_for(cfg)
         expected = expected_diagnoses(fleet_)
         last_print = [0.0]
 

@@ -17,8 +17,8 @@ from typing import Any
 import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
+from gpu_rightsizer.adapters.source import WindowSource
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 
 
@@ -42,8 +42,11 @@ class OperatorContext:
     last_refreshed: int = 0
     cycle_task: asyncio.Task[Any] | None = None
     elector: LeaseElector | None = None
-    #: Incremental metric windows kept across cycles (None: every cycle reads whole windows).
-    windows: WindowSources | None = None
+    #: Where the recommender reads every workload's windows (None: no metrics backend configured).
+    source: WindowSource | None = None
+    #: Where the actuator reads one workload's window to verify a change: whole windows, scoped to
+    #: that workload (`adapters.source.Scope`), never the recommender's incremental state.
+    verify_source: WindowSource | None = None
     lease_task: asyncio.Task[Any] | None = None
 
 

@@ -27,17 +27,18 @@ from kubernetes import client, config
 
 from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.capacity import load_capacity
-from gpu_rightsizer.adapters.incremental import CycleReport
 from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.adapters.openmetrics import ExtraOwners
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
-from gpu_rightsizer.adapters.prometheus import source_for
-from gpu_rightsizer.adapters.recording_rules import Detection
-from gpu_rightsizer.adapters.state import StateDir
+from gpu_rightsizer.adapters.source import (
+    ExtraOwners,
+    KeepsWindows,
+    Scope,
+    WindowRead,
+    WindowSource,
+)
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.handlers.context import OperatorContext
-from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.policy import (
@@ -95,52 +96,11 @@ def api_client() -> client.ApiClient:
     return client.ApiClient()
 
 
-def fetch_windows(
-    cfg: OperatorConfig, start: datetime, end: datetime, owners: ExtraOwners | None = None
-) -> list[WorkloadWindow]:
-    """All workload windows over [start, end] from the configured Prometheus, in one batch of queries.
-
-    The step follows the window (about 60 points, between 1 s and 60 s), so short windows used in
-    tests and demos still carry enough samples.
-    """
-    from gpu_rightsizer.adapters.prometheus import source_for
-
-    source = source_for(cfg)
-    window_seconds = max(1.0, (end - start).total_seconds())
-    step = cfg.prometheus_step_seconds or max(1.0, min(60.0, window_seconds / 60.0))
-    namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
-    return source.read(
-        window_seconds=window_seconds, at=end, step_seconds=step, namespace=namespace, owners=owners
-    )
-
-
-def capacity_from_metrics(cfg: OperatorConfig, end: datetime) -> Callable[[], ClusterCapacity] | None:
-    """Node capacity from kube-state-metrics, for when the API server's nodes cannot be listed."""
-    if not cfg.prometheus_url:
+def capacity_from_metrics(source: WindowSource | None, end: datetime) -> Callable[[], ClusterCapacity] | None:
+    """Node capacity from the metrics, for when the API server's nodes cannot be listed."""
+    if source is None:
         return None
-
-    def read() -> ClusterCapacity:
-        from gpu_rightsizer.adapters.prometheus import source_for
-
-        return source_for(cfg).read_capacity(end)
-
-    return read
-
-
-def window_sources(cfg: OperatorConfig) -> WindowSources | None:
-    """Incremental windows for the operator's life; None with `--full-window-reads` or no Prometheus.
-
-    A cycle spends at most half an interval on backfill queries, so it still finishes in time.
-    """
-    if cfg.full_window_reads or not cfg.prometheus_url:
-        return None
-    return WindowSources(
-        lambda: source_for(cfg),
-        budget_seconds=max(5.0, cfg.interval_seconds / 2),
-        step_seconds=cfg.prometheus_step_seconds,
-        state=StateDir(cfg.state_dir) if cfg.state_dir else None,
-        save_every_seconds=cfg.state_save_interval_seconds,
-    )
+    return lambda: source.read_capacity(end)
 
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
@@ -502,7 +462,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     ctx.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
-    state.capacity = load_capacity(kube, capacity_from_metrics(cfg, end))
+    state.capacity = load_capacity(kube, capacity_from_metrics(ctx.source, end))
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:
@@ -518,16 +478,16 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     backfilling: set[float] = set()
     failures: dict[float, str] = {}
     batches = _fetch_batches(
-        cfg,
+        ctx.source,
         window_lengths,
         end,
+        _scope_of(cfg),
         api_parent_lookup(kube, cfg.namespaces if not cfg.all_namespaces else (), state.workloads),
         failures,
-        ctx.windows,
         backfilling,
     )
-    if ctx.windows is not None and window_lengths:
-        for seconds in ctx.windows.keep_only(set(window_lengths)):
+    if isinstance(ctx.source, KeepsWindows) and window_lengths:
+        for seconds in ctx.source.keep_only(set(window_lengths)):
             for gauge in (metrics.BACKFILL_PROGRESS, metrics.SAMPLES_FETCHED, metrics.STATE_RESTORED_SERIES):
                 with contextlib.suppress(KeyError):  # never published
                     gauge.remove(f"{seconds:g}")
@@ -608,19 +568,24 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     return updated
 
 
-def publish_read(
-    window_seconds: float, report: CycleReport, *, complete: bool, detection: Detection | None = None
-) -> None:
-    """One window's incremental read as the operator's own metrics and log lines (and, when given,
-    which families read recorded series)."""
+def _scope_of(cfg: OperatorConfig) -> Scope:
+    """What the operator watches: one namespace's workloads, or every one's."""
+    return Scope(namespace=cfg.namespaces[0] if len(cfg.namespaces) == 1 else None)
+
+
+def publish_read(window_seconds: float, read: WindowRead) -> None:
+    """One window's incremental read as the operator's own metrics and log lines (and which families
+    read recorded series)."""
+    report = read.report
+    if report is None:  # a whole-window read: nothing incremental to say
+        return
     label = f"{window_seconds:g}"
-    if detection is not None:
-        for family in (*detection.used, *detection.fallback):
-            metrics.RECORDED_SERIES_USED.labels(label, family).set(1.0 if family in detection.used else 0.0)
+    for family in (*read.recorded, *read.raw):
+        metrics.RECORDED_SERIES_USED.labels(label, family).set(1.0 if family in read.recorded else 0.0)
     metrics.SAMPLES_FETCHED.labels(label).set(report.samples)
     for family, seconds in report.durations:
         metrics.QUERY_DURATION.labels(family).observe(seconds)
-    metrics.BACKFILL_PROGRESS.labels(label).set(1.0 if complete else report.backfill_progress)
+    metrics.BACKFILL_PROGRESS.labels(label).set(1.0 if read.complete else report.backfill_progress)
     metrics.STATE_RESTORED_SERIES.labels(label).set(report.restored_series)
     if report.errors:
         metrics.ERRORS.labels("metrics_source").inc(len(report.errors))
@@ -630,7 +595,7 @@ def publish_read(
             label,
             report.errors[0],
         )
-    if not complete:
+    if not read.complete:
         LOG.info(
             "backfilling the %s s window: %d/%d chunks (%.0f%%); its recommendations keep their last status",
             label,
@@ -641,42 +606,31 @@ def publish_read(
 
 
 def _fetch_batches(
-    cfg: OperatorConfig,
+    source: WindowSource | None,
     windows: list[float],
     end: datetime,
+    scope: Scope,
     owners: ExtraOwners | None = None,
     failures: dict[float, str] | None = None,
-    sources: WindowSources | None = None,
     backfilling: set[float] | None = None,
 ) -> dict[float, dict[str, WorkloadWindow]]:
-    """Window length -> workload key -> window: one batch of queries per distinct window length.
+    """Window length -> workload key -> window: one read of the source per distinct window length.
 
-    With `sources`, each window comes from its incremental reads (only the interval since the last
-    cycle is queried); a window still being backfilled gives no batch and is added to `backfilling`,
-    so its workloads keep their last status. Without, the whole window is read. A window whose
-    batch fails is left out (counted and logged); the others still go ahead.
+    A window the source has not seen whole yet (an incremental source backfilling) gives no batch and
+    is added to `backfilling`, so its workloads keep their last status. A window whose read fails is
+    left out (counted and logged); the others still go ahead.
     """
-    if not cfg.prometheus_url or not windows:
+    if source is None or not windows:
         return {}
     batches: dict[float, dict[str, WorkloadWindow]] = {}
-    namespace = cfg.namespaces[0] if len(cfg.namespaces) == 1 else None
     for seconds in windows:
         try:
-            if sources is not None:
-                incremental, report = sources.fetch(seconds, end, namespace=namespace, owners=owners)
-                publish_read(
-                    seconds,
-                    report,
-                    complete=incremental is not None,
-                    detection=sources.detections.get(seconds),
-                )
-                if incremental is None:
-                    if backfilling is not None:
-                        backfilling.add(seconds)
-                    continue
-                fetched = incremental
-            else:
-                fetched = fetch_windows(cfg, end - timedelta(seconds=seconds), end, owners)
+            read = source.read_windows(seconds, end, scope=scope, owners=owners)
+            publish_read(seconds, read)
+            if read.windows is None:
+                if backfilling is not None:
+                    backfilling.add(seconds)
+                continue
         except Exception as error:
             metrics.ERRORS.labels("metrics_source").inc()
             metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(0)
@@ -685,12 +639,12 @@ def _fetch_batches(
             LOG.warning(
                 "metrics source %s failed for the %s window; recommendations keep their last "
                 "analysis this cycle: %s",
-                cfg.prometheus_url,
+                source.where,
                 timedelta(seconds=seconds),
                 error,
             )
             continue
-        batches[seconds] = {window.workload.key: window for window in fetched}
+        batches[seconds] = {window.workload.key: window for window in read.windows}
         metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
         metrics.METRICS_LAST_SUCCESS.set(time.time())
     return batches
@@ -825,14 +779,29 @@ def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _
         pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)) if item.settings.may_change else (),
         pods_in_disruption=sum(others.values()),
     )  # fmt: skip
-    cfg, elector = ctx.config, ctx.elector
+    elector = ctx.elector
     if elector is None:
         return
-    acting = changes.Actuator(kube, elector.is_leader, lambda start, end: fetch_windows(cfg, start, end))
+    acting = changes.Actuator(kube, elector.is_leader, _verify_reader(ctx.verify_source, item.ref))
     if acting.step(case, state.recent_changes) in changes.IN_FLIGHT and item.settings.policy:
         # a change started this cycle counts against the policy's disruption budget at once
         replicas = int(((workload.get("spec") or {}).get("replicas")) or 1)
         state.in_flight.setdefault(item.settings.policy, {})[item.ref.key] = replicas
+
+
+def _verify_reader(
+    source: WindowSource | None, ref: WorkloadRef
+) -> Callable[[datetime, datetime], list[WorkloadWindow]]:
+    """The actuator's metrics: whole windows of the one workload it verifies, nothing else."""
+    scope = Scope(namespace=ref.namespace, workload=f"{ref.kind}/{ref.name}")
+
+    def read(start: datetime, end: datetime) -> list[WorkloadWindow]:
+        if source is None:
+            return []
+        windows = source.read_windows((end - start).total_seconds(), end, scope=scope).windows
+        return windows or []
+
+    return read
 
 
 def next_delay(ctx: OperatorContext) -> float:
@@ -840,8 +809,7 @@ def next_delay(ctx: OperatorContext) -> float:
     being backfilled, so a cold start takes as many back-to-back cycles as its reads need instead of
     one interval each (every cycle still reads at most its budget; the gates are unchanged)."""
     interval = ctx.config.interval_seconds
-    windows = ctx.windows
-    if windows is not None and any(not source.complete for source in list(windows.sources.values())):
+    if isinstance(ctx.source, KeepsWindows) and ctx.source.backfilling:
         return min(BACKFILL_PAUSE_SECONDS, interval)
     return interval
 
@@ -849,7 +817,7 @@ def next_delay(ctx: OperatorContext) -> float:
 async def analysis_loop(ctx: OperatorContext) -> None:
     """Run a cycle every `interval`; the first one soon after startup. Never dies on one bad cycle."""
     cfg = ctx.config
-    if not cfg.prometheus_url:  # the cycle still removes opted-out recommendations, updates policies
+    if ctx.source is None:  # the cycle still removes opted-out recommendations, updates policies
         LOG.warning("no --prometheus-url: recommendations stay InsufficientData until one is configured")
     stop = ctx.stop
     delay = min(5.0, cfg.interval_seconds)

@@ -20,6 +20,8 @@ import kopf
 from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
+from gpu_rightsizer.adapters.source import KeepsWindows
+from gpu_rightsizer.adapters.source_registry import open_source
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.handlers.context import OperatorContext, context_of
@@ -51,7 +53,12 @@ async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_
     kube = KubeAdapter(cycle.api_client())
     if CONFIG.role != "actuator":  # the pod handler walks owners from the watched copies
         kube.owner_cache = OwnerCache()
-    ctx = OperatorContext(config=CONFIG, kube=kube, windows=cycle.window_sources(CONFIG))
+    ctx = OperatorContext(
+        config=CONFIG,
+        kube=kube,
+        source=open_source(CONFIG) if CONFIG.role != "actuator" else None,
+        verify_source=open_source(CONFIG, "prometheus") if CONFIG.role != "recommender" else None,
+    )
     memo.context = ctx
     ctx.cycle_task = asyncio.create_task(cycle.analysis_loop(ctx))
 
@@ -65,8 +72,8 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     if ctx.cycle_task is not None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.shield(ctx.cycle_task)
-    if ctx.windows is not None:  # with --state-dir: the next start reads only the time since now
-        await asyncio.to_thread(ctx.windows.save_all)
+    if isinstance(ctx.source, KeepsWindows):  # with --state-dir: the next start reads only the time since now
+        await asyncio.to_thread(ctx.source.save_all)
 
 
 @kopf.on.probe(id="secondsSinceLastCycle")

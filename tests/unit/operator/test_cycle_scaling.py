@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from tests.unit.operator.test_cycle_windows import NOW, FakeKube, FetchRecorder, cluster, memo_for, policy
+from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_for, policy
 
 from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
@@ -74,7 +74,6 @@ def hpa() -> dict[str, Any]:
 
 def test_workloads_and_hpas_are_listed_once_per_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     seen: dict[str, Any] = {}
     original = cycle.analyse
 
@@ -97,7 +96,6 @@ def test_workloads_and_hpas_are_listed_once_per_cycle(monkeypatch: pytest.Monkey
 
 def test_a_namespace_scoped_operator_lists_only_its_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     memo = memo_for(kube, namespaces=("team-a", "team-b"), all_namespaces=False)
 
     assert cycle.run_cycle(memo, now=NOW) == 3
@@ -114,7 +112,6 @@ def test_a_namespace_scoped_operator_lists_only_its_namespaces(monkeypatch: pyte
 def test_when_listing_is_refused_each_workload_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
     kube.failing_lists = True
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
 
     assert cycle.run_cycle(memo_for(kube), now=NOW) == 4
 
@@ -126,7 +123,6 @@ def test_an_unchanged_status_is_written_again_only_when_its_window_grows_old(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     memo = memo_for(kube, interval_seconds=60.0)
     cycle.run_cycle(memo, now=NOW)
     assert len(kube.status_patches) == 4
@@ -148,7 +144,6 @@ def test_a_changed_diagnosis_is_written_at_once(monkeypatch: pytest.MonkeyPatch)
     from tests.unit.operator.test_cycle_windows import _analysis_with
 
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     memo = memo_for(kube, interval_seconds=60.0)
     cycle.run_cycle(memo, now=NOW)
     kube.status_patches.clear()
@@ -208,7 +203,6 @@ def test_a_standby_actuator_does_nothing_at_all() -> None:
 
 def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
 
     def no_analysis(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the actuator re-ran the analysis")
@@ -232,7 +226,6 @@ def test_a_change_started_in_a_cycle_counts_against_the_disruption_budget_at_onc
 
     base = cluster(policy("a", "team-a"))
     kube = ListingKube(base)
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     seen: list[tuple[str, int]] = []
 
     def step(self: Any, case: Any, recent: Any) -> ChangePhase:
@@ -250,7 +243,6 @@ def test_an_opted_out_workload_with_a_change_in_flight_is_settled_before_its_rec
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = ListingKube(cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"}))
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Applied", "policy": "a"}
     stepped: list[str] = []
     monkeypatch.setattr(
@@ -316,7 +308,6 @@ def moving_analysis(figures: dict[str, Any]) -> Any:
 def _first_cycle(monkeypatch: pytest.MonkeyPatch) -> tuple[ListingKube, Any, dict[str, Any]]:
     """One cycle of four workloads whose analysis reads `figures`; the kube, the memo and the figures."""
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     figures: dict[str, Any] = {"busy": 0.212, "confidence": 0.834, "samples": 60}
     monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
     memo = memo_for(kube, interval_seconds=15.0)
@@ -375,7 +366,6 @@ def test_figures_drifting_slowly_are_written_once_they_pass_the_tolerance(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     figures: dict[str, Any] = {"busy": 0.30, "confidence": 0.80, "samples": 60}
     monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
     memo = memo_for(kube, interval_seconds=15.0)
@@ -395,7 +385,6 @@ def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
     """The actuator's freshness gate reads the stored window's end: a skipped write must never make it
     stale. With a 5 min interval, 10 intervals would be 50 min, far beyond maxStaleness (15 min)."""
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
     memo = memo_for(kube, interval_seconds=300.0)
     max_staleness = timedelta(minutes=15)  # the default spec.safety.maxStaleness
@@ -458,7 +447,6 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     kube = ActingKube(cluster(apply_policy))
     for workload in kube.workloads.values():
         workload["metadata"]["generation"] = 3
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
     verdicts: list[tuple[str, str]] = []
     gates = cycle.changes.Actuator._gates
