@@ -425,10 +425,16 @@ class KubeAdapter:
             name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         )
 
-    def patch_hpa(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        """Merge-patch a HorizontalPodAutoscaler's bounds."""
+    def patch_hpa(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> None:
+        """Merge-patch a HorizontalPodAutoscaler's bounds; with `resource_version`, only if the HPA is
+        still the version the field-owner check saw (409 otherwise)."""
+        patch = dict(body)
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
         client.AutoscalingV2Api(self.api_client).patch_namespaced_horizontal_pod_autoscaler(
-            name, namespace, dict(body), field_manager=FIELD_MANAGER,
+            name, namespace, patch, field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
         )  # fmt: skip
 

@@ -446,10 +446,8 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     cfg, kube = ctx.config, ctx.kube
     end = now or datetime.now(UTC)
     marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, actuator
-    elector = ctx.elector
-    acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
-    if not acting and not _has_role(cfg, "recommender"):
-        return 0  # a standby actuator does nothing, analysis included
+    if not _has_role(cfg, "recommender"):
+        return 0  # the actuator runs its own loop (actuator.loop), never this cycle
     try:
         recommendations = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
         state = CycleState(now=end, policies=load_policies(kube))
@@ -457,8 +455,6 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         metrics.ERRORS.labels("kubernetes").inc()
         LOG.exception("listing recommendations or policies failed")
         return 0
-    state.recent_changes = changes.recent_changes(recommendations, end)
-    state.in_flight = changes.in_flight_pods(recommendations)
     ctx.policies = state.policies
     refs = [ref_of(recommendation) for recommendation in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
@@ -531,22 +527,6 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         if done.written is not None:
             written[done.written] += 1
     marks.append(time.monotonic())
-    # The actuator steps every workload, those without metrics this cycle included: a change in flight
-    # is still watched (pods that cannot start, rollouts), only new changes wait for data.
-    for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
-        done = analysed.get(item.ref.key) or _Analysed(
-            item=item, window=None, analysis=None,
-            hpa=state.hpa_of(kube, item.ref) if item.ref.kind in SCALABLE_KINDS else None,
-            uid=str((item.workload.get("metadata") or {}).get("uid", "")),
-        )  # fmt: skip
-        try:
-            _actuate(ctx, kube, state, done)
-        except changes.LeadershipLostError:
-            LOG.error("the lease was lost during the cycle: the actuator stops acting")
-            break
-        except Exception:
-            metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("cycle step for %s failed", item.ref.key)
     if _has_role(cfg, "recommender"):
         update_policy_statuses(kube, state)
         if batches or not pending:
@@ -762,46 +742,6 @@ def _analyse_and_write(
 def window_end_of(recommendation: Mapping[str, Any]) -> str:
     """The stored `status.window.end` as written ("" when none)."""
     return str(((recommendation.get("status") or {}).get("window") or {}).get("end") or "")
-
-
-def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
-    """The actuator's step for one workload, on its recommendation as published now (read fresh)."""
-    item = done.item
-    fresh = kube.get_recommendation(item.ref)
-    if fresh is None:
-        return
-    workload = kube.read(item.ref.kind, item.ref.namespace, item.ref.name) or item.workload
-    policy = item.settings.policy or ""
-    others = {k: v for k, v in state.in_flight.get(policy, {}).items() if k != item.ref.key}
-    case = changes.WorkloadCase(
-        ref=item.ref, uid=done.uid, workload=workload, recommendation=fresh, settings=item.settings,
-        window=done.window, hpa=done.hpa, now=state.now,
-        pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)) if item.settings.may_change else (),
-        pods_in_disruption=sum(others.values()),
-    )  # fmt: skip
-    elector = ctx.elector
-    if elector is None:
-        return
-    acting = changes.Actuator(kube, elector.is_leader, _verify_reader(ctx.verify_source, item.ref))
-    if acting.step(case, state.recent_changes) in changes.IN_FLIGHT and item.settings.policy:
-        # a change started this cycle counts against the policy's disruption budget at once
-        replicas = int(((workload.get("spec") or {}).get("replicas")) or 1)
-        state.in_flight.setdefault(item.settings.policy, {})[item.ref.key] = replicas
-
-
-def _verify_reader(
-    source: WindowSource | None, ref: WorkloadRef
-) -> Callable[[datetime, datetime], list[WorkloadWindow]]:
-    """The actuator's metrics: whole windows of the one workload it verifies, nothing else."""
-    scope = Scope(namespace=ref.namespace, workload=f"{ref.kind}/{ref.name}")
-
-    def read(start: datetime, end: datetime) -> list[WorkloadWindow]:
-        if source is None:
-            return []
-        windows = source.read_windows((end - start).total_seconds(), end, scope=scope).windows
-        return windows or []
-
-    return read
 
 
 def next_delay(ctx: OperatorContext) -> float:

@@ -38,6 +38,18 @@ class GPURightsizingChangeStatus(ApplyStatus):
         default=0, ge=0, description="Consecutive verification reads that gave no usable figures."
     )
     last_read_error: str | None = Field(default=None, description="Why the last verification read failed.")
+    template_hash: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Digest of the pod template our last write left (superseded when it differs).",
+    )
+    replicas: int | None = Field(
+        default=None, ge=0, description="Pods the change restarts (the disruption budget)."
+    )
+    rollback_counts: bool | None = Field(
+        default=None,
+        description="Whether the recorded rollback counts toward maxRollbacks (not for inconclusive changes).",
+    )
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_CONDITIONS_EXTRA)
 
 
