@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpu_rightsizer.actuator.plan import CONTAINER_PATH, NODE_SELECTOR_PATH, REPLICAS_PATH, TEMPLATE_PATHS
+from gpu_rightsizer.actuator.plan import (
+    CONTAINER_PATH,
+    HPA_MAX_PATH,
+    HPA_MIN_PATH,
+    NODE_SELECTOR_PATH,
+    REPLICAS_PATH,
+    TEMPLATE_PATHS,
+)
 
 FIELD_MANAGER = "gpu-rightsizer"
 
@@ -31,7 +38,9 @@ def _fields_v1_has(fields: Mapping[str, Any], path: Sequence[str]) -> bool:
 
 
 def _managed_key_paths(kind: str, path: str) -> list[str] | None:
-    """The managedFields (fieldsV1) key path of a flat path, or None for paths outside the workload."""
+    """The managedFields (fieldsV1) key path of a flat path, or None for paths outside the object."""
+    if kind == "HorizontalPodAutoscaler":
+        return ["f:spec", f"f:{path.removeprefix('hpa.')}"] if path in (HPA_MIN_PATH, HPA_MAX_PATH) else None
     template = TEMPLATE_PATHS.get(kind)
     if template is None:
         return None

@@ -270,11 +270,24 @@ def check_availability(plan: ChangePlan, facts: Availability, settings: Effectiv
     managed = managed_by_parent(workload)
     if managed is not None:
         return Verdict(False, ApplyState.BLOCKED, managed)
+    spec = workload.get("spec") or {}
+    if workload.get("kind") == "Deployment" and spec.get("paused"):
+        return Verdict(
+            False, ApplyState.BLOCKED,
+            "the Deployment is paused (spec.paused): a change would not roll out until someone resumes it",
+        )  # fmt: skip
     not_ready = rollout_incomplete(workload)
     if not_ready is not None:
         return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
     if not disrupts_pods(plan, workload):
         return None
+    recreate = workload.get("kind") == "Deployment" and (spec.get("strategy") or {}).get("type") == "Recreate"
+    if recreate and not settings.allow_recreate:
+        return Verdict(
+            False, ApplyState.BLOCKED,
+            "strategy Recreate stops every replica at once, whatever the PodDisruptionBudget allows "
+            "(set spec.safety.allowRecreate to allow it)",
+        )  # fmt: skip
     replicas = (
         int(current_value(workload, REPLICAS_PATH) or "1") if workload.get("kind") in SCALABLE_KINDS else 1
     )

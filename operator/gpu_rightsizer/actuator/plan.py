@@ -74,7 +74,7 @@ class Selection:
     left_out: tuple[str, ...] = ()
 
 
-def _policy_name_for(action: ActionType) -> ActionType:
+def policy_name_for(action: ActionType) -> ActionType:
     """HPA bounds are governed by the policy's `replicas` action."""
     return ActionType.REPLICAS if action == ActionType.HPA_BOUNDS else action
 
@@ -88,7 +88,7 @@ def select_actions(
     for action in actions:
         if not action.automatic:
             continue
-        allowed = _policy_name_for(action.type)
+        allowed = policy_name_for(action.type)
         if allowed not in settings.actions:
             left_out.append(f"{action.type.value}: not in the policy's actions")
             continue

@@ -3,6 +3,8 @@ after `verifyFor`, the same signals compared with before the change (`regression
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -10,8 +12,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from gpu_rightsizer.actuator.fields import FIELD_MANAGER
 from gpu_rightsizer.actuator.gates import human_duration, workload_condition
-from gpu_rightsizer.actuator.record import ChangeRecord
+from gpu_rightsizer.actuator.plan import ChangePlan, pod_template
+from gpu_rightsizer.actuator.record import ChangeRecord, change_landed
 from gpu_rightsizer.logic.workloads import (
     parse_quantity,
 )
@@ -286,3 +290,47 @@ def improvement_summary(before: Mapping[str, float], after: Mapping[str, float])
     if CPU_SATURATION_KEY in before and CPU_SATURATION_KEY in after:
         parts.append(f"CPU saturation p95 {before[CPU_SATURATION_KEY]:.0%}->{after[CPU_SATURATION_KEY]:.0%}")
     return ", ".join(parts) or "no comparable figures"
+
+
+# --------------------------------------------------------------------------------------------------
+# A bad answer is not a verdict; our change is not blamed for someone else's revision
+# --------------------------------------------------------------------------------------------------
+
+#: Verification reads (one per step, so one per cycle) that may give no figures in a row before
+#: "no figures" is final: one failed, empty, partial or NaN answer is a retry, not an Inconclusive.
+FAILED_READS_LIMIT = 3
+
+
+def reads_exhausted(failed_reads: int, now: datetime, rolled_out_at: datetime, verify_for: timedelta) -> bool:
+    """True once a lack of figures is final: `FAILED_READS_LIMIT` failed reads in a row, and a grace
+    period of one more `verifyFor` after the measuring window ended."""
+    return failed_reads >= FAILED_READS_LIMIT and now >= rolled_out_at + 2 * verify_for
+
+
+def template_fingerprint(workload: Mapping[str, Any]) -> str:
+    """A digest of the pod template: equal while nobody but the controller changed it since."""
+    text = json.dumps(pod_template(workload), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def landed_by_us(
+    workload: Mapping[str, Any],
+    plan: ChangePlan,
+    hpa: Mapping[str, Any] | None,
+    generation_at_intent: int | None,
+) -> bool:
+    """Our patch is on the workload: its record (annotation) and values, a generation past the one the
+    intent saw (the revision our patch made), and our field manager among the writers wherever the
+    server reports managed fields."""
+    if not change_landed(workload, plan, hpa):
+        return False
+    metadata = workload.get("metadata") or {}
+    generation = metadata.get("generation")
+    if (
+        generation_at_intent is not None
+        and generation is not None
+        and int(generation) <= generation_at_intent
+    ):
+        return False
+    managers = {entry.get("manager") for entry in metadata.get("managedFields") or []}
+    return not managers or FIELD_MANAGER in managers

@@ -31,6 +31,10 @@ RECOMMENDATIONS = "gpurecommendations"
 POLICIES = "gpurightsizingpolicies"
 FIELD_MANAGER = "gpu-rightsizer"
 
+#: The error every Kubernetes call raises (status, reason, body), for the wings to catch: they do
+#: not import the client themselves.
+ApiError = ApiException
+
 #: (connect, read) seconds every Kubernetes call may take unless it says otherwise. Without one, a
 #: call to an API server that accepted the connection and then went silent waits forever, and the
 #: cycle (or the lease renewal) waits with it.
@@ -420,10 +424,16 @@ class KubeAdapter:
             name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         )
 
-    def patch_hpa(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        """Merge-patch a HorizontalPodAutoscaler's bounds."""
+    def patch_hpa(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> None:
+        """Merge-patch a HorizontalPodAutoscaler's bounds; with `resource_version`, only if the HPA is
+        still the version the field-owner check saw (409 otherwise)."""
+        patch = dict(body)
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
         client.AutoscalingV2Api(self.api_client).patch_namespaced_horizontal_pod_autoscaler(
-            name, namespace, dict(body), field_manager=FIELD_MANAGER,
+            name, namespace, patch, field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
         )  # fmt: skip
 

@@ -27,6 +27,7 @@ from gpu_rightsizer.model.crd import (
     LabelSelector,
     LabelSelectorRequirement,
     MaintenanceWindow,
+    OnDisableAction,
     duration_seconds,
 )
 from gpu_rightsizer.model.k8s import requirement_holds
@@ -204,6 +205,8 @@ class EffectiveSettings:
     max_pods_in_disruption: int = 10
     max_rollbacks: int = 2
     roll_back_inconclusive: bool = False
+    on_disable: OnDisableAction = OnDisableAction.FINISH
+    allow_recreate: bool = False
 
     @property
     def recommends(self) -> bool:
@@ -248,6 +251,8 @@ def effective_settings(policy: GPURightsizingPolicy | None, *, ignored: bool = F
         max_pods_in_disruption=safety.max_pods_in_disruption,
         max_rollbacks=safety.max_rollbacks,
         roll_back_inconclusive=safety.on_inconclusive == InconclusiveAction.ROLL_BACK,
+        on_disable=safety.on_disable,
+        allow_recreate=safety.allow_recreate,
     )
 
 

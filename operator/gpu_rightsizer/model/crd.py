@@ -333,6 +333,9 @@ class ApplyStatus(CamelModel):
         default=None, description="The exact rollback patch (YAML), recorded before it is sent."
     )
     phase: ChangePhase | None = Field(default=None, description="Where the change is in its life.")
+    change: str | None = Field(
+        default=None, description="The GPURightsizingChange holding the change record and its history."
+    )
     workload_generation: int | None = Field(
         default=None, description="The workload's generation our last write produced."
     )
@@ -626,6 +629,14 @@ class InconclusiveAction(StrEnum):
     ROLL_BACK = "RollBack"
 
 
+class OnDisableAction(StrEnum):
+    """What the actuator does with a change in flight when its policy leaves Apply (Off or Recommend)."""
+
+    FINISH = "Finish"
+    KEEP = "Keep"
+    ROLL_BACK = "RollBack"
+
+
 class Safety(CamelModel):
     """Guards around applying changes: rate limits, cooldown, maintenance windows, verification, sharing."""
 
@@ -681,6 +692,17 @@ class Safety(CamelModel):
         le=100,
         description="After this many rollbacks of a workload's changes, it is Blocked until a person sets "
         "the gpurightsizer.io/clear-regressions annotation on the workload.",
+    )
+    # the actuator's own settings (the actuator wing): leaving Apply, Recreate Deployments
+    on_disable: OnDisableAction = Field(
+        default=OnDisableAction.FINISH,
+        description="A change in flight when the policy leaves Apply: Finish measures it to the end, then "
+        "rolls it back if it failed and keeps it if it verified (a failing rollout is rolled back at once); "
+        "Keep leaves it in place unverified; RollBack undoes it. The history is kept in every case.",
+    )
+    allow_recreate: bool = Field(
+        default=False,
+        description="Allow changes to Deployments with strategy Recreate, which stop every replica at once.",
     )
     sharing_strategy: SharingStrategy = Field(
         default=SharingStrategy.NONE,

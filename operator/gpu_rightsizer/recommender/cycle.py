@@ -2,9 +2,9 @@
 
 Queries are aggregated server-side for the whole cluster per cycle (SPEC §4), so their number does
 not grow with the number of workloads. Workloads and HPAs are listed once per cycle too, and a status
-is only written when it says something new (or its window grows old), by a few threads at a time. The
-same cycle drives the actuator (when this process has that role and holds the lease), so both act on
-one analysis.
+is only written when it says something new (or its window grows old), by a few threads at a time.
+The cycle never writes the apply state, nor drives the actuator: the actuator has its own loop and
+reads what the statuses publish.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpu_rightsizer.actuator import step as changes
 from gpu_rightsizer.adapters.capacity import load_capacity
 from gpu_rightsizer.adapters.kube import KubeAdapter, ResolvedWorkload
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
@@ -193,12 +192,6 @@ class CycleState:
     policies: list[GPURightsizingPolicy]
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     governed: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
-    recent_changes: list[tuple[str, datetime]] = field(default_factory=list)
-    #: policy -> workload key -> pods of its changes in flight.
-    in_flight: dict[str, dict[str, int]] = field(default_factory=dict)
-    pdbs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: Workloads no longer recommended on whose change is still in flight (the actuator settles them).
-    settling: list[_Pending] = field(default_factory=list)
     #: kind -> (namespace, name) -> object, for the kinds listed this cycle.
     workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
@@ -234,20 +227,10 @@ class CycleState:
                 metrics.ERRORS.labels("kubernetes").inc()
                 LOG.warning("listing HPAs failed; reading them per workload: %s", error)
 
-    def pdbs_of(self, kube: KubeAdapter, namespace: str) -> list[dict[str, Any]]:
-        """The namespace's PodDisruptionBudgets, listed once per cycle (only by the actuator)."""
-        if namespace not in self.pdbs:
-            self.pdbs[namespace] = kube.list_pdbs(namespace)
-        return self.pdbs[namespace]
-
     def labels_of(self, kube: KubeAdapter, namespace: str) -> dict[str, str]:
         if namespace not in self.namespace_labels:
             self.namespace_labels[namespace] = kube.namespace_labels(namespace)
         return self.namespace_labels[namespace]
-
-
-def _has_role(cfg: OperatorConfig, role: str) -> bool:
-    return cfg.role in (role, "all")
 
 
 def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
@@ -489,11 +472,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     cfg, kube = ctx.config, ctx.kube
     store = RecommendationStore(kube)
     end = now or datetime.now(UTC)
-    marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, actuator
-    elector = ctx.elector
-    acting = _has_role(cfg, "actuator") and elector is not None and elector.is_leader()
-    if not acting and not _has_role(cfg, "recommender"):
-        return 0  # a standby actuator does nothing, analysis included
+    marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, policies
     try:
         recommendations = store.list(cfg.namespaces if not cfg.all_namespaces else ())
         state = CycleState(now=end, policies=load_policies(kube))
@@ -501,12 +480,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         metrics.ERRORS.labels("kubernetes").inc()
         LOG.exception("listing recommendations or policies failed")
         return 0
-    if _has_role(cfg, "recommender"):
-        recommendations.extend(restore_missing(ctx, store, recommendations))
-    if acting:  # the actuator's rate budget, from its own reading of the statuses
-        raw = kube.list_recommendations(cfg.namespaces if not cfg.all_namespaces else ())
-        state.recent_changes = changes.recent_changes(raw, end)
-        state.in_flight = changes.in_flight_pods(raw)
+    recommendations.extend(restore_missing(ctx, store, recommendations))
     ctx.policies = state.policies
     refs = [stored.ref for stored in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
@@ -548,7 +522,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     for item in pending:
         batch = batches.get(item.window_seconds)
         if batch is None:  # no metrics for this window this cycle: keep what the status says, and say so
-            if item.window_seconds in failures and _has_role(cfg, "recommender"):
+            if item.window_seconds in failures:
                 say_metrics_failed(store, item.recommendation, failures[item.window_seconds], end)
             continue
         window = batch.get(item.ref.key)
@@ -572,43 +546,24 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     analysed = {done.item.ref.key: done for done in results if done is not None}
     for done in analysed.values():
         ref = done.item.ref
-        if done.analysis is not None:
-            by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
-            wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
+        by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
+        wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
         updated += 1
         if done.written is not None:
             written[done.written] += 1
     marks.append(time.monotonic())
-    # The actuator steps every workload, those without metrics this cycle included: a change in flight
-    # is still watched (pods that cannot start, rollouts), only new changes wait for data.
-    for item in [*pending, *state.settling] if acting else []:  # one at a time: the rate budget is shared
-        done = analysed.get(item.ref.key) or _Analysed(
-            item=item, window=None, analysis=None,
-            hpa=state.hpa_of(kube, item.ref) if item.ref.kind in SCALABLE_KINDS else None,
-            uid=str((item.workload.get("metadata") or {}).get("uid", "")),
-        )  # fmt: skip
-        try:
-            _actuate(ctx, kube, state, done)
-        except changes.LeadershipLostError:
-            LOG.error("the lease was lost during the cycle: the actuator stops acting")
-            break
-        except Exception:
-            metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("cycle step for %s failed", item.ref.key)
-    if _has_role(cfg, "recommender"):
-        update_policy_statuses(kube, state)
-        if batches or not pending:
-            metrics.RECOMMENDATIONS.clear()
-            for (diagnosis, namespace), count in by_diagnosis.items():
-                metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
-            metrics.WASTED_GPU_HOURS.clear()
-            for namespace, hours in wasted.items():
-                metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+    update_policy_statuses(kube, state)
+    if batches or not pending:
+        metrics.RECOMMENDATIONS.clear()
+        for (diagnosis, namespace), count in by_diagnosis.items():
+            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
+        metrics.WASTED_GPU_HOURS.clear()
+        for namespace, hours in wasted.items():
+            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
     ctx.last_cycle = time.monotonic()
     spans = [b - a for a, b in zip(marks, [*marks[1:], ctx.last_cycle], strict=True)]
     LOG.info(
-        "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, actuator and "
-        "policies %.1f s",
+        "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, policies %.1f s",
         *spans,
     )
     ctx.last_written = sum(written.values())
@@ -742,13 +697,11 @@ def _prepare(
     if not settings.recommends:
         apply = recommendation.status.apply
         if "apply" in recommendation.unreadable or (apply is not None and apply.in_flight):
-            # a change in flight is settled by the actuator first (abandoned: an opted-out or Off
-            # workload is never written again); deleting it now would lose the record of that change
-            state.settling.append(_Pending(ref, recommendation, workload, settings, 0.0))
+            # a change in flight is settled by the actuator first (its onDisable rule); the
+            # recommendation stays until then, so people still see what the change is about
             return None
-        if _has_role(cfg, "recommender"):
-            why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
-            remove_recommendation(store, ctx, ref, why)
+        why = "opt-out annotation" if settings.ignored else f"policy {settings.policy} is Off"
+        remove_recommendation(store, ctx, ref, why)
         return None
     seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
@@ -756,13 +709,10 @@ def _prepare(
 
 @dataclass
 class _Analysed:
-    """One workload's analysis this cycle, with what the actuator needs to act on it."""
+    """One workload's analysis this cycle."""
 
     item: _Pending
-    window: WorkloadWindow | None  # None: no metrics for this workload this cycle
-    hpa: dict[str, Any] | None
-    analysis: Analysis | None  # None when this process does not recommend (the actuator never analyses)
-    uid: str
+    analysis: Analysis
     written: str | None = None  # why this cycle wrote the status (`write_reason`); None: not written
 
 
@@ -784,8 +734,6 @@ def _analyse_and_write(
     hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
     window = with_hpa(window, hpa)
     uid = str((item.workload.get("metadata") or {}).get("uid", ""))
-    if not _has_role(cfg, "recommender"):
-        return _Analysed(item=item, window=window, hpa=hpa, analysis=None, uid=uid)
     try:
         analysis = analyse(window, settings, state.now, item.window_seconds, state.capacity)
     except Exception:
@@ -800,52 +748,12 @@ def _analyse_and_write(
         ),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
     )  # fmt: skip
-    return _Analysed(item=item, window=window, hpa=hpa, analysis=analysis, uid=uid, written=written)
+    return _Analysed(item=item, analysis=analysis, written=written)
 
 
 def window_end_of(stored: StoredRecommendation) -> str:
     """The stored `status.window.end` as the API server holds it ("" when none)."""
     return str((stored.status_json().get("window") or {}).get("end") or "")
-
-
-def _actuate(ctx: OperatorContext, kube: KubeAdapter, state: CycleState, done: _Analysed) -> None:
-    """The actuator's step for one workload, on its recommendation as published now (read fresh)."""
-    item = done.item
-    fresh = kube.get_recommendation(item.ref)
-    if fresh is None:
-        return
-    workload = kube.read(item.ref.kind, item.ref.namespace, item.ref.name) or item.workload
-    policy = item.settings.policy or ""
-    others = {k: v for k, v in state.in_flight.get(policy, {}).items() if k != item.ref.key}
-    case = changes.WorkloadCase(
-        ref=item.ref, uid=done.uid, workload=workload, recommendation=fresh, settings=item.settings,
-        window=done.window, hpa=done.hpa, now=state.now,
-        pdbs=tuple(state.pdbs_of(kube, item.ref.namespace)) if item.settings.may_change else (),
-        pods_in_disruption=sum(others.values()),
-    )  # fmt: skip
-    elector = ctx.elector
-    if elector is None:
-        return
-    acting = changes.Actuator(kube, elector.is_leader, _verify_reader(ctx.verify_source, item.ref))
-    if acting.step(case, state.recent_changes) in changes.IN_FLIGHT and item.settings.policy:
-        # a change started this cycle counts against the policy's disruption budget at once
-        replicas = int(((workload.get("spec") or {}).get("replicas")) or 1)
-        state.in_flight.setdefault(item.settings.policy, {})[item.ref.key] = replicas
-
-
-def _verify_reader(
-    source: WindowSource | None, ref: WorkloadRef
-) -> Callable[[datetime, datetime], list[WorkloadWindow]]:
-    """The actuator's metrics: whole windows of the one workload it verifies, nothing else."""
-    scope = Scope(namespace=ref.namespace, workload=f"{ref.kind}/{ref.name}")
-
-    def read(start: datetime, end: datetime) -> list[WorkloadWindow]:
-        if source is None:
-            return []
-        windows = source.read_windows((end - start).total_seconds(), end, scope=scope).windows
-        return windows or []
-
-    return read
 
 
 def next_delay(ctx: OperatorContext) -> float:

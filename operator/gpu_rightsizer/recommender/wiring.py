@@ -1,6 +1,7 @@
 """kopf wiring of the recommender: GPU pods -> one GPURecommendation per workload, kept current.
 
-Handlers only wire: owner resolution and writes are in `adapters.kube`, decisions in `logic`.
+Imported only by a process that recommends (`commands.run`): the actuator runs none of these
+watches. Owner resolution and writes are in the adapters, the cycle in `recommender.cycle`.
 Pods are watched with event handlers, which keep no state on the pods (the operator never writes
 to objects it does not own).
 """
@@ -10,18 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import kopf
 
-from gpu_rightsizer.adapters.kube import KubeAdapter, api_client
+from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.adapters.source import KeepsWindows
-from gpu_rightsizer.adapters.source_registry import open_source
 from gpu_rightsizer.adapters.store import RecommendationStore
-from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.workloads import is_ignored, requests_gpu
 from gpu_rightsizer.model.codes import PolicyMode
@@ -31,36 +29,16 @@ from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext, conte
 
 LOG = logging.getLogger(__name__)
 
-#: Set by `commands.run` before kopf starts; handlers read it from the memo.
-CONFIG = OperatorConfig()
-
 
 def _uses_gpu(body: kopf.Body, **_: Any) -> bool:
     return requests_gpu(body)
 
 
 @kopf.on.startup()
-async def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Tune kopf, connect the adapters, start the periodic analysis loop."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="gpurightsizer.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="gpurightsizer.io", key="last-handled-configuration"
-    )
-    settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    settings.networking.connect_timeout = 10  # kopf's own calls, as adapters.kube.REQUEST_TIMEOUT ours
-    settings.networking.request_timeout = settings.watching.server_timeout + 60
-    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
-    kube = KubeAdapter(api_client())
-    if CONFIG.role != "actuator":  # the pod handler walks owners from the watched copies
-        kube.owner_cache = OwnerCache()
-    ctx = OperatorContext(
-        config=CONFIG,
-        kube=kube,
-        source=open_source(CONFIG) if CONFIG.role != "actuator" else None,
-        verify_source=open_source(CONFIG, "prometheus") if CONFIG.role != "recommender" else None,
-    )
-    memo.context = ctx
+async def recommender_startup(memo: kopf.Memo, **_: Any) -> None:
+    """Walk owners from the watched copies, and start the periodic analysis loop."""
+    ctx = context_of(memo)
+    ctx.kube.owner_cache = OwnerCache()
     ctx.cycle_task = asyncio.create_task(cycle.analysis_loop(ctx))
 
 
@@ -75,12 +53,6 @@ async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
             await asyncio.shield(ctx.cycle_task)
     if isinstance(ctx.source, KeepsWindows):  # with --state-dir: the next start reads only the time since now
         await asyncio.to_thread(ctx.source.save_all)
-
-
-@kopf.on.probe(id="secondsSinceLastCycle")
-def last_cycle_age(memo: kopf.Memo, **_: Any) -> float:
-    """Readiness/liveness detail: how long ago the analysis cycle last completed (or started waiting)."""
-    return round(time.monotonic() - context_of(memo).last_cycle, 1)
 
 
 #: Kinds that own pods, watched so the pod handler walks owners without reading them.
@@ -110,8 +82,6 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
         return
     ctx = context_of(memo)
     config = ctx.config
-    if config.role == "actuator":  # the recommender creates recommendations; the actuator only acts
-        return
     kube = ctx.kube
     store = RecommendationStore(kube)
     workload = kube.resolve_owner(body)

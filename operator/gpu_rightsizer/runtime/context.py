@@ -59,6 +59,8 @@ class OperatorContext:
     #: that workload (`adapters.source.Scope`), never the recommender's incremental state.
     verify_source: WindowSource | None = None
     lease_task: asyncio.Task[Any] | None = None
+    #: The actuator's own loop (`actuator.loop.actuator_loop`), waited for on shutdown.
+    actuator_task: asyncio.Task[Any] | None = None
 
 
 def context_of(memo: kopf.Memo) -> OperatorContext:

@@ -24,7 +24,7 @@ def _install() -> None:
     delay = float(os.environ.get("GPURS_E2E_RENEW_DELAY") or 0)
     if not crash_at and not delay:
         return
-    from gpu_rightsizer.actuator.step import Actuator
+    from gpu_rightsizer.actuator.writes import ChangeWriter as Actuator
     from gpu_rightsizer.adapters.kube import LeaseElector
 
     def crash(*_: Any, **__: Any) -> None:

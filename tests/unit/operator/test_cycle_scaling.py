@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_for, policy
 
+from gpu_rightsizer.actuator import loop
+from gpu_rightsizer.actuator.step import Actuator
 from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.recommender import cycle
@@ -202,7 +204,23 @@ def test_a_standby_actuator_does_nothing_at_all() -> None:
     assert cycle.run_cycle(ctx, now=NOW) == 0
 
 
+class NoRecords:
+    """An actuator's change records before any change: none."""
+
+    def list_changes(self) -> list[dict[str, Any]]:
+        return []
+
+    def get_change(self, ref: WorkloadRef) -> None:
+        return None
+
+
+def actuator_for(kube: Any) -> Actuator:
+    return Actuator(kube, NoRecords(), lambda: True, lambda ref, start, end: None)  # type: ignore[arg-type]
+
+
 def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actuator's own loop steps every workload with a recommendation; the analysis cycle in an
+    actuator-only process does nothing at all."""
     kube = listing_cluster()
 
     def no_analysis(*args: Any, **kwargs: Any) -> Any:
@@ -210,12 +228,11 @@ def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch:
 
     monkeypatch.setattr(cycle, "analyse", no_analysis)
     stepped: list[str] = []
-    monkeypatch.setattr(
-        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
-    )
+    monkeypatch.setattr(Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key))
     ctx = memo_for(kube, role="actuator")
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
-    cycle.run_cycle(ctx, now=NOW)
+    assert cycle.run_cycle(ctx, now=NOW) == 0
+    loop.run_once(kube, NoRecords(), actuator_for(kube), NOW)  # type: ignore[arg-type]
     assert sorted(stepped) == sorted(f"{ns}/Deployment/{name}" for ns, name in kube.workloads)
     assert kube.status_patches == []  # the recommender's status is not written by an actuator
 
@@ -233,10 +250,9 @@ def test_a_change_started_in_a_cycle_counts_against_the_disruption_budget_at_onc
         seen.append((case.ref.key, case.pods_in_disruption))
         return ChangePhase.APPLIED  # every step starts a change
 
-    monkeypatch.setattr(cycle.changes.Actuator, "step", step)
-    ctx = memo_for(kube, role="actuator", namespaces=("team-a",), all_namespaces=False)
-    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
-    cycle.run_cycle(ctx, now=NOW)
+    monkeypatch.setattr(Actuator, "step", step)
+    kube.recommendations = {k: v for k, v in kube.recommendations.items() if k[0] == "team-a"}
+    loop.run_once(kube, NoRecords(), actuator_for(kube), NOW)  # type: ignore[arg-type]
     assert [pods for _, pods in seen] == [0, 1]  # team-a/one's new change counts for team-a/two
 
 
@@ -245,14 +261,10 @@ def test_an_opted_out_workload_with_a_change_in_flight_is_settled_before_its_rec
 ) -> None:
     kube = ListingKube(cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"}))
     kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Applied", "policy": "a"}
-    stepped: list[str] = []
-    monkeypatch.setattr(
-        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
-    )
     ctx = memo_for(kube, role="all")
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
     cycle.run_cycle(ctx, now=NOW)
-    assert "team-c/Deployment/solo" in stepped and "team-c/Deployment/solo" not in kube.deleted
+    assert "team-c/Deployment/solo" not in kube.deleted
     kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Abandoned", "policy": "a"}
     cycle.run_cycle(ctx, now=NOW)
     assert "team-c/Deployment/solo" in kube.deleted
@@ -450,14 +462,14 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
         workload["metadata"]["generation"] = 3
     monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
     verdicts: list[tuple[str, str]] = []
-    gates = cycle.changes.Actuator._gates
+    gates = Actuator._gates
 
     def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> Verdict:
         verdicts.append((case.ref.key, gates(self, case, recent, **kwargs).reason))
         return Verdict(False, ApplyState.SKIPPED, "recorded by the test")
 
-    monkeypatch.setattr(cycle.changes.Actuator, "_gates", recording)
-    monkeypatch.setattr(cycle.changes.Actuator, "_set_state", lambda *args: None)
+    monkeypatch.setattr(Actuator, "_gates", recording)
+    monkeypatch.setattr(Actuator, "_set_state", lambda *args: None)
     ctx = memo_for(kube, role="all", interval_seconds=300.0)
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
     writes = []
@@ -465,6 +477,7 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
         kube.status_patches.clear()
         cycle.run_cycle(ctx, now=NOW + timedelta(minutes=minutes))
         writes.append(len(kube.status_patches))
+        loop.run_once(kube, NoRecords(), actuator_for(kube), NOW + timedelta(minutes=minutes))  # type: ignore[arg-type]
     governed = [reason for key, reason in verdicts if key.startswith("team-a/")]
     assert len(governed) == 13 * 2, "the actuator stepped team-a's two workloads every cycle"
     assert set(governed) == {"all safety gates passed"}, governed

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 from tests.unit.fake_source import FakeSource
 
+from gpu_rightsizer.actuator.loop import SourceNotReadyError, scoped_measure
 from gpu_rightsizer.adapters.kube import ResolvedWorkload
 from gpu_rightsizer.adapters.prometheus import PrometheusSource
 from gpu_rightsizer.adapters.source import Scope
@@ -332,11 +333,12 @@ def test_the_actuator_reads_whole_windows_of_the_one_workload_it_verifies() -> N
     source = source_over(kube)
     ref = WorkloadRef(namespace="team-a", kind="Deployment", name="two")
 
-    windows = cycle._verify_reader(source, ref)(NOW - timedelta(minutes=10), NOW)
+    window = scoped_measure(source)(ref, NOW - timedelta(minutes=10), NOW)
 
-    assert [window.workload.key for window in windows] == ["team-a/Deployment/two"]
+    assert window is not None and window.workload.key == "team-a/Deployment/two"
     assert source.calls == [(600.0, Scope(namespace="team-a", workload="Deployment/two"))]
-    assert cycle._verify_reader(None, ref)(NOW - timedelta(minutes=10), NOW) == []
+    with pytest.raises(SourceNotReadyError):  # no source: no figures, never an empty "all fine"
+        scoped_measure(None)(ref, NOW - timedelta(minutes=10), NOW)
 
 
 def test_a_deleted_recommendation_is_made_again_and_analysed_in_the_next_cycle() -> None:
