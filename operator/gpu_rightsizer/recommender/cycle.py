@@ -15,104 +15,63 @@ import functools
 import json
 import logging
 import time
-import zlib
 from collections import Counter as Tally
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from gpu_rightsizer.adapters.capacity import load_capacity
-from gpu_rightsizer.adapters.kube import KubeAdapter, ResolvedWorkload
+from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.adapters.source import (
-    ExtraOwners,
     KeepsWindows,
-    Scope,
-    WindowRead,
-    WindowSource,
 )
-from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation, status_body
+from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window
-from gpu_rightsizer.logic.figures import summarise
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
-    count_governed,
-    find_overlaps,
-    policy_problems,
     settings_for_workload,
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
-from gpu_rightsizer.logic.status import (
-    analysed_status,
-    materially_same,
-    merge_conditions,
-    metrics_condition,
-    waiting_status,
-)
 from gpu_rightsizer.logic.thresholds import EngineSettings
-from gpu_rightsizer.logic.workloads import allocation_from_pod_spec
-from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
+from gpu_rightsizer.model.codes import SharingStrategy
 from gpu_rightsizer.model.crd import (
-    MAX_WINDOW_WARNINGS,
-    Baseline,
-    Condition,
-    GPURecommendationStatus,
     GPURightsizingPolicy,
 )
-from gpu_rightsizer.model.k8s import merge_patched, parse_time, stamp
 from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis
+from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
+from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of
+from gpu_rightsizer.recommender.writes import (
+    refresh_period,
+    remove_recommendation,
+    restore_missing,
+    say_metrics_failed,
+    window_end_of,
+    write_recommendation,
+)
 from gpu_rightsizer.runtime import metrics
-from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
+from gpu_rightsizer.runtime.context import OperatorContext
 
 LOG = logging.getLogger(__name__)
+
 
 #: Kinds listed once per cycle instead of read one by one (bare Pods are read: a LIST of every pod
 #: would cost more than it saves).
 LISTED_KINDS = frozenset(kind.kind for kind in POD_OWNERS)
-#: A status that says nothing new (`logic.status.materially_same`) is still rewritten once its stored
-#: window is this share of the governing policy's `maxStaleness` old (15 min by default), so the
-#: actuator's freshness gate, which reads the stored window's end, never finds a status stale because
-#: a write was skipped: in the same cycle the stored window is younger than this share, and an
-#: actuator in another process, one cycle behind at most, still finds it younger than maxStaleness
-#: while a cycle (interval and run) is shorter than the rest.
-REFRESH_STALENESS_SHARE = 0.5
-#: ... and at the latest after this long whatever maxStaleness says (it may be up to 24 h).
-REFRESH_AT_MOST = timedelta(hours=1)
-#: Each refresh period is shortened by up to this share (drawn anew after each write from the workload
-#: and its stored window), so statuses first written in one cycle are not all refreshed in one later
-#: cycle; never below 1.5 intervals (a shorter period would rewrite every cycle).
-REFRESH_SPREAD = 0.5
+
+
 #: Pause between cycles while a window is being backfilled (a cold start reads back to back).
 BACKFILL_PAUSE_SECONDS = 5.0
+
+
 #: Threads that analyse and write statuses in parallel (the client's connection pool is thread-safe).
 WRITERS = 4
-
-
-def capacity_from_metrics(source: WindowSource | None, end: datetime) -> Callable[[], ClusterCapacity] | None:
-    """Node capacity from the metrics, for when the API server's nodes cannot be listed."""
-    if source is None:
-        return None
-    return lambda: source.read_capacity(end)
-
-
-def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
-    """Every policy the operator can read; unreadable ones are logged and left out (never guessed)."""
-    policies = []
-    for raw in kube.list_policies():
-        try:
-            policies.append(GPURightsizingPolicy.model_validate(raw))
-        except ValueError as error:
-            metrics.ERRORS.labels("policy").inc()
-            LOG.warning(
-                "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
-            )
-    return policies
 
 
 def engine_settings(settings: EffectiveSettings, window_seconds: float | None = None) -> EngineSettings:
@@ -233,218 +192,6 @@ class CycleState:
         return self.namespace_labels[namespace]
 
 
-def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
-    """How old a stored window may grow before a status that says nothing new is rewritten anyway:
-    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST), shortened by up to
-    REFRESH_SPREAD as `spread_key` draws, but not below 1.5 intervals. Never longer than the share, so
-    the actuator's freshness gate holds whatever is drawn."""
-    longest = min(max_staleness * REFRESH_STALENESS_SHARE, REFRESH_AT_MOST)
-    draw = (zlib.crc32(spread_key.encode()) % 1000) / 1000
-    shortest = min(longest, timedelta(seconds=1.5 * interval_seconds))
-    return max(longest * (1 - REFRESH_SPREAD * draw), shortest)
-
-
-def write_reason(
-    old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
-) -> str | None:
-    """Why the patch is worth writing: "new" (no analysed window stored yet), "changed" (it says
-    something new: `logic.status.materially_same`, window times left out, figures within a
-    tolerance), "refresh" (the stored window ended `refresh_after` ago or more, so readers and the
-    actuator's freshness gate still see a recent window); None when it is not."""
-    stored_end = parse_time((old_status.get("window") or {}).get("end"))
-    if stored_end is None:
-        return "new"
-    if not materially_same(dict(old_status), merge_patched(old_status, patch)):
-        return "changed"
-    return "refresh" if now - stored_end >= refresh_after else None
-
-
-def status_unchanged(
-    old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
-) -> bool:
-    """True when the patch need not be written (`write_reason` has none)."""
-    return write_reason(old_status, patch, now, refresh_after) is None
-
-
-def write_recommendation(
-    store: RecommendationStore,
-    kube: KubeAdapter,
-    uid: str,
-    stored: StoredRecommendation,
-    analysis: Analysis,
-    window: WorkloadWindow,
-    settings: EffectiveSettings,
-    now: datetime,
-    *,
-    refresh_after: timedelta | None = None,
-    workload_generation: int | None = None,
-) -> str | None:
-    """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
-
-    `status.apply` belongs to the actuator, so the recommender never writes it (`store.patch_status`
-    leaves it out). `workloadGeneration` publishes which spec the analysis saw, so the actuator acts
-    only on a recommendation made for the workload as it is. The window's warnings and its baseline
-    figures are published for people (the actuator measures its own baseline). With `refresh_after`,
-    a status that would say nothing new (`write_reason`: its figures moved within a tolerance, its
-    window slid) is left as stored while that window is younger than `refresh_after`. Returns why the
-    status was written ("changed" without `refresh_after`), None when it was not.
-    """
-    ref = stored.ref
-    old_status = stored.status_json()
-    status = analysed_status(
-        analysis,
-        window.allocation,
-        window_start=window.start,
-        window_end=window.end,
-        workload=ref,
-        now=now,
-        generation=stored.generation,
-    )
-    status = with_window_facts(status, window)
-    if workload_generation is not None:
-        status.workload_generation = workload_generation
-    fresh = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in status.conditions]
-    old_conditions = list(old_status.get("conditions") or [])
-    status.conditions = [Condition.model_validate(c) for c in merge_conditions(old_conditions, fresh)]
-    body = status_body(status)
-    written = "changed" if refresh_after is None else write_reason(old_status, body, now, refresh_after)
-    if written is not None:
-        store.patch_status(ref, status)
-        metrics.STATUS_WRITES.labels(written).inc()
-    before = stored.status.diagnosis.primary.value if stored.status.diagnosis else None
-    if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
-        warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
-        kube.post_event(
-            ref,
-            uid,
-            "DiagnosisChanged",
-            f"Diagnosis changed from {before or 'none'} to {analysis.primary.value}: {analysis.summary}",
-            warning=warning,
-        )
-    return written
-
-
-def with_window_facts(status: GPURecommendationStatus, window: WorkloadWindow) -> GPURecommendationStatus:
-    """The status with its window's warnings (the first ones, sorted) and baseline figures."""
-    figures = summarise(window)
-    if status.window is not None:
-        status.window.warnings = sorted(set(window.warnings))[:MAX_WINDOW_WARNINGS]
-    status.baseline = Baseline(gpu_busy_p95=figures.busy_p95_max, cpu_saturation_p95=figures.cpu_saturation)
-    return status
-
-
-def ensure_recommendation(
-    store: RecommendationStore, cfg: OperatorConfig, known: KnownWorkload
-) -> StoredRecommendation | None:
-    """The workload's recommendation, created with a first (waiting) status when there is none."""
-    workload = known.workload
-    stored = store.ensure(workload)
-    if stored is None or stored.has_status:
-        return stored
-    replicas = int(((workload.obj.get("spec") or {}).get("replicas")) or 1)
-    allocation = allocation_from_pod_spec(dict(known.pod_spec), replicas=replicas)
-    reason = (
-        "Waiting for the first observation window of metrics"
-        if cfg.prometheus_url
-        else "No metrics source configured (--prometheus-url): cannot analyse yet"
-    )
-    status = waiting_status(
-        allocation, reason, workload=workload.ref, now=datetime.now(UTC), generation=stored.generation
-    )
-    store.patch_status(workload.ref, status)  # status.apply is the actuator's alone
-    return stored
-
-
-def restore_missing(
-    ctx: OperatorContext, store: RecommendationStore, listed: list[StoredRecommendation]
-) -> list[StoredRecommendation]:
-    """Make again the recommendations of known GPU workloads that are gone (someone deleted them, or
-    the workload was recreated and the old one was collected with it), so they are analysed in this
-    cycle; workloads that are gone themselves are forgotten."""
-    present = {stored.ref.key for stored in listed}
-    with ctx.lock:
-        missing = [known for key, known in ctx.known.items() if key not in present]
-    made = []
-    for known in missing:
-        ref = known.workload.ref
-        try:
-            current = read_workload(ctx.kube, ref.api_version, ref.kind, ref.namespace, ref.name)
-            if current is None:
-                with ctx.lock:
-                    ctx.known.pop(ref.key, None)
-                continue
-            uid = str((current.get("metadata") or {}).get("uid") or known.workload.uid)
-            fresh = KnownWorkload(ResolvedWorkload(ref=ref, uid=uid, obj=current), known.pod_spec)
-            stored = ensure_recommendation(store, ctx.config, fresh)
-        except Exception:
-            metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("could not make the recommendation of %s again", ref.key)
-            continue
-        with ctx.lock:
-            ctx.known[ref.key] = fresh
-        if stored is not None:
-            LOG.info("made the recommendation of %s again (it was gone)", ref.key)
-            made.append(store.get(ref) or stored)
-    return made
-
-
-def remove_recommendation(
-    store: RecommendationStore, ctx: OperatorContext, ref: WorkloadRef, why: str
-) -> None:
-    """Delete a recommendation the workload no longer wants (opt-out annotation or an Off policy)."""
-    if store.delete(ref):
-        LOG.info("removed the recommendation of %s: %s", ref.key, why)
-    with ctx.lock:
-        ctx.known.pop(ref.key, None)
-
-
-def update_policy_statuses(kube: KubeAdapter, state: CycleState) -> None:
-    """matchedWorkloads (workloads each policy wins for), overlaps, problems, observedGeneration."""
-    if not state.policies:
-        return
-    counts = count_governed(state.policies, state.governed)
-    overlaps = find_overlaps(state.policies)
-    now = stamp(state.now)
-    for policy in state.policies:
-        problems = policy_problems(policy)
-        old = policy.status.model_dump(mode="json", by_alias=True) if policy.status else {}
-        old_conditions = {c["type"]: c for c in old.get("conditions", [])}
-        ready = "False" if problems else "True"
-        previous_ready = old_conditions.get("Ready")
-        condition = {
-            "type": "Ready",
-            "status": ready,
-            "reason": "Invalid" if problems else "Active",
-            "message": "; ".join(problems)
-            or f"governs {counts[policy.name]} workload(s) in {policy.spec.mode.value} mode",
-            "lastTransitionTime": previous_ready["lastTransitionTime"]
-            if previous_ready and previous_ready.get("status") == ready
-            else now,
-            "observedGeneration": policy.metadata.get("generation"),
-        }
-        status = {
-            "observedGeneration": policy.metadata.get("generation"),
-            "matchedWorkloads": counts[policy.name],
-            "overlaps": overlaps.get(policy.name, []),
-            "conditions": [condition],
-        }
-        comparable_old = {
-            **{k: old.get(k) for k in status if k != "conditions"},
-            "message": (previous_ready or {}).get("message"),
-        }
-        comparable_new = {
-            **{k: status[k] for k in status if k != "conditions"},
-            "message": condition["message"],
-        }
-        if comparable_old == comparable_new and previous_ready and previous_ready.get("status") == ready:
-            continue
-        try:
-            kube.patch_policy_status(policy.name, status)
-        except Exception:
-            metrics.ERRORS.labels("kubernetes").inc()
-            LOG.exception("status update of policy %s failed", policy.name)
-
-
 def observation_seconds(settings: EffectiveSettings, default: float) -> float:
     """The window a workload is observed over: its policy's `spec.observation.window` when the
     policy sets one, else the operator's `--window`."""
@@ -499,11 +246,11 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
     failures: dict[float, str] = {}
-    batches = _fetch_batches(
+    batches = fetch_batches(
         ctx.source,
         window_lengths,
         end,
-        _scope_of(cfg),
+        scope_of(cfg),
         api_parent_lookup(kube, cfg.namespaces if not cfg.all_namespaces else (), state.workloads),
         failures,
         backfilling,
@@ -552,7 +299,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         if done.written is not None:
             written[done.written] += 1
     marks.append(time.monotonic())
-    update_policy_statuses(kube, state)
+    update_policy_statuses(kube, state.policies, state.governed, state.now)
     if batches or not pending:
         metrics.RECOMMENDATIONS.clear()
         for (diagnosis, namespace), count in by_diagnosis.items():
@@ -569,110 +316,6 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     ctx.last_written = sum(written.values())
     ctx.last_refreshed = written["refresh"]
     return updated
-
-
-def _scope_of(cfg: OperatorConfig) -> Scope:
-    """What the operator watches: one namespace's workloads, or every one's."""
-    return Scope(namespace=cfg.namespaces[0] if len(cfg.namespaces) == 1 else None)
-
-
-def publish_read(window_seconds: float, read: WindowRead) -> None:
-    """One window's incremental read as the operator's own metrics and log lines (and which families
-    read recorded series)."""
-    report = read.report
-    if report is None:  # a whole-window read: nothing incremental to say
-        return
-    label = f"{window_seconds:g}"
-    for family in (*read.recorded, *read.raw):
-        metrics.RECORDED_SERIES_USED.labels(label, family).set(1.0 if family in read.recorded else 0.0)
-    metrics.SAMPLES_FETCHED.labels(label).set(report.samples)
-    for family, seconds in report.durations:
-        metrics.QUERY_DURATION.labels(family).observe(seconds)
-    metrics.BACKFILL_PROGRESS.labels(label).set(1.0 if read.complete else report.backfill_progress)
-    metrics.STATE_RESTORED_SERIES.labels(label).set(report.restored_series)
-    if report.errors:
-        metrics.ERRORS.labels("metrics_source").inc(len(report.errors))
-        LOG.warning(
-            "%d Prometheus queries failed for the %s s window (asked again next cycle); first: %s",
-            len(report.errors),
-            label,
-            report.errors[0],
-        )
-    if not read.complete:
-        LOG.info(
-            "backfilling the %s s window: %d/%d chunks (%.0f%%); its recommendations keep their last status",
-            label,
-            report.backfill_done,
-            report.backfill_total,
-            100 * report.backfill_progress,
-        )
-
-
-def _fetch_batches(
-    source: WindowSource | None,
-    windows: list[float],
-    end: datetime,
-    scope: Scope,
-    owners: ExtraOwners | None = None,
-    failures: dict[float, str] | None = None,
-    backfilling: set[float] | None = None,
-) -> dict[float, dict[str, WorkloadWindow]]:
-    """Window length -> workload key -> window: one read of the source per distinct window length.
-
-    A window the source has not seen whole yet (an incremental source backfilling) gives no batch and
-    is added to `backfilling`, so its workloads keep their last status. A window whose read fails is
-    left out (counted and logged); the others still go ahead.
-    """
-    if source is None or not windows:
-        return {}
-    batches: dict[float, dict[str, WorkloadWindow]] = {}
-    for seconds in windows:
-        try:
-            read = source.read_windows(seconds, end, scope=scope, owners=owners)
-            publish_read(seconds, read)
-            if read.windows is None:
-                if backfilling is not None:
-                    backfilling.add(seconds)
-                continue
-        except Exception as error:
-            metrics.ERRORS.labels("metrics_source").inc()
-            metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(0)
-            if failures is not None:
-                failures[seconds] = f"{type(error).__name__}: {error}"
-            LOG.warning(
-                "metrics source %s failed for the %s window; recommendations keep their last "
-                "analysis this cycle: %s",
-                source.where,
-                timedelta(seconds=seconds),
-                error,
-            )
-            continue
-        batches[seconds] = {window.workload.key: window for window in read.windows}
-        metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
-        metrics.METRICS_LAST_SUCCESS.set(time.time())
-    return batches
-
-
-def _duration_label(seconds: float) -> str:
-    return f"{seconds:g}s"
-
-
-def say_metrics_failed(
-    store: RecommendationStore, stored: StoredRecommendation, error: str, now: datetime
-) -> None:
-    """Set `MetricsAvailable=False` on a recommendation whose batch failed; the analysis stays as it was."""
-    fresh = metrics_condition(error, now, stored.generation)
-    previous = next((c for c in stored.status.conditions if c.type == fresh.type), None)
-    if previous is not None and previous.status == "False" and previous.message == fresh.message:
-        return
-    old = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in stored.status.conditions]
-    new = fresh.model_dump(mode="json", by_alias=True, exclude_none=True)
-    merged = [Condition.model_validate(c) for c in merge_conditions(old, [new])]
-    try:
-        store.patch_status(stored.ref, GPURecommendationStatus(conditions=merged), fields={"conditions"})
-    except Exception:
-        metrics.ERRORS.labels("kubernetes").inc()
-        LOG.exception("could not mark the metrics of %s as unavailable", stored.ref.key)
 
 
 def _prepare(
@@ -749,11 +392,6 @@ def _analyse_and_write(
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
     )  # fmt: skip
     return _Analysed(item=item, analysis=analysis, written=written)
-
-
-def window_end_of(stored: StoredRecommendation) -> str:
-    """The stored `status.window.end` as the API server holds it ("" when none)."""
-    return str((stored.status_json().get("window") or {}).get("end") or "")
 
 
 def next_delay(ctx: OperatorContext) -> float:

@@ -24,7 +24,7 @@ from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.logic.workloads import is_ignored, requests_gpu
 from gpu_rightsizer.model.codes import PolicyMode
 from gpu_rightsizer.model.kinds import POD_OWNERS
-from gpu_rightsizer.recommender import cycle
+from gpu_rightsizer.recommender import cycle, writes
 from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext, context_of
 
 LOG = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
         if known is not None and known.workload.uid == workload.uid:
             return  # a recreated workload (another uid) is made a recommendation again
     known = KnownWorkload(workload=workload, pod_spec=dict(body.get("spec") or {}))
-    cycle.ensure_recommendation(store, config, known)
+    writes.ensure_recommendation(store, config, known)
     with ctx.lock:
         ctx.known[key] = known
 
