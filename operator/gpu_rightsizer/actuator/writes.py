@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import yaml
@@ -36,6 +36,7 @@ from gpu_rightsizer.logic.workloads import recommendation_name
 from gpu_rightsizer.model.change import RECORD_VALID_CONDITION
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
+from gpu_rightsizer.model.k8s import stamp
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.runtime import metrics
 
@@ -90,11 +91,6 @@ class RecordState:
     apply: dict[str, Any]
     resource_version: str | None
     spec: dict[str, Any] = field(default_factory=dict)
-
-
-def stamp(moment: datetime) -> str:
-    """RFC 3339 in UTC, to the second, as statuses carry it."""
-    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def record_from_patch(patch_text: str) -> ChangeRecord | None:
