@@ -96,11 +96,18 @@ def _policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
     return policies
 
 
-def run_once(kube: KubeAdapter, records: ChangeRecords, actuator: Actuator, now: datetime) -> int:
-    """One pass: step every workload that has a recommendation; returns how many were stepped."""
-    recommendations = kube.list_recommendations()
+def run_once(
+    kube: KubeAdapter,
+    records: ChangeRecords,
+    actuator: Actuator,
+    now: datetime,
+    namespaces: tuple[str, ...] = (),
+) -> int:
+    """One pass: step every workload that has a recommendation in `namespaces` (all when empty);
+    returns how many were stepped."""
+    recommendations = kube.list_recommendations(namespaces)
     policies = _policies(kube)
-    listed = records.list_changes()
+    listed = records.list_changes(namespaces)
     recent = recent_changes(listed, now)
     in_flight = in_flight_pods(listed)
     labels: dict[str, dict[str, str]] = {}
@@ -148,6 +155,7 @@ async def actuator_loop(
     *,
     interval_seconds: float,
     stop: asyncio.Event,
+    namespaces: tuple[str, ...] = (),
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> None:
     """Step every workload each `interval_seconds` while this process leads; never dies on one bad pass."""
@@ -163,7 +171,7 @@ async def actuator_loop(
             continue
         started = time.monotonic()
         try:
-            stepped = await asyncio.to_thread(run_once, kube, records, actuator, clock())
+            stepped = await asyncio.to_thread(run_once, kube, records, actuator, clock(), namespaces)
             LOG.info("actuator pass: %d workloads in %.1f s", stepped, time.monotonic() - started)
         except LeadershipLostError:
             LOG.error("the lease was lost during the pass: the actuator stops acting")
