@@ -21,7 +21,8 @@ from gpu_rightsizer.actuator.writes import ChangeRecords, LeadershipLostError, M
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.source import Scope, WindowSource
 from gpu_rightsizer.handlers import metrics
-from gpu_rightsizer.logic.policy import settings_for_workload
+from gpu_rightsizer.logic.policy import readable_policies, settings_for_workload
+from gpu_rightsizer.logic.workloads import target_of
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 
@@ -50,16 +51,6 @@ def scoped_measure(source: WindowSource | None) -> Measure:
     return read
 
 
-def _target(obj: Mapping[str, Any]) -> WorkloadRef:
-    target = (obj.get("spec") or {}).get("targetRef") or {}
-    return WorkloadRef(
-        namespace=str((obj.get("metadata") or {}).get("namespace")),
-        kind=str(target.get("kind")),
-        name=str(target.get("name")),
-        api_version=str(target.get("apiVersion", "apps/v1")),
-    )
-
-
 def recent_changes(records: Iterable[Mapping[str, Any]], now: datetime) -> list[tuple[str, datetime]]:
     """(namespace, time) of changes sent in the last hour, from the actuator's own change records (so a
     restarted actuator still knows its rate budget, and nobody else's write can lift it). Every state
@@ -79,20 +70,15 @@ def in_flight_pods(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
     for record in records:
         status = record.get("status") or {}
         if phase_of(status) in IN_FLIGHT and status.get("policy"):
-            key = _target(record).key
+            key = target_of(record).key
             found.setdefault(str(status["policy"]), {})[key] = int(status.get("replicas") or 1)
     return found
 
 
 def _policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
-    policies = []
-    for raw in kube.list_policies():
-        try:
-            policies.append(GPURightsizingPolicy.model_validate(raw))
-        except ValueError as error:  # an unreadable policy governs nothing: its workloads are not changed
-            LOG.warning(
-                "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
-            )
+    policies, problems = readable_policies(kube.list_policies())
+    for problem in problems:
+        LOG.warning("%s", problem)
     return policies
 
 
@@ -114,7 +100,7 @@ def run_once(
     pdbs: dict[str, tuple[dict[str, Any], ...]] = {}
     stepped = 0
     for recommendation in recommendations:
-        ref = _target(recommendation)
+        ref = target_of(recommendation)
         workload = kube.read(ref.kind, ref.namespace, ref.name)
         if workload is None:
             continue  # gone: its recommendation is garbage-collected, its change record stays as history

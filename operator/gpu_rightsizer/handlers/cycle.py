@@ -46,6 +46,7 @@ from gpu_rightsizer.logic.policy import (
     count_governed,
     find_overlaps,
     policy_problems,
+    readable_policies,
     settings_for_workload,
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
@@ -56,6 +57,7 @@ from gpu_rightsizer.logic.status import (
     metrics_condition,
 )
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.workloads import target_of
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
@@ -105,27 +107,16 @@ def capacity_from_metrics(source: WindowSource | None, end: datetime) -> Callabl
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
     """Every policy the operator can read; unreadable ones are logged and left out (never guessed)."""
-    policies = []
-    for raw in kube.list_policies():
-        try:
-            policies.append(GPURightsizingPolicy.model_validate(raw))
-        except ValueError as error:
-            metrics.ERRORS.labels("policy").inc()
-            LOG.warning(
-                "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
-            )
+    policies, problems = readable_policies(kube.list_policies())
+    for problem in problems:
+        metrics.ERRORS.labels("policy").inc()
+        LOG.warning("%s", problem)
     return policies
 
 
 def ref_of(recommendation: Mapping[str, Any]) -> WorkloadRef:
     """The workload a GPURecommendation targets."""
-    target = (recommendation.get("spec") or {}).get("targetRef") or {}
-    return WorkloadRef(
-        namespace=str((recommendation.get("metadata") or {}).get("namespace")),
-        kind=str(target.get("kind")),
-        name=str(target.get("name")),
-        api_version=str(target.get("apiVersion", "apps/v1")),
-    )
+    return target_of(recommendation)
 
 
 def engine_settings(settings: EffectiveSettings, window_seconds: float | None = None) -> EngineSettings:
