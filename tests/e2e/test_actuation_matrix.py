@@ -802,6 +802,6 @@ def diagnostics(kube: Kube, row: Case, shared: Background) -> str:
     objects = kube.kubectl(
         "get", "deploy,sts,rs,pods,gpurecommendations", "-n", row.namespace, "-o", "wide", check=False
     ).stdout
-    apply = json.dumps(apply_status(kube, row.namespace, "deployment-trainer"), indent=1)[:1500]
+    apply = json.dumps(change_record(kube, row.namespace), indent=1)[:1500]
     logs = [p.output()[-1500:] for p in row.processes] or [shared.output()[-1500:]]
-    return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nstatus.apply: {apply}\n" + "\n".join(logs)
+    return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nchange record: {apply}\n" + "\n".join(logs)

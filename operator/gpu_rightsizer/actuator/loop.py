@@ -89,8 +89,8 @@ def run_once(
     now: datetime,
     namespaces: tuple[str, ...] = (),
 ) -> int:
-    """One pass: step every workload that has a recommendation in `namespaces` (all when empty);
-    returns how many were stepped."""
+    """One pass: step every workload that has a recommendation or a change in flight in `namespaces`
+    (all when empty); returns how many were stepped."""
     recommendations = kube.list_recommendations(namespaces)
     policies = _policies(kube)
     listed = records.list_changes(namespaces)
@@ -99,7 +99,13 @@ def run_once(
     labels: dict[str, dict[str, str]] = {}
     pdbs: dict[str, tuple[dict[str, Any], ...]] = {}
     stepped = 0
-    for recommendation in recommendations:
+    targets = {target_of(recommendation).key: recommendation for recommendation in recommendations}
+    for record in listed:  # a change in flight is watched even when its recommendation is gone
+        if phase_of(record.get("status") or {}) in IN_FLIGHT:
+            targets.setdefault(
+                target_of(record).key, {"metadata": record.get("metadata"), "spec": record.get("spec")}
+            )
+    for recommendation in targets.values():
         ref = target_of(recommendation)
         workload = kube.read(ref.kind, ref.namespace, ref.name)
         if workload is None:
