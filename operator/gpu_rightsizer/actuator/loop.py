@@ -20,7 +20,8 @@ from gpu_rightsizer.actuator.step import IN_FLIGHT, Actuator, phase_of
 from gpu_rightsizer.actuator.writes import ChangeRecords, LeadershipLostError, Measure, WorkloadCase
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.source import Scope, WindowSource
-from gpu_rightsizer.logic.policy import settings_for_workload
+from gpu_rightsizer.logic.policy import readable_policies, settings_for_workload
+from gpu_rightsizer.logic.workloads import target_of
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.k8s import parse_time
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
@@ -51,16 +52,6 @@ def scoped_measure(source: WindowSource | None) -> Measure:
     return read
 
 
-def _target(obj: Mapping[str, Any]) -> WorkloadRef:
-    target = (obj.get("spec") or {}).get("targetRef") or {}
-    return WorkloadRef(
-        namespace=str((obj.get("metadata") or {}).get("namespace")),
-        kind=str(target.get("kind")),
-        name=str(target.get("name")),
-        api_version=str(target.get("apiVersion", "apps/v1")),
-    )
-
-
 def recent_changes(records: Iterable[Mapping[str, Any]], now: datetime) -> list[tuple[str, datetime]]:
     """(namespace, time) of changes sent in the last hour, from the actuator's own change records (so a
     restarted actuator still knows its rate budget, and nobody else's write can lift it). Every state
@@ -80,35 +71,43 @@ def in_flight_pods(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
     for record in records:
         status = record.get("status") or {}
         if phase_of(status) in IN_FLIGHT and status.get("policy"):
-            key = _target(record).key
+            key = target_of(record).key
             found.setdefault(str(status["policy"]), {})[key] = int(status.get("replicas") or 1)
     return found
 
 
 def _policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
-    policies = []
-    for raw in kube.list_policies():
-        try:
-            policies.append(GPURightsizingPolicy.model_validate(raw))
-        except ValueError as error:  # an unreadable policy governs nothing: its workloads are not changed
-            LOG.warning(
-                "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
-            )
+    policies, problems = readable_policies(kube.list_policies())
+    for problem in problems:
+        LOG.warning("%s", problem)
     return policies
 
 
-def run_once(kube: KubeAdapter, records: ChangeRecords, actuator: Actuator, now: datetime) -> int:
-    """One pass: step every workload that has a recommendation; returns how many were stepped."""
-    recommendations = kube.list_recommendations()
+def run_once(
+    kube: KubeAdapter,
+    records: ChangeRecords,
+    actuator: Actuator,
+    now: datetime,
+    namespaces: tuple[str, ...] = (),
+) -> int:
+    """One pass: step every workload that has a recommendation or a change in flight in `namespaces`
+    (all when empty); returns how many were stepped."""
+    recommendations = kube.list_recommendations(namespaces)
     policies = _policies(kube)
-    listed = records.list_changes()
+    listed = records.list_changes(namespaces)
     recent = recent_changes(listed, now)
     in_flight = in_flight_pods(listed)
     labels: dict[str, dict[str, str]] = {}
     pdbs: dict[str, tuple[dict[str, Any], ...]] = {}
     stepped = 0
-    for recommendation in recommendations:
-        ref = _target(recommendation)
+    targets = {target_of(recommendation).key: recommendation for recommendation in recommendations}
+    for record in listed:  # a change in flight is watched even when its recommendation is gone
+        if phase_of(record.get("status") or {}) in IN_FLIGHT:
+            targets.setdefault(
+                target_of(record).key, {"metadata": record.get("metadata"), "spec": record.get("spec")}
+            )
+    for recommendation in targets.values():
+        ref = target_of(recommendation)
         workload = kube.read(ref.kind, ref.namespace, ref.name)
         if workload is None:
             continue  # gone: its recommendation is garbage-collected, its change record stays as history
@@ -149,6 +148,7 @@ async def actuator_loop(
     *,
     interval_seconds: float,
     stop: asyncio.Event,
+    namespaces: tuple[str, ...] = (),
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> None:
     """Step every workload each `interval_seconds` while this process leads; never dies on one bad pass."""
@@ -164,7 +164,7 @@ async def actuator_loop(
             continue
         started = time.monotonic()
         try:
-            stepped = await asyncio.to_thread(run_once, kube, records, actuator, clock())
+            stepped = await asyncio.to_thread(run_once, kube, records, actuator, clock(), namespaces)
             LOG.info("actuator pass: %d workloads in %.1f s", stepped, time.monotonic() - started)
         except LeadershipLostError:
             LOG.error("the lease was lost during the pass: the actuator stops acting")

@@ -242,7 +242,8 @@ class Actuator(ChangeWriter):
     def _live_gates(self, case: WorkloadCase, plan: ChangePlan) -> Verdict | None:
         owners = field_conflicts(case.workload, plan.target)
         if case.hpa is not None:
-            owners.update(field_conflicts(case.hpa, [p for p in plan.target if p.startswith("hpa.")]))
+            hpa = {**case.hpa, "kind": "HorizontalPodAutoscaler"}  # listed objects carry no kind
+            owners.update(field_conflicts(hpa, [p for p in plan.target if p.startswith("hpa.")]))
         if owners:
             return Verdict(False, ApplyState.BLOCKED, conflict_reason(owners))
         return check_availability(

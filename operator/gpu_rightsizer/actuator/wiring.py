@@ -48,7 +48,10 @@ def start_actuator(ctx: OperatorContext) -> Coroutine[Any, Any, None]:
     acting = Actuator(ctx.kube, records, ctx.elector.is_leader if ctx.elector else lambda: False,
                       scoped_measure(ctx.verify_source))  # fmt: skip
     interval = ctx.config.actuator_interval_seconds or ctx.config.interval_seconds
-    return actuator_loop(ctx.kube, records, acting, interval_seconds=interval, stop=ctx.stop)
+    namespaces = () if ctx.config.all_namespaces else ctx.config.namespaces
+    return actuator_loop(
+        ctx.kube, records, acting, interval_seconds=interval, stop=ctx.stop, namespaces=namespaces
+    )
 
 
 def _lost_lease(identity: str) -> None:

@@ -47,12 +47,20 @@ class ChangeStore:
             raise
         return cast(dict[str, Any], found)
 
-    def list_changes(self) -> list[dict[str, Any]]:
-        """Every change record the actuator may see (for the rate and disruption budgets)."""
-        listed = self.custom.list_cluster_custom_object(
-            GROUP, VERSION, CHANGES, _request_timeout=REQUEST_TIMEOUT_SECONDS
-        )
-        return list(cast(dict[str, Any], listed).get("items") or [])
+    def list_changes(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The change records in `namespaces` (every namespace when empty; that needs cluster-wide read)."""
+        if not namespaces:
+            listed = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, CHANGES, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            )
+            return list(cast(dict[str, Any], listed).get("items") or [])
+        found: list[dict[str, Any]] = []
+        for namespace in namespaces:
+            listed = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, CHANGES, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            )
+            found.extend(cast(dict[str, Any], listed).get("items") or [])
+        return found
 
     def create_change(self, ref: WorkloadRef, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Create the record (status empty); a 409 means it exists and is raised to the caller."""

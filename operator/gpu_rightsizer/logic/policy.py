@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpu_rightsizer.model.codes import ActionType, PolicyMode, SharingStrategy
@@ -221,6 +222,20 @@ class EffectiveSettings:
     def may_apply(self, action: ActionType) -> bool:
         """True when an Apply policy allows this action (dry-run included: the patch is still computed)."""
         return self.recommends and self.mode == PolicyMode.APPLY and action in self.actions
+
+
+def readable_policies(raw: Iterable[Mapping[str, Any]]) -> tuple[list[GPURightsizingPolicy], list[str]]:
+    """The policies that validate, and one message per unreadable one: an unreadable policy governs
+    nothing (its workloads are neither recommended under it nor changed), it is never guessed."""
+    policies, problems = [], []
+    for item in raw:
+        try:
+            policies.append(GPURightsizingPolicy.model_validate(item))
+        except ValueError as error:
+            problems.append(
+                f"policy {(item.get('metadata') or {}).get('name')} is unreadable and ignored: {error}"
+            )
+    return policies, problems
 
 
 def effective_settings(policy: GPURightsizingPolicy | None, *, ignored: bool = False) -> EffectiveSettings:

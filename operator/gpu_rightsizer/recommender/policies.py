@@ -11,6 +11,7 @@ from gpu_rightsizer.logic.policy import (
     count_governed,
     find_overlaps,
     policy_problems,
+    readable_policies,
 )
 from gpu_rightsizer.model.crd import (
     GPURightsizingPolicy,
@@ -23,15 +24,10 @@ LOG = logging.getLogger(__name__)
 
 def load_policies(kube: KubeAdapter) -> list[GPURightsizingPolicy]:
     """Every policy the operator can read; unreadable ones are logged and left out (never guessed)."""
-    policies = []
-    for raw in kube.list_policies():
-        try:
-            policies.append(GPURightsizingPolicy.model_validate(raw))
-        except ValueError as error:
-            metrics.ERRORS.labels("policy").inc()
-            LOG.warning(
-                "policy %s is unreadable and ignored: %s", (raw.get("metadata") or {}).get("name"), error
-            )
+    policies, problems = readable_policies(kube.list_policies())
+    for problem in problems:
+        metrics.ERRORS.labels("policy").inc()
+        LOG.warning("%s", problem)
     return policies
 
 

@@ -161,7 +161,7 @@ class Cluster:
     def get_change(self, ref: WorkloadRef) -> dict[str, Any] | None:
         return copy.deepcopy(self.change)
 
-    def list_changes(self) -> list[dict[str, Any]]:
+    def list_changes(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         return [copy.deepcopy(self.change)] if self.change is not None else []
 
     def create_change(self, ref: WorkloadRef, spec: Mapping[str, Any]) -> dict[str, Any]:

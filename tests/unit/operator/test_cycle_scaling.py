@@ -207,7 +207,7 @@ def test_a_standby_actuator_does_nothing_at_all() -> None:
 class NoRecords:
     """An actuator's change records before any change: none."""
 
-    def list_changes(self) -> list[dict[str, Any]]:
+    def list_changes(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         return []
 
     def get_change(self, ref: WorkloadRef) -> None:
