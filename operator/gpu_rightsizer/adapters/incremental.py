@@ -758,7 +758,9 @@ class IncrementalSource:
             for family in _source_families(self.step_seconds, None)
         ]
         config = self.source.config
-        trusted = None if config.trusted_gpu_targets is None else [list(t) for t in config.trusted_gpu_targets]
+        trusted = (
+            None if config.trusted_gpu_targets is None else [list(t) for t in config.trusted_gpu_targets]
+        )
         text = json.dumps([definitions, list(config.extra_matchers), trusted], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 

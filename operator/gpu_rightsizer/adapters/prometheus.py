@@ -342,7 +342,9 @@ class PrometheusSource:
         if self.config.trusted_gpu_targets is None:
             return {}
         return {
-            gpu_targets.CLAIMS: self.instant("GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at),
+            gpu_targets.CLAIMS: self.instant(
+                "GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at
+            ),
             gpu_targets.RELABELLED: self.instant(
                 "relabelled GPU series", gpu_targets.relabelled_query(window_seconds), at
             ),
