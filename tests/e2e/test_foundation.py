@@ -91,7 +91,8 @@ def test_prometheus_serves_simulated_dcgm_series_of_the_pod(kube: Kube, live_met
     name = pod["metadata"]["name"]
     series = kube.wait_for(
         lambda: _promql(
-            live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{name}"}}'
+            live_metrics,
+            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{exported_namespace="{namespace}",exported_pod="{name}"}}',
         ),
         timeout=60,
         what="Prometheus to scrape the pod's simulated DCGM series",
