@@ -36,9 +36,10 @@ def test_default_trusts_the_gpu_operator_exporter_and_the_agent_when_deployed(he
     monitor = with_agent.one("PodMonitor", f"{FULLNAME}-agent", "gpu-agents")
     # the agent's own pod/namespace labels must arrive as exported_*: its target labels are its identity
     assert monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"] is False
-    assert "--gpu-honor-labels" not in pod_spec(with_agent.one("Deployment", f"{FULLNAME}-recommender"))[
-        "containers"
-    ][0]["args"]
+    assert (
+        "--gpu-honor-labels"
+        not in pod_spec(with_agent.one("Deployment", f"{FULLNAME}-recommender"))["containers"][0]["args"]
+    )
 
 
 def test_values_replace_the_default_targets(helm: Path) -> None:
@@ -52,7 +53,9 @@ def test_values_replace_the_default_targets(helm: Path) -> None:
     assert _targets(rendered, "recommender") == ['job="dcgm",kubernetes_namespace="gpu"']
     args = pod_spec(rendered.one("Deployment", f"{FULLNAME}-recommender"))["containers"][0]["args"]
     assert "--gpu-honor-labels" in args
-    assert parse_trusted_targets(_targets(rendered, "recommender")) == (('job="dcgm"', 'kubernetes_namespace="gpu"'),)
+    assert parse_trusted_targets(_targets(rendered, "recommender")) == (
+        ('job="dcgm"', 'kubernetes_namespace="gpu"'),
+    )
 
 
 def test_schema_refuses_a_target_that_is_not_matchers(helm: Path) -> None:
