@@ -24,6 +24,7 @@ incremental reads use too), and two checks run on each read:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +69,40 @@ def restrict_to_trusted(
         for target in targets
     )
     return next(iter(copies)) if len(copies) == 1 else " or ".join(f"({copy})" for copy in copies)
+
+
+_MATCHER = re.compile(r'^([a-zA-Z_][a-zA-Z0-9_]*)(=~|!=|!~|=)"((?:[^"\\]|\\.)*)"$')
+
+
+def served_by_trusted(labels: Mapping[str, str], targets: Sequence[TrustedTarget]) -> bool:
+    """Whether a sample's labels match one trusted target's matchers, as PromQL matches them (regexes
+    anchored; a missing label is the empty string). For files whose series carry their target labels
+    (a `/federate` or remote-read dump): the same rule as the queries."""
+    for target in targets:
+        ok = True
+        for matcher in target:
+            found = _MATCHER.match(matcher)
+            if found is None:
+                raise ValueError(f"not a normalised label matcher: {matcher!r}")
+            name, op, raw = found.groups()
+            value = re.sub(r"\\(.)", r"\1", raw)
+            have = labels.get(name, "")
+            if op == "=":
+                ok = have == value
+            elif op == "!=":
+                ok = have != value
+            else:
+                ok = (re.fullmatch(value, have) is not None) == (op == "=~")
+            if not ok:
+                break
+        if ok:
+            return True
+    return False
+
+
+def claim_of(labels: Mapping[str, str], device: str, namespace: str, pod: str) -> DeviceClaim:
+    """The claim a sample's series makes: its target is `job instance`, as in `claims_query`."""
+    return DeviceClaim(device, f"{labels.get('job', '')} {labels.get('instance', '')}", namespace, pod)
 
 
 def claims_query(window_seconds: float, fold_labels: Callable[[str], str]) -> str:

@@ -7,14 +7,16 @@ import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
-from tests.unit.signals.test_attribution import T0
+from tests.unit.signals.test_attribution import T0, _ksm
 from tests.unit.signals.test_attribution import _answers as attribution_answers
 from tests.unit.signals.test_prometheus_adapter import FakePrometheus
 
 from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.incremental import IncrementalSource, default_families
+from gpu_rightsizer.adapters.openmetrics import read_openmetrics
 from gpu_rightsizer.adapters.prometheus import (
     PrometheusConfig,
     PrometheusSource,
@@ -23,7 +25,7 @@ from gpu_rightsizer.adapters.prometheus import (
 )
 from gpu_rightsizer.config import DEFAULT_TRUSTED_GPU_TARGETS, MatcherError, parse_trusted_targets
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
-from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 DCGM = DEFAULT_TRUSTED_GPU_TARGETS[0]
 AGENT = ('namespace="gpurs"', 'pod=~"gpurs-agent-.*"')
@@ -181,3 +183,68 @@ def test_the_assembly_refuses_a_gpu_two_trusted_targets_disagree_on() -> None:
 def test_relabelled_gpu_series_put_a_warning_on_every_window() -> None:
     [window] = _read([], [{"job": "tenant/app", "instance": "10.1.2.3:8080", "namespace": "ml"}])
     assert any("honor_labels: true" in w and "job=tenant/app" in w for w in window.warnings)
+
+
+DCGM_TARGET = 'job="nvidia-dcgm-exporter",instance="10.0.0.5:9400",namespace="gpu-operator",service="nvidia-dcgm-exporter"'
+AGENT_TARGET = 'job="gpurs/agent",instance="10.0.0.5:9500",namespace="gpurs",pod="gpurs-agent-x1"'
+TENANT_TARGET = 'job="tenant/app",instance="10.1.2.3:8080",namespace="tenant",pod="tenant-0",service="app"'
+
+
+def _dump(tmp_path: Path, *series: tuple[str, str, str, float]) -> Path:
+    """A `/federate`-style dump: (target labels, exported pod labels, UUID, busy) per GPU series."""
+    lines = ["# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge"]
+    for target, pod_labels, uuid, busy in series:
+        lines += [
+            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{target},{pod_labels},Hostname="n1",UUID="{uuid}",gpu="0"}} '
+            f"{busy + 0.001 * (i % 3)} {T0 + 60 * i}"
+            for i in range(40)
+        ]
+    lines += _ksm('namespace="ml",pod="trainer-0"', "StatefulSet", "trainer", gpu=True)
+    path = tmp_path / "federate.om"
+    path.write_text("\n".join(lines) + "\n# EOF\n")
+    return path
+
+
+def _trainer(path: Path, targets: tuple[tuple[str, ...], ...] | None) -> WorkloadWindow:
+    [window] = read_openmetrics(
+        path, window_seconds=3600, at=datetime.fromtimestamp(T0 + 2400, tz=UTC), trusted_gpu_targets=targets
+    )
+    return window
+
+
+def test_a_file_keeps_only_the_trusted_targets_gpu_series(tmp_path: Path) -> None:
+    victim = 'exported_namespace="ml",exported_pod="trainer-0"'
+    path = _dump(
+        tmp_path, (DCGM_TARGET, victim, "GPU-1", 0.97), (TENANT_TARGET, victim + ',vgpu="0"', "GPU-1", 0.02)
+    )
+    [gpu] = _trainer(path, (DCGM,)).pods[0].gpus
+    assert gpu.stats[Signal.GR_ENGINE_ACTIVE].mean > 0.9
+    assert [g.uuid for g in _trainer(path, (('namespace="nobody"',),)).pods[0].gpus] == []
+    assert any("any" in w for w in _trainer(path, ()).warnings)
+
+
+def test_a_file_gpu_two_trusted_targets_disagree_on_is_refused(tmp_path: Path) -> None:
+    path = _dump(
+        tmp_path,
+        (DCGM_TARGET, 'exported_namespace="ml",exported_pod="trainer-0"', "GPU-1", 0.97),
+        (AGENT_TARGET, 'exported_namespace="ml",exported_pod="other-0"', "GPU-1", 0.02),
+    )
+    window = _trainer(path, (DCGM, ('namespace="gpurs"',)))
+    assert window.pods[0].gpus == []
+    assert any("GPU GPU-1 is reported for different pods" in w for w in window.warnings)
+    agreeing = _dump(
+        tmp_path,
+        (DCGM_TARGET, 'exported_namespace="ml",exported_pod="trainer-0"', "GPU-1", 0.97),
+        (AGENT_TARGET, 'exported_namespace="ml",exported_pod="trainer-0"', "GPU-1", 0.97),
+    )
+    assert [g.uuid for g in _trainer(agreeing, (DCGM, ('namespace="gpurs"',))).pods[0].gpus] == ["GPU-1"]
+
+
+def test_served_by_trusted_matches_like_promql() -> None:
+    targets = (('namespace="gpu-operator"', 'pod=~"dcgm-.*"'), ('job!="x"', 'service!~"a|b"'))
+    assert gpu_targets.served_by_trusted({"namespace": "gpu-operator", "pod": "dcgm-1", "job": "x"}, targets)
+    assert not gpu_targets.served_by_trusted(
+        {"namespace": "gpu-operator", "pod": "a-dcgm-1", "job": "x"}, targets
+    )
+    assert gpu_targets.served_by_trusted({"job": "y", "service": "c"}, targets)
+    assert not gpu_targets.served_by_trusted({"job": "y", "service": "a"}, targets)
