@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpu_rightsizer.adapters.prometheus import PrometheusConfig, read_prometheus
+from gpu_rightsizer.adapters.gpu_targets import CLAIMS, RELABELLED, trust_warnings
+from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource, read_prometheus
 from gpu_rightsizer.config import DEFAULT_TRUSTED_GPU_TARGETS
 from gpu_rightsizer.model import metric_names as mn
 from tests.e2e.conftest import Kube, _wait_http, start_background
@@ -205,3 +207,42 @@ def test_a_tenant_series_with_another_pods_labels_does_not_replace_its_figures(
     assert attack_landed, "the tenant's copies never reached the trainer's figures: the test proves nothing"
     assert len(trusted_reads) >= 5, trusted_reads
     assert all(replaced == [] for replaced in trusted_reads), trusted_reads
+
+
+def test_series_that_set_their_own_target_labels_are_found_on_a_real_prometheus(tmp_path: Path) -> None:
+    """honor_labels: true lets a series keep its own `namespace`/`pod`; the check sees it by `up`."""
+    from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
+
+    text = 'DCGM_FI_DEV_FB_USED{UUID="GPU-1",namespace="ml",pod="trainer-0",Hostname="n1"} 100\n'
+    honest, honouring = TenantTarget(free_port(), text), TenantTarget(free_port(), text)
+    target_labels = {"namespace": "gpu-operator", "service": "nvidia-dcgm-exporter", "pod": "dcgm-0"}
+    jobs = [
+        {"job_name": "honest", "honor_labels": False, "scrape_interval": "1s",
+         "static_configs": [{"targets": [f"127.0.0.1:{honest.port}"], "labels": target_labels}]},
+        {"job_name": "honouring", "honor_labels": True, "scrape_interval": "1s",
+         "static_configs": [{"targets": [f"127.0.0.1:{honouring.port}"], "labels": {"namespace": "tenant"}}]},
+    ]  # fmt: skip
+    server = PrometheusServer(workdir=tmp_path, extra_scrape_configs=jobs, scrape_interval="1s")
+    for target in (honest, honouring):
+        target.start()
+    try:
+        server.start()
+        source = PrometheusSource(
+            PrometheusConfig(server.url, trusted_gpu_targets=DEFAULT_TRUSTED_GPU_TARGETS)
+        )
+        deadline = time.monotonic() + 30
+        answers: dict[str, list[dict[str, Any]]] = {}
+        while time.monotonic() < deadline and not all(answers.get(k) for k in (CLAIMS, RELABELLED)):
+            time.sleep(1)
+            answers = source.identity_answers(time.time(), 60)
+    finally:
+        server.stop()
+        for target in (honest, honouring):
+            target.stop()
+    assert [row["metric"]["job"] for row in answers[RELABELLED]] == ["honouring"]
+    [claim] = answers[CLAIMS]  # only the trusted target's, with the workload's pod folded in
+    assert claim["metric"] == {
+        "UUID": "GPU-1", "namespace": "ml", "pod": "trainer-0", "scrape_target": f"honest 127.0.0.1:{honest.port}"
+    }  # fmt: skip
+    [warning] = trust_warnings(answers, DEFAULT_TRUSTED_GPU_TARGETS)
+    assert "job=honouring" in warning and "no automatic action" in warning
