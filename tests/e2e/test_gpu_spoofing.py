@@ -9,7 +9,6 @@ GPU UUID and hostname, plus `vgpu="0"`, at 2 % busy and 1.5 GiB of memory: the a
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from gpu_rightsizer.adapters.gpu_targets import CLAIMS, RELABELLED, trust_warnin
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource, read_prometheus
 from gpu_rightsizer.config import DEFAULT_TRUSTED_GPU_TARGETS
 from gpu_rightsizer.model import metric_names as mn
-from tests.e2e.conftest import Kube, _wait_http, start_background
+from tests.e2e.conftest import Kube, _wait_http, start_simulator
 from tests.e2e.test_actuation_e2e import create, promql, running_pods
 from tests.e2e.workloads import gpu_deployment
 
@@ -109,12 +108,7 @@ def spoofed_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Ite
     from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
 
     workdir = tmp_path_factory.mktemp("spoofed-metrics")
-    port = free_port()
-    simulator = start_background(
-        [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(kube.kubeconfig),
-         "--host", "127.0.0.1", "--port", str(port)],
-        workdir / "simulator.log",
-    )  # fmt: skip
+    simulator, port = start_simulator(kube, workdir)
     tenant = TenantTarget(free_port())
     tenant.start()
     prometheus = PrometheusServer(

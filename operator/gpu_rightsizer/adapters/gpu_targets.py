@@ -37,8 +37,9 @@ CLAIMS = "identity:claims"
 RELABELLED = "identity:relabelled"
 #: Labels naming a scrape target, set by Prometheus from service discovery.
 TARGET_LABELS = ("job", "instance", "namespace", "pod", "service")
-#: Series every GPU exporter sends for every device (the agent too): enough to see who reports what.
-_IDENTITY_METRICS = (mn.DCGM_FB_USED, mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_GPU_UTIL)
+#: Series every GPU exporter sends for every device, MIG instances included (dcgm-exporter's default
+#: counters, the agent): enough to see who reports what, at the cost of one series per device.
+_IDENTITY_METRICS = (mn.DCGM_FB_USED,)
 _DCGM_NAMES = tuple(
     sorted(
         {v for v in vars(mn).values() if isinstance(v, str) and v.startswith("DCGM_FI_")},
