@@ -23,6 +23,7 @@ from gpu_rightsizer.adapters.prometheus import (
     add_matchers,
     fold_labels,
 )
+from gpu_rightsizer.adapters.recording_rules import detect, recording_rules
 from gpu_rightsizer.config import DEFAULT_TRUSTED_GPU_TARGETS, MatcherError, parse_trusted_targets
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
@@ -248,3 +249,12 @@ def test_served_by_trusted_matches_like_promql() -> None:
     )
     assert gpu_targets.served_by_trusted({"job": "y", "service": "c"}, targets)
     assert not gpu_targets.served_by_trusted({"job": "y", "service": "a"}, targets)
+
+
+def test_recorded_gpu_series_are_not_used_with_trusted_targets() -> None:
+    rules = [rule for rule in recording_rules() if rule.family.startswith("gpu:")]
+    assert rules
+    source = PrometheusSource(PrometheusConfig(url="http://p:9090", trusted_gpu_targets=(DCGM,)))
+    detection = detect(source, now=T0, window_seconds=3600, step_seconds=60, rules=rules)
+    assert detection.used == {}
+    assert all("trusted" in detection.fallback[rule.family] for rule in rules)
