@@ -3,6 +3,7 @@ gets one story from its trusted targets (logic/gpu_identity.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Callable
@@ -24,7 +25,13 @@ from gpu_rightsizer.adapters.prometheus import (
     fold_labels,
 )
 from gpu_rightsizer.adapters.recording_rules import detect, recording_rules
-from gpu_rightsizer.config import DEFAULT_TRUSTED_GPU_TARGETS, MatcherError, parse_trusted_targets
+from gpu_rightsizer.commands import run
+from gpu_rightsizer.config import (
+    DEFAULT_TRUSTED_GPU_TARGETS,
+    MatcherError,
+    OperatorConfig,
+    parse_trusted_targets,
+)
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
@@ -258,3 +265,26 @@ def test_recorded_gpu_series_are_not_used_with_trusted_targets() -> None:
     detection = detect(source, now=T0, window_seconds=3600, step_seconds=60, rules=rules)
     assert detection.used == {}
     assert all("trusted" in detection.fallback[rule.family] for rule in rules)
+
+
+def test_the_run_flags_and_environment_set_the_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = argparse.ArgumentParser()
+    run.add_arguments(parser)
+
+    def config(*argv: str) -> OperatorConfig:
+        return OperatorConfig.from_args(parser.parse_args(list(argv)))
+
+    assert config().trusted_gpu_targets == DEFAULT_TRUSTED_GPU_TARGETS
+    assert not config().gpu_honor_labels
+    assert config("--trusted-gpu-target", "any").trusted_gpu_targets == ()
+    both = config("--trusted-gpu-target", "namespace=a,service=b", "--trusted-gpu-target", 'job=~"x.*"')
+    assert both.trusted_gpu_targets == (('namespace="a"', 'service="b"'), ('job=~"x.*"',))
+    assert config("--gpu-honor-labels").gpu_honor_labels
+    monkeypatch.setenv("GPURS_TRUSTED_GPU_TARGETS", "namespace=a;namespace=b")
+    monkeypatch.setenv("GPURS_GPU_HONOR_LABELS", "true")
+    from_env = config()
+    assert (
+        from_env.trusted_gpu_targets == (('namespace="a"',), ('namespace="b"',)) and from_env.gpu_honor_labels
+    )
+    with pytest.raises(MatcherError):
+        config("--trusted-gpu-target", "gpu-operator")
