@@ -179,7 +179,11 @@ def build() -> JsonSchema:
                 "analysis": obj(
                     {
                         "interval": duration("re-analysis interval, e.g. 5m", K8S_DURATION),
-                        "window": duration("observation window, e.g. 24h (units ms, s, m, h)", K8S_DURATION),
+                        "window": duration(
+                            "observation window, e.g. 24h (units ms, s, m, h); at least 5m, which the templates check "
+                            "(a schema cannot add up 4m59s)",
+                            K8S_DURATION,
+                        ),
                     },
                     required=["interval", "window"],
                 ),
@@ -228,6 +232,7 @@ def build() -> JsonSchema:
                 },
                 "tmpSizeLimit": {"type": "string", "pattern": QUANTITY},
                 "commonLabels": string_map,
+                "avoidGPUNodes": boolean("keep the operator pods off GPU nodes (required node affinity)"),
                 "recommender": obj(
                     {"serviceAccountName": service_account_name, **pod_placement("recommender pod")},
                     required=["resources"],
@@ -335,7 +340,10 @@ def build() -> JsonSchema:
                 ),
                 "serviceMonitor": obj(
                     {
-                        "enabled": boolean("create a ServiceMonitor"),
+                        "enabled": {
+                            "enum": [True, False, "auto"],
+                            "description": "true, false, or auto (when the monitoring.coreos.com/v1 API exists)",
+                        },
                         "interval": duration("scrape interval"),
                         "scrapeTimeout": duration("scrape timeout"),
                         "labels": string_map,

@@ -8,7 +8,6 @@ scrape targets such as the workload-metrics simulator.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,13 @@ from pathlib import Path
 
 import yaml
 
+from gpu_rightsizer.testcluster.processes import free_port, log_tail, stop_process
+
+__all__ = ["PrometheusError", "PrometheusServer", "create_blocks", "free_port"]
+
 
 class PrometheusError(RuntimeError):
     """Prometheus could not be prepared or started."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def create_blocks(source: Path, data_dir: Path, promtool: Path = Path("/usr/bin/promtool")) -> float:
@@ -189,9 +185,7 @@ class PrometheusServer:
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
-                raise PrometheusError(f"prometheus exited with {self._process.returncode}:\n{tail}")
+            self.check_running()
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
                     if answer.status == 200:
@@ -202,16 +196,19 @@ class PrometheusServer:
         self.stop()
         raise PrometheusError(f"prometheus not ready after {timeout:.0f} s")
 
+    def check_running(self) -> None:
+        """Raise PrometheusError, with the end of its log, if the started server has exited."""
+        if self._process is not None and self._process.poll() is not None:
+            tail = log_tail(self.workdir / "prometheus.log")
+            raise PrometheusError(
+                f"prometheus exited with code {self._process.returncode}; its log ends:\n{tail}"
+            )
+
     def stop(self) -> None:
         """Terminate the server; safe to call twice."""
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(timeout=10)
+        stop_process(self._process)
         self._process = None
 
     def __enter__(self) -> PrometheusServer:
