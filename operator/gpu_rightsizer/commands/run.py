@@ -41,6 +41,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra label matcher for every query, e.g. cluster=prod (repeatable; env GPURS_PROMETHEUS_LABELS, "
         "separated by ';')",
     )
+    parser.add_argument(
+        "--trusted-gpu-target",
+        action="append",
+        metavar="MATCHERS",
+        help="scrape target whose GPU series are believed, as matchers on its target labels, e.g. "
+        "namespace=gpu-operator,service=nvidia-dcgm-exporter (repeatable; 'any' for every target, which "
+        "blocks automatic actions; env GPURS_TRUSTED_GPU_TARGETS, separated by ';'; default: the GPU "
+        "Operator's dcgm-exporter; docs/clusters.md)",
+    )
+    parser.add_argument(
+        "--gpu-honor-labels",
+        action="store_true",
+        help="GPU exporters are scraped with honorLabels: true: no GPU series' identity is proof, so no "
+        "automatic action (env GPURS_GPU_HONOR_LABELS=true)",
+    )
     parser.add_argument("--interval", help="analysis interval, e.g. 5m (env GPURS_INTERVAL; default 5m)")
     parser.add_argument("--window", help="observation window, e.g. 1h (env GPURS_WINDOW; default 1h)")
     parser.add_argument(
