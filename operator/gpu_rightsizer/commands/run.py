@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpu_rightsizer.config import OperatorConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.runtime import startup
 
     try:
         config = OperatorConfig.from_args(args)
@@ -112,12 +115,7 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    startup.CONFIG = config
-    # each wing's kopf handlers register on import: a process imports only the wings it runs
-    if startup.runs(config, "recommender"):
-        from gpu_rightsizer.recommender import wiring as recommender  # noqa: F401
-    if startup.runs(config, "actuator"):
-        from gpu_rightsizer.actuator import wiring as actuator  # noqa: F401
+    import_wings(config)
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     kopf.run(
@@ -128,3 +126,16 @@ def run(args: argparse.Namespace) -> int:
         liveness_endpoint=config.liveness_endpoint,
     )
     return 0
+
+
+def import_wings(config: OperatorConfig) -> None:
+    """Register the kopf handlers of the wings this process runs, after the shared startup's: each
+    wing's handlers register when its module is imported, so an actuator imports no recommender
+    watch (and a recommender no lease)."""
+    from gpu_rightsizer.runtime import startup
+
+    startup.CONFIG = config
+    if startup.runs(config, "recommender"):
+        from gpu_rightsizer.recommender import wiring as recommender  # noqa: F401
+    if startup.runs(config, "actuator"):
+        from gpu_rightsizer.actuator import wiring as actuator  # noqa: F401
