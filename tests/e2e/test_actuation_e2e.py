@@ -92,6 +92,12 @@ def apply_state(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return (recommendation(kube, namespace, name).get("status") or {}).get("apply") or {}
 
 
+def change_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    """The actuator's own record (GPURightsizingChange status: patch, rollback, history); {} when none."""
+    found = kube.kubectl("get", "gpurightsizingchange", "-n", namespace, name, "-o", "json", check=False)
+    return (json.loads(found.stdout).get("status") or {}) if found.returncode == 0 else {}
+
+
 def container_resources(kube: Kube, namespace: str, deployment: str) -> dict[str, Any]:
     obj = kube.get_json("deployment", "-n", namespace, deployment)
     resources: dict[str, Any] = obj["spec"]["template"]["spec"]["containers"][0]["resources"]
@@ -188,7 +194,8 @@ def test_cpu_starved_trainer_is_patched_and_verified(
     pod_name = pods[0]["metadata"]["name"]
     busy = kube.wait_for(
         lambda: promql(
-            live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{pod_name}"}}'
+            live_metrics,
+            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{exported_namespace="{namespace}",exported_pod="{pod_name}"}}',
         ),
         timeout=60,
         what="GPU series of the new pod",
@@ -210,7 +217,7 @@ def test_cpu_starved_trainer_is_patched_and_verified(
 
 
 def gpu_series_node(url: str, namespace: str) -> set[str]:
-    rows = promql(url, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}"}}')
+    rows = promql(url, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{exported_namespace="{namespace}"}}')
     return {r["metric"].get("Hostname", r["metric"].get("hostname", "")) for r in rows}
 
 

@@ -17,7 +17,7 @@ send at its step (the rate window follows the step); does `/api/v1/rules` show i
 evaluated at least once per step (when the API answers); and do recorded series exist both now and
 at the start of the window (rules only record from the moment they are loaded, so a rule younger
 than the window would leave most of it empty). A family that fails any check reads the raw
-expression, and the reason is logged. `handlers.windows` asks again every 15 minutes, so rules that
+expression, and the reason is logged. `adapters.windows` asks again every 15 minutes, so rules that
 come to cover the window are picked up, and rules removed are left, without a restart.
 """
 
@@ -170,7 +170,11 @@ def detect(
     wanted = {family.name: family.query(None) for family in default_families(step_seconds)}
     candidates: list[RecordingRule] = []
     for rule in rules:
-        if wanted.get(rule.family) != rule.expr:
+        if rule.family.startswith("gpu:") and source.config.trusted_gpu_targets is not None:
+            detection.fallback[rule.family] = (
+                "recorded GPU series mix every scrape target's; they are read raw from the trusted targets"
+            )
+        elif wanted.get(rule.family) != rule.expr:
             detection.fallback[rule.family] = (
                 f"the rule is written for a {_duration(RULE_STEP_SECONDS)} step, "
                 f"this window reads at {_duration(step_seconds)}"
