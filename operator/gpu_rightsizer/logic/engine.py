@@ -115,9 +115,15 @@ def analyze_window(
 
 
 def merge_lookback(previous: MemoryLookback | None, figures: WorkloadFigures) -> MemoryLookback | None:
-    """The GPU-memory high-water mark over the previous look-back and this window (None without FB)."""
+    """The GPU-memory high-water mark over the previous look-back and this window (None without FB).
+
+    The look-back keeps the highest peak and the earliest start; a stored one that starts after this
+    window ends (a clock jump, a forged status) is not trusted, and the look-back starts again here.
+    """
     peak = figures.fb_used_max_gib
     start = figures.window.start
+    if previous is not None and previous.since > figures.window.end:
+        previous = None
     if previous is None:
         return MemoryLookback(max_gib=round(peak, 3), since=start) if peak is not None else None
     return MemoryLookback(

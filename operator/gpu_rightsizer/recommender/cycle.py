@@ -44,7 +44,7 @@ from gpu_rightsizer.model.crd import (
 )
 from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
-from gpu_rightsizer.model.result import Analysis
+from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
 from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of
 from gpu_rightsizer.recommender.writes import (
@@ -108,9 +108,14 @@ def analyse(
     now: datetime,
     window_seconds: float | None = None,
     capacity: ClusterCapacity | None = None,
+    memory_lookback: MemoryLookback | None = None,
 ) -> Analysis:
     """Run the engine with the cluster's sharing strategy (the policy's when no node is known), MIG
-    profiles and thresholds, then keep its advice to what the node pools can schedule."""
+    profiles and thresholds, then keep its advice to what the node pools can schedule.
+
+    `memory_lookback` is the GPU-memory high-water mark the stored status carries from earlier
+    cycles: a slice is sized on it, not on this window's peak alone (the engine merges the two).
+    """
     fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
@@ -125,6 +130,7 @@ def analyse(
             now=now,
             allowed_mig_profiles=profiles,
             min_replicas=settings.min_replicas if settings.policy is not None else 0,
+            memory_lookback=memory_lookback,
         )
 
     allowed = list(settings.allowed_mig_profiles) or None
@@ -381,7 +387,14 @@ def _analyse_and_write(
     window = with_hpa(window, hpa)
     uid = str((item.workload.get("metadata") or {}).get("uid", ""))
     try:
-        analysis = analyse(window, settings, state.now, item.window_seconds, state.capacity)
+        analysis = analyse(
+            window,
+            settings,
+            state.now,
+            item.window_seconds,
+            state.capacity,
+            item.recommendation.status.memory_lookback,
+        )
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)
