@@ -585,8 +585,9 @@ class EngineSettings(BaseModel):
         default=0.1,
         ge=0,
         le=1,
-        description="I/O or CPU pressure veto: PSI stall time (container_pressure_*_stalled_seconds_total "
-        "rate, google/cadvisor#3649) at or above this share of wall time while the GPU waits. Heur.",
+        description="I/O or CPU pressure veto: PSI time some task waited (container_pressure_*_waiting_"
+        "seconds_total rate, the *_stalled_* rate where only that is served; google/cadvisor#3649) at or "
+        "above this share of wall time while the GPU waits. Heur.",
     )
     crash_loop_restarts: int = Field(
         default=1,

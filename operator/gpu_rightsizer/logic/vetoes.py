@@ -145,7 +145,7 @@ def _io_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]
             DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
             f"the pod reads {reads / 2**20:.1f} MiB/s (median, file system"
             f"{'' if figures.is_serving else ' + network'}) while GPU busy p50 is {pct(busy)}",
-            "I/O pressure (cgroup io.pressure, container_pressure_io_stalled_seconds_total) "
+            "I/O pressure (cgroup io.pressure, container_pressure_io_waiting_seconds_total) "
             "and the volume's read ceiling",
         )
     if figures.io_pressure_p50 is not None and figures.io_pressure_p50 >= settings.veto_pressure_share:
