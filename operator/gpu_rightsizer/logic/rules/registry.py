@@ -54,7 +54,7 @@ RULES: tuple[RuleEntry, ...] = (
     _R(DiagnosisCode.MEMORY_CAPACITY_BOUND, "R9", _F.BREAKING, _S.WARNING,
        frozenset({_A.SOFTWARE, _A.MIG_PROFILE, _A.GPU_MODEL, _A.GPU_COUNT}), frozenset({"gpuMemoryFull"})),
     _R(DiagnosisCode.CRASH_LOOPING, "R12", _F.BREAKING, _S.WARNING,
-       frozenset({_A.SOFTWARE, _A.MEMORY}), frozenset({"crashLoop", "hostMemoryNearLimit"})),
+       frozenset({_A.SOFTWARE, _A.MEMORY}), frozenset({"crashLoop", "containerRestart", "hostMemoryNearLimit"})),
     _R(DiagnosisCode.UNDER_REPLICATED, "R10", _F.BREAKING, _S.WARNING,
        frozenset({_A.SOFTWARE, _A.REPLICAS, _A.HPA_BOUNDS}), frozenset({"sustainedQueue"})),
     _R(DiagnosisCode.SERVING_HOST_BOUND, "R13", _F.BREAKING, _S.WARNING,
