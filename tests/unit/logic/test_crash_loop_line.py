@@ -46,8 +46,9 @@ def test_one_restart_of_an_idle_allocation_keeps_its_diagnosis_and_releases_noth
 def test_one_restart_still_withholds_a_slice_it_would_otherwise_get() -> None:
     assert automatic_shrinks(analyze_window(oversized(), PROVEN))  # the slice the restart must block
     analysis = analyze_window(restarted(oversized(), 1), PROVEN)
-    assert not [a for a in analysis.actions if a.type in _SHRINKS]
-    assert analysis.primary is not DiagnosisCode.CRASH_LOOPING
+    assert not [a for a in analysis.actions if a.type in _SHRINKS]  # dropped by the gate, not advice
+    assert analysis.primary is DiagnosisCode.OVERSIZED_GPU  # what the window shows; the veto says why not
+    assert [v.name for v in analysis.vetoes] == ["containerRestart"]
 
 
 def test_repeated_restarts_or_an_oom_kill_are_a_crash_loop() -> None:
