@@ -114,6 +114,21 @@ def analyze_window(
     )
 
 
+def continued_lookback(
+    stored: MemoryLookback | None, stored_until: datetime | None, window_start: datetime
+) -> MemoryLookback | None:
+    """The stored look-back as it may continue into a window starting at `window_start`.
+
+    `stored_until` is the end of the window the stored status was written from. When the new window
+    starts after it, the time between was never observed (the operator was down, the workload was not
+    analysed): its peaks may be missing, so the peak is kept but the look-back counts again from this
+    window, and a slice waits for a full look-back of observed time.
+    """
+    if stored is None or stored_until is None or window_start <= stored_until:
+        return stored
+    return stored.model_copy(update={"since": window_start})
+
+
 def merge_lookback(previous: MemoryLookback | None, figures: WorkloadFigures) -> MemoryLookback | None:
     """The GPU-memory high-water mark over the previous look-back and this window (None without FB).
 

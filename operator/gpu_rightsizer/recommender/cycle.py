@@ -31,7 +31,7 @@ from gpu_rightsizer.adapters.source import (
 from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
-from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.logic.engine import analyze_window, continued_lookback
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
     settings_for_workload,
@@ -135,6 +135,14 @@ def analyse(
 
     allowed = list(settings.allowed_mig_profiles) or None
     return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed), notes)
+
+
+def stored_lookback(stored: StoredRecommendation, window: WorkloadWindow) -> MemoryLookback | None:
+    """The GPU-memory look-back the stored status carries, continued into `window` only where the
+    stored window reaches it (`logic.engine.continued_lookback`)."""
+    status = stored.status
+    until = status.window.end if status.window is not None else None
+    return continued_lookback(status.memory_lookback, until, window.start)
 
 
 def with_hpa(window: WorkloadWindow, hpa: Mapping[str, Any] | None) -> WorkloadWindow:
@@ -393,7 +401,7 @@ def _analyse_and_write(
             state.now,
             item.window_seconds,
             state.capacity,
-            item.recommendation.status.memory_lookback,
+            stored_lookback(item.recommendation, window),
         )
     except Exception:
         metrics.ERRORS.labels("analysis").inc()

@@ -74,18 +74,19 @@ def slice_gib(action: Mapping[str, Any]) -> int:
     return int(found.group(1))
 
 
+def run_hourly(kube: StoringKube, first: float, then: float, hours: int) -> None:
+    """One cycle at NOW whose window peaks at `first` MiB, then one an hour for `hours` at `then` MiB."""
+    cycle.run_cycle(memo_for(kube, source=FakeSource(one_workload, shape=oversized_using(first))), now=NOW)
+    for hour in range(1, hours + 1):
+        source = FakeSource(one_workload, shape=oversized_using(then))
+        cycle.run_cycle(memo_for(kube, source=source), now=NOW + timedelta(hours=hour))
+
+
 def test_a_peak_seen_in_an_earlier_window_still_sizes_the_slice() -> None:
-    """Cycle 1 sees 30 GiB; a day later the window peaks at 8 GiB. The slice must still hold 30 GiB
+    """Cycle 1 sees 30 GiB; the next 25 hourly windows peak at 8 GiB. The slice must still hold 30 GiB
     (× the headroom), and the look-back counts from cycle 1's window, so the day it needs is there."""
     kube = mig_cluster()
-    first = FakeSource(one_workload, shape=oversized_using(30 * 1024))
-    cycle.run_cycle(memo_for(kube, source=first), now=NOW)
-    stored = kube.recommendations[WORKLOAD]["status"]["memoryLookback"]
-    assert stored["maxGib"] == 30.0
-
-    later = NOW + timedelta(hours=25)
-    second = FakeSource(one_workload, shape=oversized_using(8 * 1024))
-    cycle.run_cycle(memo_for(kube, source=second), now=later)
+    run_hourly(kube, 30 * 1024, 8 * 1024, 25)
 
     status = kube.recommendations[WORKLOAD]["status"]
     assert status["memoryLookback"]["maxGib"] == 30.0
@@ -95,6 +96,27 @@ def test_a_peak_seen_in_an_earlier_window_still_sizes_the_slice() -> None:
     assert slices, status["actions"]
     assert all(slice_gib(a) >= 36 for a in slices)  # 1.2 × 30 GiB, not 1.2 × 8 GiB
     assert any(a["automatic"] for a in slices)  # 26 h of memory peaks: the look-back gate is met
+
+
+def test_unobserved_time_restarts_the_lookback_but_keeps_its_peak() -> None:
+    """A day passes with no cycle (the operator was down): the peak stays, the day is counted again."""
+    kube = mig_cluster()
+    cycle.run_cycle(
+        memo_for(kube, source=FakeSource(one_workload, shape=oversized_using(30 * 1024))), now=NOW
+    )
+    later = NOW + timedelta(hours=25)
+    cycle.run_cycle(
+        memo_for(kube, source=FakeSource(one_workload, shape=oversized_using(8 * 1024))), now=later
+    )
+
+    status = kube.recommendations[WORKLOAD]["status"]
+    assert status["memoryLookback"]["maxGib"] == 30.0
+    since = datetime.fromisoformat(status["memoryLookback"]["since"].replace("Z", "+00:00"))
+    assert since == later - timedelta(hours=1)  # this window's start: the 24 h before were not seen
+    slices = [a for a in status["actions"] if a["type"] == "migProfile"]
+    assert slices and all(slice_gib(a) >= 36 for a in slices)
+    assert not any(a["automatic"] for a in slices)
+    assert "GPU memory was tracked for 1.0 h" in slices[0]["reason"]
 
 
 def test_without_a_stored_lookback_a_day_of_memory_is_still_asked_for() -> None:
