@@ -146,6 +146,7 @@ def grid(folder: Path, names: Iterable[str], seeds: int, quick: bool) -> list[Ce
             if quick:
                 variants += [
                     replace(base, scrape_seconds=15.0, cadvisor_timestamps="scrape"),
+                    replace(base, perturbation="container-restart"),
                     replace(base, perturbation="pod-replaced"),
                     replace(base, perturbation="second-replica"),
                 ]

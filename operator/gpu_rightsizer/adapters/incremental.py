@@ -50,6 +50,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _rate_by_pod,
     _throttle_expr,
     fold_labels,
+    pressure_by_pod,
     serving_exprs,
     summary_from_figures,
 )
@@ -182,6 +183,16 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
                 per_pod=True,
             )
         )
+    families.extend(
+        Family(
+            name=f"pod:{pressure.signal.value}",
+            expression=pressure_by_pod(pressure, rate_window)(""),
+            signal=pressure.signal,
+            keys=POD_KEYS,
+            per_pod=True,
+        )
+        for pressure in mn.PRESSURE_SOURCES
+    )
     throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)("")
     periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)("")
     families.append(

@@ -334,9 +334,10 @@ class SeriesCollector:
         pod = mn.first_label(labels, mn.POD_LABELS)
         if name in _DEVICE_METRICS:
             self._add_gpu(name, labels, namespace, pod, timestamp, value)
-        elif name in mn.POD_SIGNAL_BY_METRIC or name in (
-            mn.CADVISOR_CPU_PERIODS,
-            mn.CADVISOR_CPU_THROTTLED_PERIODS,
+        elif (
+            name in mn.POD_SIGNAL_BY_METRIC
+            or name in mn.PRESSURE_METRICS
+            or name in (mn.CADVISOR_CPU_PERIODS, mn.CADVISOR_CPU_THROTTLED_PERIODS)
         ):
             if pod:
                 container = mn.first_label(labels, mn.CONTAINER_LABELS) or ""
@@ -619,6 +620,13 @@ def pod_observation(
         summary = _stats(rates[source.signal], source.signal)
         if summary is not None:
             pod_stats[source.signal] = summary
+    for pressure in mn.PRESSURE_SOURCES:  # waiting ("some"), else stalled ("full"): mn.PressureSource
+        pressed = _cadvisor_rate(series, pressure.waiting, step, combine="max") or _cadvisor_rate(
+            series, pressure.stalled, step, combine="max"
+        )
+        summary = _stats(pressed, pressure.signal)
+        if summary is not None:
+            pod_stats[pressure.signal] = summary
     throttled = st.ratio_series(
         _cadvisor_rate(series, mn.CADVISOR_CPU_THROTTLED_PERIODS, step),
         _cadvisor_rate(series, mn.CADVISOR_CPU_PERIODS, step),

@@ -186,6 +186,17 @@ def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Calla
     )
 
 
+def pressure_by_pod(source: mn.PressureSource, rate_window: float) -> Callable[[str], str]:
+    """A PSI share of time per pod (`mn.PressureSource`): the most-pressed app container's waiting
+    rate, else (no waiting series for the pod) its stalled rate."""
+
+    def one(metric: str, offset: str) -> str:
+        selector = f'{metric}{{container!="",container!="POD"}}'
+        return f"max by (namespace, pod) ({fold_labels(counter_rate(selector, rate_window, offset))})"
+
+    return lambda offset: f"({one(source.waiting, offset)}) or ({one(source.stalled, offset)})"
+
+
 #: Every metric name the queries select by name (serving metrics are selected by `__name__` regex).
 _SELECTED_NAMES: tuple[str, ...] = tuple(
     sorted(
@@ -480,6 +491,11 @@ class PrometheusSource:
             jobs[f"pod:{pod_source.signal.value}"] = (
                 "pod",
                 stats_query(scoped(expr), window_seconds, step, floor),
+            )
+        for pressure in mn.PRESSURE_SOURCES:
+            jobs[f"pod:{pressure.signal.value}"] = (
+                "pod",
+                stats_query(scoped(pressure_by_pod(pressure, rate_window)), window_seconds, step, None),
             )
         throttled = _rate_by_pod(mn.CADVISOR_CPU_THROTTLED_PERIODS, rate_window, True)
         periods = _rate_by_pod(mn.CADVISOR_CPU_PERIODS, rate_window, True)

@@ -62,6 +62,8 @@ RECORD_NAMES: Final[Mapping[str, str]] = {
     f"pod:{Signal.PROCESS_CPU_MAX_CORES.value}": f"{_POD}process_cpu_max_cores:max",
     f"pod:{Signal.PROCESSES_PINNED.value}": f"{_POD}processes_pinned:sum",
     f"pod:{Signal.CPU_THROTTLED_RATIO.value}": f"{_POD}cpu_throttled_periods:ratio_{_RATE}",
+    f"pod:{Signal.CPU_PRESSURE_RATIO.value}": f"{_POD}cpu_pressure_waiting:max_{_RATE}",
+    f"pod:{Signal.IO_PRESSURE_RATIO.value}": f"{_POD}io_pressure_waiting:max_{_RATE}",
     f"pod:{Signal.REQUESTS_PER_S.value}": f"{_POD}serving_requests:{_RATE}",
     f"pod:{Signal.QUEUE_LENGTH.value}": f"{_POD}serving_queue_length:sum",
     f"pod:{Signal.QUEUE_TIME_MS.value}": f"{_POD}serving_queue_time_ms:avg",

@@ -23,16 +23,17 @@ from gpu_rightsizer.logic.figures import (
 from gpu_rightsizer.logic.mig import MigTables
 from gpu_rightsizer.logic.rules.common import FindingBuilder, base_confidence
 from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
-from gpu_rightsizer.logic.rules.data_path import check_data_path, cpu_plateau_cores
-from gpu_rightsizer.logic.rules.efficiency import check_efficiency
-from gpu_rightsizer.logic.rules.failures import check_failures
-from gpu_rightsizer.logic.rules.health import check_health
-from gpu_rightsizer.logic.rules.healthy import check_healthy
-from gpu_rightsizer.logic.rules.idle import check_idle, no_kernels
+from gpu_rightsizer.logic.rules.data_path import cpu_plateau_cores
+from gpu_rightsizer.logic.rules.idle import no_kernels
 from gpu_rightsizer.logic.rules.insufficient_data import data_problems
-from gpu_rightsizer.logic.rules.registry import BY_CODE, PRIMARY_ORDER, Family
-from gpu_rightsizer.logic.rules.serving import check_serving
-from gpu_rightsizer.logic.rules.sizing import check_sizing
+from gpu_rightsizer.logic.rules.registry import (
+    BY_CODE,
+    HEALTH_CHECKS,
+    HEALTHY_CHECKS,
+    PRIMARY_ORDER,
+    WORKLOAD_CHECKS,
+    Family,
+)
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.logic.vetoes import shrink_vetoes, veto_cause
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
@@ -60,8 +61,6 @@ _CAUSE_FAMILIES = frozenset({Family.BREAKING, Family.DATA_PATH})
 
 _RANK = {code: rank for rank, code in enumerate(PRIMARY_ORDER)}
 
-#: Workload rules, in evaluation order (the primary comes from the registry's order, not this one).
-_WORKLOAD_RULES = (check_failures, check_idle, check_data_path, check_efficiency, check_sizing, check_serving)
 #: Findings that propose a shrink: dropped while a veto holds (their message would contradict it).
 _SHRINK_FINDINGS = frozenset({DiagnosisCode.OVERSIZED_GPU, DiagnosisCode.OVER_REPLICATED})
 
@@ -88,7 +87,8 @@ def diagnose_figures(
 ) -> Diagnosis:
     """Run the rules on pre-computed figures (the engine reuses the figures for actions and savings)."""
     out = FindingBuilder()
-    check_health(figures, settings, out)
+    for check in HEALTH_CHECKS:
+        check(figures, settings, out)
     problems = data_problems(figures, settings, now)
     if problems:
         out.add(
@@ -101,14 +101,17 @@ def diagnose_figures(
         )
     vetoes: tuple[Veto, ...] = ()
     if not out.findings:
-        for rule in _WORKLOAD_RULES:
-            rule(figures, settings, out)
+        for check in WORKLOAD_CHECKS:
+            check(figures, settings, out)
         vetoes = shrink_vetoes(figures, settings)
-        if vetoes:
+        if vetoes and veto_cause(vetoes) is not None:
+            # a veto that names no cause (one restart) leaves the findings: the shrink gate still
+            # drops every capacity-reducing action while any veto holds
             out.findings[:] = [f for f in out.findings if f.code not in _SHRINK_FINDINGS]
             _add_suspected_cause(figures, settings, vetoes, out)
         if not out.findings:
-            check_healthy(figures, settings, out)
+            for check in HEALTHY_CHECKS:
+                check(figures, settings, out)
     findings = tuple(sorted(out.findings, key=lambda f: (_RANK[f.code], -f.confidence, f.message)))
     primary = findings[0]
     return Diagnosis(primary.code, primary.confidence, findings, figures, vetoes)

@@ -114,10 +114,31 @@ def analyze_window(
     )
 
 
+def continued_lookback(
+    stored: MemoryLookback | None, stored_until: datetime | None, window_start: datetime
+) -> MemoryLookback | None:
+    """The stored look-back as it may continue into a window starting at `window_start`.
+
+    `stored_until` is the end of the window the stored status was written from. When the new window
+    starts after it, the time between was never observed (the operator was down, the workload was not
+    analysed): its peaks may be missing, so the peak is kept but the look-back counts again from this
+    window, and a slice waits for a full look-back of observed time.
+    """
+    if stored is None or stored_until is None or window_start <= stored_until:
+        return stored
+    return stored.model_copy(update={"since": window_start})
+
+
 def merge_lookback(previous: MemoryLookback | None, figures: WorkloadFigures) -> MemoryLookback | None:
-    """The GPU-memory high-water mark over the previous look-back and this window (None without FB)."""
+    """The GPU-memory high-water mark over the previous look-back and this window (None without FB).
+
+    The look-back keeps the highest peak and the earliest start; a stored one that starts after this
+    window ends (a clock jump, a forged status) is not trusted, and the look-back starts again here.
+    """
     peak = figures.fb_used_max_gib
     start = figures.window.start
+    if previous is not None and previous.since > figures.window.end:
+        previous = None
     if previous is None:
         return MemoryLookback(max_gib=round(peak, 3), since=start) if peak is not None else None
     return MemoryLookback(

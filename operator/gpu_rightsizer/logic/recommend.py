@@ -10,7 +10,7 @@ the work needs once the starvation is fixed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpu_rightsizer.logic.diagnose import Diagnosis, WorkloadFigures, fleet_replicas_needed, sizing_need
@@ -689,14 +689,13 @@ def recommend(
     peak = memory_lookback.max_gib if memory_lookback is not None else None
     planned: list[PlannedAction] = []
     for finding in diagnosis.findings:  # already in rule order: the higher-ranked finding wins a type
-        before = len(planned)
-        _plan_finding(
-            finding, diagnosis, settings, sharing, allowed_profiles, min_replicas, peak, data_path, planned
+        plan = FindingPlan(
+            finding, diagnosis, settings, sharing, allowed_profiles, min_replicas, peak, data_path
         )
         allowed = BY_CODE[finding.code].actions  # the registry says what a rule may propose
-        planned[before:] = [
-            replace(p, confidence=finding.confidence) for p in planned[before:] if p.action.type in allowed
-        ]
+        planned.extend(
+            replace(p, confidence=finding.confidence) for p in _plan_finding(plan) if p.action.type in allowed
+        )
     planned.extend(_idle_gpu_advice(figures))
     lookback_seconds = (
         (figures.window.end - memory_lookback.since).total_seconds()
@@ -707,83 +706,119 @@ def recommend(
     return _resolve(gated)
 
 
-def _plan_finding(
-    finding: Finding,
-    diagnosis: Diagnosis,
-    settings: EngineSettings,
-    sharing: SharingStrategy,
-    allowed_profiles: Sequence[str] | None,
-    min_replicas: int,
-    peak: float | None,
-    data_path: bool,
-    planned: list[PlannedAction],
-) -> None:
-    """Append the actions one finding proposes (before the gates)."""
-    figures = diagnosis.figures
-    code = finding.code
-    if finding.evidence.get("suspected"):
-        planned.append(
-            _software(
-                "measure the suspected cause before any change (see the finding)",
-                "A veto named this cause, but no rule's exact signature matched: nothing changes yet.",
-            )
+@dataclass(frozen=True, slots=True)
+class FindingPlan:
+    """One finding to plan actions for, with the choices of the cycle around it."""
+
+    finding: Finding
+    diagnosis: Diagnosis
+    settings: EngineSettings
+    sharing: SharingStrategy
+    allowed_profiles: Sequence[str] | None
+    min_replicas: int
+    peak: float | None  # the GPU-memory look-back's peak, GiB
+    data_path: bool  # a data-path finding holds: nothing shrinks the GPU
+
+    @property
+    def figures(self) -> WorkloadFigures:
+        return self.diagnosis.figures
+
+
+#: Plans the actions a finding of one code proposes (before the registry's filter and the gates).
+Planner = Callable[[FindingPlan], list[PlannedAction]]
+
+#: Codes whose findings propose one piece of software advice: (change, reason).
+_ADVICE: dict[DiagnosisCode, tuple[str, str]] = {
+    DiagnosisCode.LAUNCH_BOUND: (
+        "CUDA Graphs, torch.compile (fused kernels) or a larger batch per launch",
+        "One thread launches a stream of tiny kernels: fewer, larger launches help; more CPU or "
+        "DataLoader workers do not.",
+    ),
+    DiagnosisCode.HOST_WAIT_BOUND: (
+        "profile the loop between GPU phases (Nsight Systems, torch.profiler) and overlap the host "
+        "work with the GPU (prefetch, asynchronous copies, CUDA Graphs)",
+        "The GPU phases are wide but rare: the GPU waits on the host.",
+    ),
+    DiagnosisCode.HOST_TRANSFER_BOUND: (
+        "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the GPU, "
+        "larger batches",
+        "Host↔device copies dominate.",
+    ),
+    DiagnosisCode.LOW_OCCUPANCY: (
+        "larger (micro-)batch; CUDA Graphs or torch.compile to fuse small kernels",
+        "Kernels keep most SMs idle.",
+    ),
+    DiagnosisCode.NO_TENSOR_CORES: (
+        "mixed precision (torch.autocast with BF16/FP16) or TF32 matmuls",
+        "The tensor cores sit unused while FP32 pipes work.",
+    ),
+}
+
+
+def _advice_only(plan: FindingPlan) -> list[PlannedAction]:
+    return [_software(*_ADVICE[plan.finding.code])]
+
+
+def _plan_crash_looping(plan: FindingPlan) -> list[PlannedAction]:
+    planned = [
+        _software(
+            "read the last termination reason and the container log before each restart",
+            "The container restarts; nothing is sized on a window that mixes container lives.",
         )
-    elif code is DiagnosisCode.CRASH_LOOPING:
-        planned.append(
-            _software(
-                "read the last termination reason and the container log before each restart",
-                "The container restarts; nothing is sized on a window that mixes container lives.",
-            )
+    ]
+    if plan.figures.oom_killed:
+        planned.extend(a for a in (_memory_action(plan.figures, plan.settings, peak=True),) if a)
+    return planned
+
+
+def _plan_serving_host_bound(plan: FindingPlan) -> list[PlannedAction]:
+    figures, settings = plan.figures, plan.settings
+    planned = [
+        _software(
+            "more tokenizer / pre-processing workers, a larger max batch or more tokens in flight",
+            "Requests wait on the host while the GPU is not saturated.",
         )
-        if figures.oom_killed:
-            planned.extend(a for a in (_memory_action(figures, settings, peak=True),) if a)
-    elif code is DiagnosisCode.SERVING_HOST_BOUND:
-        planned.append(
-            _software(
-                "more tokenizer / pre-processing workers, a larger max batch or more tokens in flight",
-                "Requests wait on the host while the GPU is not saturated.",
-            )
-        )
-        if (figures.cpu_saturation or 0.0) >= settings.cpu_saturation or (
-            figures.cpu_throttled or 0.0
-        ) >= settings.cpu_throttled_ratio:
-            planned.extend(a for a in (_cpu_action(figures, settings),) if a)
-    elif code is DiagnosisCode.LAUNCH_BOUND:
-        planned.append(
-            _software(
-                "CUDA Graphs, torch.compile (fused kernels) or a larger batch per launch",
-                "One thread launches a stream of tiny kernels: fewer, larger launches help; more CPU or "
-                "DataLoader workers do not.",
-            )
-        )
-    elif code is DiagnosisCode.HOST_WAIT_BOUND:
-        planned.append(
-            _software(
-                "profile the loop between GPU phases (Nsight Systems, torch.profiler) and overlap the host "
-                "work with the GPU (prefetch, asynchronous copies, CUDA Graphs)",
-                "The GPU phases are wide but rare: the GPU waits on the host.",
-            )
-        )
-    elif code is DiagnosisCode.OVERSIZED_GPU and finding.evidence.get("noSliceFits"):
-        planned.append(
+    ]
+    if (figures.cpu_saturation or 0.0) >= settings.cpu_saturation or (
+        figures.cpu_throttled or 0.0
+    ) >= settings.cpu_throttled_ratio:
+        planned.extend(a for a in (_cpu_action(figures, settings),) if a)
+    return planned
+
+
+def _plan_oversized(plan: FindingPlan) -> list[PlannedAction]:
+    if plan.finding.evidence.get("noSliceFits"):
+        return [
             _software(
                 "lower the memory the process reserves (a server's memory fraction or KV-cache size)",
                 "No slice holds today's reservation; a smaller one lets a slice or a share fit.",
             )
-        )
-    elif code is DiagnosisCode.IDLE_ALLOCATION and not data_path:
-        release = _release(figures, settings, min_replicas)
-        if release is not None:
-            planned.append(release)
-        else:
-            shared = _slice_action(
-                figures, settings, sharing, allowed_profiles, "Idle but not inactive:", peak
-            )
-            if shared is not None:
-                planned.append(shared)
-    elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND and "cpuPlateauCores" in finding.evidence:
-        cores = int(finding.evidence["cpuPlateauCores"])
-        planned.append(
+        ]
+    if plan.data_path:
+        return []
+    action = _slice_action(
+        plan.figures, plan.settings, plan.sharing, plan.allowed_profiles, "Oversized:", plan.peak
+    )
+    return [action] if action is not None else []
+
+
+def _plan_idle(plan: FindingPlan) -> list[PlannedAction]:
+    if plan.data_path:
+        return []
+    release = _release(plan.figures, plan.settings, plan.min_replicas)
+    if release is not None:
+        return [release]
+    shared = _slice_action(
+        plan.figures, plan.settings, plan.sharing, plan.allowed_profiles, "Idle but not inactive:", plan.peak
+    )
+    return [shared] if shared is not None else []
+
+
+def _plan_cpu_bound(plan: FindingPlan) -> list[PlannedAction]:
+    figures, settings, evidence = plan.figures, plan.settings, plan.finding.evidence
+    if "cpuPlateauCores" in evidence:
+        cores = int(evidence["cpuPlateauCores"])
+        return [
             _software(
                 "more DataLoader workers (num_workers ≈ the cores available - 1, read from "
                 "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
@@ -791,99 +826,105 @@ def _plan_finding(
                 f"{cores} process(es) sit at one core each below the CPU limit: the limit is not the "
                 "bottleneck, the number of busy processes is.",
             )
+        ]
+    planned = [
+        _software(
+            "more DataLoader workers together with the CPU raise (size num_workers from "
+            "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+            "prefetching; GPU decoding (DALI) or caching decoded data",
+            "The GPU waits for CPU-side data preparation; more cores help only with more workers.",
         )
-    elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND:
+    ]
+    planned.extend(a for a in (_cpu_action(figures, settings), _memory_action(figures, settings)) if a)
+    return planned
+
+
+def _plan_io_bound(plan: FindingPlan) -> list[PlannedAction]:
+    return [
+        _software("cache the data set locally or in RAM; larger prefetch", "The GPU waits for data reads."),
+        _infrastructure(
+            "current storage",
+            "faster storage class or local NVMe cache",
+            "Reads, not CPU, stall the input pipeline.",
+        ),
+    ]
+
+
+def _plan_communication(plan: FindingPlan) -> list[PlannedAction]:
+    return [
+        _software(
+            "overlap communication with compute, gradient accumulation or a larger per-GPU batch",
+            "GPUs wait on collective communication.",
+        ),
+        _infrastructure(
+            "pods spread over nodes / links",
+            "topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
+            "Interconnect traffic is high while SMs idle; MIG is never suitable here.",
+        ),
+    ]
+
+
+def _plan_bandwidth(plan: FindingPlan) -> list[PlannedAction]:
+    figures = plan.figures
+    planned = [
+        _software(
+            "continuous batching / larger batches; quantise weights or KV cache",
+            "Memory bandwidth limits throughput.",
+        )
+    ]
+    upgrade = _next_model(BANDWIDTH_UPGRADE_PATH, figures.spec.key if figures.spec else None, "bandwidth")
+    if upgrade is not None:
         planned.append(
+            PlannedAction(
+                Action(
+                    type=ActionType.GPU_MODEL,
+                    from_value=figures.spec.display_name if figures.spec else "current GPU",
+                    to_value=GPU_MODELS[upgrade].display_name,
+                    reason="A higher-bandwidth GPU; do not shrink to a MIG slice (bandwidth scales with "
+                    "memory slices).",
+                    resource="nvidia.com/gpu.product",
+                ),
+                4,
+            )
+        )
+    return planned
+
+
+def _plan_over_replicated(plan: FindingPlan) -> list[PlannedAction]:
+    return [] if plan.data_path else _over_replicated(plan.figures, plan.settings)
+
+
+#: Each code's planner; a code the registry lets propose nothing has none (a test checks both ways).
+PLANNERS: dict[DiagnosisCode, Planner] = {
+    DiagnosisCode.CRASH_LOOPING: _plan_crash_looping,
+    DiagnosisCode.SERVING_HOST_BOUND: _plan_serving_host_bound,
+    **dict.fromkeys(_ADVICE, _advice_only),
+    DiagnosisCode.OVERSIZED_GPU: _plan_oversized,
+    DiagnosisCode.IDLE_ALLOCATION: _plan_idle,
+    DiagnosisCode.INPUT_PIPELINE_CPU_BOUND: _plan_cpu_bound,
+    DiagnosisCode.INPUT_PIPELINE_IO_BOUND: _plan_io_bound,
+    DiagnosisCode.COMMUNICATION_BOUND: _plan_communication,
+    DiagnosisCode.MEMORY_BANDWIDTH_BOUND: _plan_bandwidth,
+    DiagnosisCode.MEMORY_CAPACITY_BOUND: lambda plan: _memory_capacity(
+        plan.figures, plan.settings, plan.sharing
+    ),
+    DiagnosisCode.UNDER_REPLICATED: lambda plan: _under_replicated(plan.figures, plan.settings),
+    DiagnosisCode.OVER_REPLICATED: _plan_over_replicated,
+}
+
+
+def _plan_finding(plan: FindingPlan) -> list[PlannedAction]:
+    """The actions one finding proposes (before the registry's filter and the gates): a suspected
+    cause only asks to measure it; every other finding goes to its code's planner."""
+    if plan.finding.evidence.get("suspected"):
+        return [
             _software(
-                "more DataLoader workers together with the CPU raise (size num_workers from "
-                "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
-                "prefetching; GPU decoding (DALI) or caching decoded data",
-                "The GPU waits for CPU-side data preparation; more cores help only with more workers.",
+                "measure the suspected cause before any change (see the finding)",
+                "A veto named this cause, but no rule's exact signature matched: nothing changes yet.",
             )
-        )
-        planned.extend(a for a in (_cpu_action(figures, settings), _memory_action(figures, settings)) if a)
-    elif code is DiagnosisCode.INPUT_PIPELINE_IO_BOUND:
-        planned.append(
-            _software(
-                "cache the data set locally or in RAM; larger prefetch", "The GPU waits for data reads."
-            )
-        )
-        planned.append(
-            _infrastructure(
-                "current storage",
-                "faster storage class or local NVMe cache",
-                "Reads, not CPU, stall the input pipeline.",
-            )
-        )
-    elif code is DiagnosisCode.HOST_TRANSFER_BOUND:
-        planned.append(
-            _software(
-                "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the "
-                "GPU, "
-                "larger batches",
-                "Host↔device copies dominate.",
-            )
-        )
-    elif code is DiagnosisCode.COMMUNICATION_BOUND:
-        planned.append(
-            _software(
-                "overlap communication with compute, gradient accumulation or a larger per-GPU batch",
-                "GPUs wait on collective communication.",
-            )
-        )
-        planned.append(
-            _infrastructure(
-                "pods spread over nodes / links",
-                "topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
-                "Interconnect traffic is high while SMs idle; MIG is never suitable here.",
-            )
-        )
-    elif code is DiagnosisCode.LOW_OCCUPANCY:
-        planned.append(
-            _software(
-                "larger (micro-)batch; CUDA Graphs or torch.compile to fuse small kernels",
-                "Kernels keep most SMs idle.",
-            )
-        )
-    elif code is DiagnosisCode.MEMORY_BANDWIDTH_BOUND:
-        planned.append(
-            _software(
-                "continuous batching / larger batches; quantise weights or KV cache",
-                "Memory bandwidth limits throughput.",
-            )
-        )
-        upgrade = _next_model(BANDWIDTH_UPGRADE_PATH, figures.spec.key if figures.spec else None, "bandwidth")
-        if upgrade is not None:
-            planned.append(
-                PlannedAction(
-                    Action(
-                        type=ActionType.GPU_MODEL,
-                        from_value=figures.spec.display_name if figures.spec else "current GPU",
-                        to_value=GPU_MODELS[upgrade].display_name,
-                        reason="A higher-bandwidth GPU; do not shrink to a MIG slice (bandwidth scales with "
-                        "memory slices).",
-                        resource="nvidia.com/gpu.product",
-                    ),
-                    4,
-                )
-            )
-    elif code is DiagnosisCode.NO_TENSOR_CORES:
-        planned.append(
-            _software(
-                "mixed precision (torch.autocast with BF16/FP16) or TF32 matmuls",
-                "The tensor cores sit unused while FP32 pipes work.",
-            )
-        )
-    elif code is DiagnosisCode.OVERSIZED_GPU and not data_path:
-        action = _slice_action(figures, settings, sharing, allowed_profiles, "Oversized:", peak)
-        if action is not None:
-            planned.append(action)
-    elif code is DiagnosisCode.MEMORY_CAPACITY_BOUND:
-        planned.extend(_memory_capacity(figures, settings, sharing))
-    elif code is DiagnosisCode.UNDER_REPLICATED:
-        planned.extend(_under_replicated(figures, settings))
-    elif code is DiagnosisCode.OVER_REPLICATED and not data_path:
-        planned.extend(_over_replicated(figures, settings))
+        ]
+    planner = PLANNERS.get(plan.finding.code)
+    return planner(plan) if planner is not None else []
 
 
 def _idle_gpu_advice(figures: WorkloadFigures) -> list[PlannedAction]:

@@ -585,15 +585,25 @@ class EngineSettings(BaseModel):
         default=0.1,
         ge=0,
         le=1,
-        description="I/O or CPU pressure veto: PSI stall time (container_pressure_*_stalled_seconds_total "
-        "rate, google/cadvisor#3649) at or above this share of wall time while the GPU waits. Heur.",
+        description="I/O or CPU pressure veto: PSI time some task waited (container_pressure_*_waiting_"
+        "seconds_total rate, the *_stalled_* rate where only that is served; google/cadvisor#3649) at or "
+        "above this share of wall time while the GPU waits. Heur.",
     )
     crash_loop_restarts: int = Field(
-        default=1,
+        default=2,
         ge=1,
         description="Container restarts in the window at or above this (or any OOM kill) = CrashLooping, "
-        "and a veto on every shrink: the window mixes container lives and undercounts the work. Heur "
-        "(issue 18: restarts veto).",
+        "and a veto on every shrink. Two: the container failed again after it was restarted, which is "
+        "what kubelet's restart back-off (10 s, doubled per failure up to 5 min; Kubernetes pod lifecycle, "
+        "container restarts) reports as CrashLoopBackOff; one restart is a restart, not a loop. SPEC "
+        "(Kubernetes kubelet back-off); Heur for the count.",
+    )
+    veto_restarts: int = Field(
+        default=1,
+        ge=1,
+        description="Container restarts in the window at or above this, below crash_loop_restarts: a veto on "
+        "every shrink that names no cause (the window mixes container lives and undercounts the work). "
+        "Heur (issue 18: restarts veto).",
     )
     idle_fb_mib: float = Field(
         default=64.0,

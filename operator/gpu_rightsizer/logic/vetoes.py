@@ -145,7 +145,7 @@ def _io_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]
             DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
             f"the pod reads {reads / 2**20:.1f} MiB/s (median, file system"
             f"{'' if figures.is_serving else ' + network'}) while GPU busy p50 is {pct(busy)}",
-            "I/O pressure (cgroup io.pressure, container_pressure_io_stalled_seconds_total) "
+            "I/O pressure (cgroup io.pressure, container_pressure_io_waiting_seconds_total) "
             "and the volume's read ceiling",
         )
     if figures.io_pressure_p50 is not None and figures.io_pressure_p50 >= settings.veto_pressure_share:
@@ -220,6 +220,15 @@ def _failure_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[
             f"{', OOMKilled' if figures.oom_killed else ''}",
             "the last termination reason and the container log before each restart",
         )
+    elif figures.restarts >= settings.veto_restarts:
+        _add(
+            found,
+            "containerRestart",
+            DiagnosisCode.CRASH_LOOPING,
+            f"{figures.restarts} container restart(s) in the window: it mixes container lives",
+            "whether the restarts repeat (kube_pod_container_status_restarts_total over the next windows) "
+            "and the last termination reason",
+        )
     host_share = host_memory_share(figures)
     if host_share is not None and host_share >= settings.memory_tight_share:
         _add(
@@ -290,9 +299,15 @@ def shrink_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> tuple[V
     return tuple(named or _host_wait_veto(figures, settings))
 
 
+#: Vetoes that withhold every shrink on the window's evidence without pointing at a cause: a single
+#: container restart is not a crash loop, so it never becomes a suspected CrashLooping finding.
+CAUSELESS_VETOES: frozenset[str] = frozenset({"containerRestart"})
+
+
 def veto_cause(vetoes: tuple[Veto, ...]) -> DiagnosisCode | None:
-    """The suspected cause: the first veto's (the failure family first, then waits, CPU, I/O)."""
-    return vetoes[0].cause if vetoes else None
+    """The suspected cause: the first veto's that names one (the failure family first, then waits, CPU,
+    I/O); None when none does."""
+    return next((veto.cause for veto in vetoes if veto.name not in CAUSELESS_VETOES), None)
 
 
 def _min_window(figures: WorkloadFigures, settings: EngineSettings) -> float:

@@ -143,6 +143,13 @@ CADVISOR_FS_READS: Final = "container_fs_reads_bytes_total"  # counter
 CADVISOR_FS_WRITES: Final = "container_fs_writes_bytes_total"  # counter
 CADVISOR_NET_RX: Final = "container_network_receive_bytes_total"  # counter, pod level
 CADVISOR_NET_TX: Final = "container_network_transmit_bytes_total"  # counter, pod level
+#: Pressure stall information (PSI, cgroup v2 cpu.pressure / io.pressure), seconds, counters. cAdvisor
+#: names PSI "some" (at least one task of the container waited) `waiting` and PSI "full" (every task
+#: stalled at once) `stalled`; kubelet serves both on /metrics/cadvisor where the kernel has PSI.
+CADVISOR_CPU_PRESSURE_WAITING: Final = "container_pressure_cpu_waiting_seconds_total"
+CADVISOR_CPU_PRESSURE_STALLED: Final = "container_pressure_cpu_stalled_seconds_total"
+CADVISOR_IO_PRESSURE_WAITING: Final = "container_pressure_io_waiting_seconds_total"
+CADVISOR_IO_PRESSURE_STALLED: Final = "container_pressure_io_stalled_seconds_total"
 
 #: The node agent's per-process CPU (agent/process_cpu.py), per container, with cAdvisor's labels: the
 #: busiest process's CPU in cores, and how many processes are pinned at one core.
@@ -297,6 +304,29 @@ POD_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (
 POD_SIGNAL_BY_METRIC: Final[dict[str, SignalSource]] = {
     source.metric: source for source in POD_SIGNAL_SOURCES
 }
+
+
+@dataclass(frozen=True)
+class PressureSource:
+    """One PSI signal: the share of wall time a pod's tasks waited on a resource (rate of seconds).
+
+    Per pod it is the most-pressed application container's `waiting` ("some") rate, and the `stalled`
+    ("full") rate only where no `waiting` series is exposed: full never exceeds some, so the vetoes
+    that read it are never fed the smaller figure when both exist.
+    """
+
+    signal: Signal
+    waiting: str
+    stalled: str
+
+
+PRESSURE_SOURCES: Final[tuple[PressureSource, ...]] = (
+    PressureSource(Signal.CPU_PRESSURE_RATIO, CADVISOR_CPU_PRESSURE_WAITING, CADVISOR_CPU_PRESSURE_STALLED),
+    PressureSource(Signal.IO_PRESSURE_RATIO, CADVISOR_IO_PRESSURE_WAITING, CADVISOR_IO_PRESSURE_STALLED),
+)
+PRESSURE_METRICS: Final[frozenset[str]] = frozenset(
+    name for source in PRESSURE_SOURCES for name in (source.waiting, source.stalled)
+)
 
 #: Serving series (per pod; workload level is their sum over pods at each instant).
 SERVING_SIGNAL_SOURCES: Final[tuple[SignalSource, ...]] = (

@@ -31,7 +31,7 @@ from gpu_rightsizer.adapters.source import (
 from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
-from gpu_rightsizer.logic.engine import analyze_window
+from gpu_rightsizer.logic.engine import analyze_window, continued_lookback
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
     settings_for_workload,
@@ -44,7 +44,7 @@ from gpu_rightsizer.model.crd import (
 )
 from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
-from gpu_rightsizer.model.result import Analysis
+from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
 from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of
 from gpu_rightsizer.recommender.writes import (
@@ -108,9 +108,14 @@ def analyse(
     now: datetime,
     window_seconds: float | None = None,
     capacity: ClusterCapacity | None = None,
+    memory_lookback: MemoryLookback | None = None,
 ) -> Analysis:
     """Run the engine with the cluster's sharing strategy (the policy's when no node is known), MIG
-    profiles and thresholds, then keep its advice to what the node pools can schedule."""
+    profiles and thresholds, then keep its advice to what the node pools can schedule.
+
+    `memory_lookback` is the GPU-memory high-water mark the stored status carries from earlier
+    cycles: a slice is sized on it, not on this window's peak alone (the engine merges the two).
+    """
     fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
@@ -125,10 +130,19 @@ def analyse(
             now=now,
             allowed_mig_profiles=profiles,
             min_replicas=settings.min_replicas if settings.policy is not None else 0,
+            memory_lookback=memory_lookback,
         )
 
     allowed = list(settings.allowed_mig_profiles) or None
     return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed), notes)
+
+
+def stored_lookback(stored: StoredRecommendation, window: WorkloadWindow) -> MemoryLookback | None:
+    """The GPU-memory look-back the stored status carries, continued into `window` only where the
+    stored window reaches it (`logic.engine.continued_lookback`)."""
+    status = stored.status
+    until = status.window.end if status.window is not None else None
+    return continued_lookback(status.memory_lookback, until, window.start)
 
 
 def with_hpa(window: WorkloadWindow, hpa: Mapping[str, Any] | None) -> WorkloadWindow:
@@ -381,7 +395,14 @@ def _analyse_and_write(
     window = with_hpa(window, hpa)
     uid = str((item.workload.get("metadata") or {}).get("uid", ""))
     try:
-        analysis = analyse(window, settings, state.now, item.window_seconds, state.capacity)
+        analysis = analyse(
+            window,
+            settings,
+            state.now,
+            item.window_seconds,
+            state.capacity,
+            stored_lookback(item.recommendation, window),
+        )
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
         LOG.exception("analysis of %s failed", ref.key)

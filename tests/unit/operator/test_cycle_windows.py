@@ -269,8 +269,11 @@ def _analysis_with(code: str, summary: str) -> Any:
         now: datetime,
         window_seconds: float | None = None,
         capacity: Any = None,
+        memory_lookback: Any = None,
     ) -> Any:
-        real = analyze_window(window, cycle.engine_settings(settings, window_seconds), now=now)
+        real = analyze_window(
+            window, cycle.engine_settings(settings, window_seconds), now=now, memory_lookback=memory_lookback
+        )
         assert isinstance(real, Analysis)
         return real.model_copy(update={"primary": DiagnosisCode(code), "summary": summary})
 
