@@ -16,15 +16,16 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpu_rightsizer.actuator.step import IN_FLIGHT, Actuator, parse_time, phase_of
+from gpu_rightsizer.actuator.step import IN_FLIGHT, Actuator, phase_of
 from gpu_rightsizer.actuator.writes import ChangeRecords, LeadershipLostError, Measure, WorkloadCase
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.source import Scope, WindowSource
-from gpu_rightsizer.handlers import metrics
 from gpu_rightsizer.logic.policy import readable_policies, settings_for_workload
 from gpu_rightsizer.logic.workloads import target_of
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.k8s import parse_time
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
 

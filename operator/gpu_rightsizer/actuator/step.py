@@ -23,11 +23,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import yaml
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
@@ -69,12 +68,14 @@ from gpu_rightsizer.actuator.verify import (
     template_fingerprint,
     verification_outcome,
 )
-from gpu_rightsizer.actuator.writes import ChangeWriter, RecordState, WorkloadCase, record_from_patch, stamp
-from gpu_rightsizer.handlers import metrics
+from gpu_rightsizer.actuator.writes import ChangeWriter, RecordState, WorkloadCase, record_from_patch
+from gpu_rightsizer.adapters.kube import ApiError
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
+from gpu_rightsizer.model.k8s import parse_time, stamp
 from gpu_rightsizer.model.result import Action
+from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
 
@@ -98,17 +99,6 @@ SETTLED = frozenset(
         ChangePhase.DONE,
     }
 )
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An RFC 3339 time from a status or annotation (naive ones taken as UTC); None when absent or garbled."""
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def published_actions(recommendation: Mapping[str, Any]) -> list[Action]:
@@ -185,12 +175,12 @@ class Actuator(ChangeWriter):
                 self._resume_rollback(case, status)
             else:
                 self._maybe_change(case, status, recent_changes)
-        except ApiException as error:
+        except ApiError as error:
             metrics.ERRORS.labels("kubernetes").inc()
             LOG.warning("actuation of %s failed: %s %s", case.ref.key, error.status, error.reason)
             if error.status != 409 and status.resource_version is not None:
                 # keep the state: an intent stays an intent and is resumed through every check next step
-                with contextlib.suppress(ApiException):
+                with contextlib.suppress(ApiError):
                     self._write(
                         case, status, {"lastError": f"Kubernetes API error {error.status}: {error.reason}"}
                     )

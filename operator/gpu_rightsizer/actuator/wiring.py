@@ -23,7 +23,7 @@ from gpu_rightsizer.actuator.loop import actuator_loop, scoped_measure
 from gpu_rightsizer.actuator.step import Actuator
 from gpu_rightsizer.adapters.change_store import ChangeStore
 from gpu_rightsizer.adapters.kube import LeaseElector
-from gpu_rightsizer.handlers.context import OperatorContext, context_of
+from gpu_rightsizer.runtime.context import OperatorContext, context_of
 
 LOG = logging.getLogger(__name__)
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from gpu_rightsizer.actuator.plan import (
     CHANGE_ANNOTATION,
@@ -30,15 +29,16 @@ from gpu_rightsizer.actuator.record import (
 from gpu_rightsizer.actuator.verify import (
     pod_health,
 )
-from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.handlers import metrics
+from gpu_rightsizer.adapters.kube import ApiError, KubeAdapter
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.logic.policy import EffectiveSettings
 from gpu_rightsizer.logic.workloads import recommendation_name
 from gpu_rightsizer.model.change import RECORD_VALID_CONDITION
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
+from gpu_rightsizer.model.k8s import stamp
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
 
@@ -91,11 +91,6 @@ class RecordState:
     apply: dict[str, Any]
     resource_version: str | None
     spec: dict[str, Any] = field(default_factory=dict)
-
-
-def stamp(moment: datetime) -> str:
-    """RFC 3339 in UTC, to the second, as statuses carry it."""
-    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def record_from_patch(patch_text: str) -> ChangeRecord | None:
@@ -166,7 +161,7 @@ class ChangeWriter:
         try:
             self._guard()
             self.kube.patch_recommendation_status(case.ref, {"apply": summary})
-        except ApiException as error:  # the record is written; the mirror catches up next step
+        except ApiError as error:  # the record is written; the mirror catches up next step
             LOG.warning("mirroring the change state of %s failed: %s", case.ref.key, error.reason)
         case.recommendation.setdefault("status", {})["apply"] = summary
 

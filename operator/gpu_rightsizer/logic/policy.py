@@ -31,6 +31,7 @@ from gpu_rightsizer.model.crd import (
     OnDisableAction,
     duration_seconds,
 )
+from gpu_rightsizer.model.k8s import requirement_holds
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
@@ -46,15 +47,8 @@ def parse_duration(text: str) -> timedelta:
 
 
 def requirement_matches(requirement: LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
-    """One `matchExpressions` entry against a label map, with Kubernetes semantics (NotIn matches absence)."""
-    present = requirement.key in labels
-    if requirement.operator == "Exists":
-        return present
-    if requirement.operator == "DoesNotExist":
-        return not present
-    if requirement.operator == "In":
-        return present and labels[requirement.key] in requirement.values
-    return not present or labels[requirement.key] not in requirement.values  # NotIn
+    """One `matchExpressions` entry against a label map (`model.k8s.requirement_holds`)."""
+    return requirement_holds(requirement.key, requirement.operator, requirement.values, labels)
 
 
 def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:

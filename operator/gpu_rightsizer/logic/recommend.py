@@ -28,6 +28,7 @@ from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.logic.workloads import format_cpu, format_memory
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, SharingStrategy
+from gpu_rightsizer.model.kinds import SCALABLE_KINDS
 from gpu_rightsizer.model.result import Action, ActionTarget
 
 _MIG_STRATEGIES = frozenset({SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE})
@@ -429,7 +430,7 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
 
 
 #: Kinds whose replica count the actuator sets; a release elsewhere (Job, Pod) is advice.
-_SCALABLE_KINDS = frozenset({"Deployment", "StatefulSet"})
+_SCALABLE_KINDS = SCALABLE_KINDS
 
 
 def release_blockers(figures: WorkloadFigures, settings: EngineSettings, min_replicas: int) -> list[str]:

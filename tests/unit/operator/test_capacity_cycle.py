@@ -5,10 +5,10 @@ from __future__ import annotations
 from tests.unit.logic.test_capacity import MIG_MIXED, TIME_SLICED, WHOLE
 from tests.unit.logic.test_diagnose import oversized
 
-from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.logic.capacity import capacity_from_nodes
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import ActionType
+from gpu_rightsizer.recommender import cycle
 
 NOW = oversized().end
 

@@ -26,10 +26,10 @@ from gpu_rightsizer.actuator.record import ChangeRecord
 from gpu_rightsizer.actuator.step import Actuator
 from gpu_rightsizer.actuator.verify import REVISION_ANNOTATION
 from gpu_rightsizer.actuator.writes import LeadershipLostError, WorkloadCase
-from gpu_rightsizer.handlers.cycle import merge_patched
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import (
     Allocation,
     GPUObservation,
@@ -781,8 +781,8 @@ def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight
 
     from gpu_rightsizer.adapters.kube import ResolvedWorkload
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
-    from gpu_rightsizer.handlers.context import OperatorContext
+    from gpu_rightsizer.recommender import wiring as recommender
+    from gpu_rightsizer.runtime.context import OperatorContext
 
     workload = {"metadata": {"name": "trainer", "annotations": {"gpurightsizer.io/ignore": "true"}}}
 
@@ -794,7 +794,12 @@ def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight
             return ResolvedWorkload(ref=REF, uid="d-1", obj=workload)
 
         def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any]:
-            return {"status": {"apply": {"phase": phase}}}
+            target = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+            return {
+                "metadata": {"namespace": ref.namespace, "name": "r"},
+                "spec": {"targetRef": target},
+                "status": {"apply": {"phase": phase}},
+            }
 
         def delete_recommendation(self, ref: WorkloadRef) -> bool:
             self.deleted.append(ref.key)

@@ -13,8 +13,9 @@ from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_
 
 from gpu_rightsizer.actuator import loop
 from gpu_rightsizer.actuator.step import Actuator
-from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.recommender import cycle, writes
 
 
 class ListingKube(FakeKube):
@@ -53,7 +54,7 @@ class ListingKube(FakeKube):
     def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> None:
         super().patch_recommendation_status(ref, status)
         stored = self.recommendations[(ref.namespace, ref.name)]
-        stored["status"] = cycle.merge_patched(stored.get("status") or {}, status)
+        stored["status"] = merge_patched(stored.get("status") or {}, status)
 
 
 def stored_status(kube: FakeKube, namespace: str, name: str) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def test_a_changed_diagnosis_is_written_at_once(monkeypatch: pytest.MonkeyPatch)
 def test_merge_patch_follows_rfc_7386() -> None:
     target = {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}
     patch = {"a": None, "b": {"c": 4}, "e": [3], "f": {"g": 5}}
-    assert cycle.merge_patched(target, patch) == {"b": {"c": 4, "d": 3}, "e": [3], "f": {"g": 5}}
+    assert merge_patched(target, patch) == {"b": {"c": 4, "d": 3}, "e": [3], "f": {"g": 5}}
     assert target == {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}, "the target is not modified"
 
 
@@ -173,15 +174,15 @@ def test_status_unchanged_ignores_the_window_times_and_small_moves() -> None:
     moved = {"window": {"start": "2026-03-04T11:01:00Z", "end": "2026-03-04T12:01:00Z", "samples": 60}}
     later = NOW + timedelta(minutes=1)
     fresh = timedelta(minutes=10)
-    assert cycle.status_unchanged(old, moved, later, fresh)
-    assert cycle.status_unchanged(old, {**moved, "apply": {"policy": "a"}}, later, fresh)
-    assert not cycle.status_unchanged(old, {**moved, "apply": {"policy": "b"}}, later, fresh)
+    assert writes.status_unchanged(old, moved, later, fresh)
+    assert writes.status_unchanged(old, {**moved, "apply": {"policy": "a"}}, later, fresh)
+    assert not writes.status_unchanged(old, {**moved, "apply": {"policy": "b"}}, later, fresh)
     a_few_more = {"window": {**moved["window"], "samples": 61}}  # within the figures' tolerance
-    assert cycle.status_unchanged(old, a_few_more, later, fresh)
+    assert writes.status_unchanged(old, a_few_more, later, fresh)
     more = {"window": {**moved["window"], "samples": 40}}
-    assert not cycle.status_unchanged(old, more, later, fresh)
-    assert not cycle.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
-    assert not cycle.status_unchanged({}, moved, later, fresh), "nothing stored yet"
+    assert not writes.status_unchanged(old, more, later, fresh)
+    assert not writes.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
+    assert not writes.status_unchanged({}, moved, later, fresh), "nothing stored yet"
 
 
 class _Elector:
@@ -420,25 +421,25 @@ def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
 def test_refresh_periods_follow_the_policy_max_staleness_and_spread_over_cycles() -> None:
     fifteen = timedelta(minutes=15)
     draws = [f"ns/Deployment/wl-{i} 2026-03-04T12:00:{i % 60:02d}Z" for i in range(200)]
-    periods = {cycle.refresh_period(15.0, fifteen, key) for key in draws}
+    periods = {writes.refresh_period(15.0, fifteen, key) for key in draws}
     assert max(periods) <= fifteen / 2, "never beyond half maxStaleness, whatever is drawn"
-    assert min(periods) >= fifteen / 2 * (1 - cycle.REFRESH_SPREAD)
+    assert min(periods) >= fifteen / 2 * (1 - writes.REFRESH_SPREAD)
     assert len(periods) > 100, "the refreshes are spread"
     # the chart's 5 min interval: every second cycle at most, never every cycle
-    assert {cycle.refresh_period(300.0, fifteen, key) for key in draws} == {timedelta(minutes=7.5)}
+    assert {writes.refresh_period(300.0, fifteen, key) for key in draws} == {timedelta(minutes=7.5)}
     # maxStaleness below two intervals: every cycle, as the gate needs
-    assert cycle.refresh_period(300.0, timedelta(minutes=2), "x") == timedelta(minutes=1)
-    assert cycle.refresh_period(15.0, timedelta(hours=24), "x") <= cycle.REFRESH_AT_MOST
+    assert writes.refresh_period(300.0, timedelta(minutes=2), "x") == timedelta(minutes=1)
+    assert writes.refresh_period(15.0, timedelta(hours=24), "x") <= writes.REFRESH_AT_MOST
 
 
 def test_write_reasons() -> None:
     old = {"window": {"start": "2026-03-04T11:00:00Z", "end": "2026-03-04T12:00:00Z", "samples": 60}}
     slid = {"window": {"start": "2026-03-04T11:01:00Z", "end": "2026-03-04T12:01:00Z", "samples": 60}}
     fresh = timedelta(minutes=5)
-    assert cycle.write_reason({}, slid, NOW, fresh) == "new"
-    assert cycle.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
-    assert cycle.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
-    assert cycle.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
+    assert writes.write_reason({}, slid, NOW, fresh) == "new"
+    assert writes.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
+    assert writes.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
+    assert writes.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
 
 
 def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_stale(

@@ -13,16 +13,18 @@ from prometheus_client import REGISTRY
 from tests.unit.fake_source import FakeSource
 
 from gpu_rightsizer.actuator.loop import SourceNotReadyError, scoped_measure
+from gpu_rightsizer.adapters.kube import ResolvedWorkload
 from gpu_rightsizer.adapters.prometheus import PrometheusSource
 from gpu_rightsizer.adapters.source import Scope
 from gpu_rightsizer.adapters.source_registry import open_source
 from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import cycle, metrics
-from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.recommender import cycle
+from gpu_rightsizer.runtime import metrics
+from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 
@@ -43,7 +45,7 @@ class FakeKube:
             key: {
                 "metadata": {"namespace": key[0], "name": f"deployment-{key[1]}", "generation": 1},
                 "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": key[1]}},
-                "status": {"diagnosis": {"primary": "InsufficientData"}},
+                "status": {"diagnosis": {"primary": "InsufficientData", "confidence": 0.0}},
             }
             for key in workloads
         }
@@ -51,6 +53,7 @@ class FakeKube:
         self.policy_patches: dict[str, Mapping[str, Any]] = {}
         self.deleted: list[str] = []
         self.events: list[tuple[str, str, str]] = []
+        self.created: list[str] = []
 
     def list_recommendations(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         return [r for (ns, _), r in self.recommendations.items() if not namespaces or ns in namespaces]
@@ -84,6 +87,17 @@ class FakeKube:
 
     def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.policy_patches[name] = status
+
+    def ensure_recommendation(self, workload: ResolvedWorkload) -> dict[str, Any]:
+        key = (workload.ref.namespace, workload.ref.name)
+        if key not in self.recommendations:
+            self.created.append(workload.ref.key)
+            target = {"apiVersion": "apps/v1", "kind": workload.ref.kind, "name": workload.ref.name}
+            self.recommendations[key] = {
+                "metadata": {"namespace": key[0], "name": f"deployment-{key[1]}", "generation": 1},
+                "spec": {"targetRef": target},
+            }
+        return self.recommendations[key]
 
 
 def deployment(namespace: str, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -325,3 +339,50 @@ def test_the_actuator_reads_whole_windows_of_the_one_workload_it_verifies() -> N
     assert source.calls == [(600.0, Scope(namespace="team-a", workload="Deployment/two"))]
     with pytest.raises(SourceNotReadyError):  # no source: no figures, never an empty "all fine"
         scoped_measure(None)(ref, NOW - timedelta(minutes=10), NOW)
+
+
+def test_a_deleted_recommendation_is_made_again_and_analysed_in_the_next_cycle() -> None:
+    kube = cluster()
+    ctx = memo_for(kube)
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="three")
+    workload = ResolvedWorkload(ref=ref, uid="uid-three", obj=kube.workloads[("team-b", "three")])
+    ctx.known[ref.key] = KnownWorkload(workload=workload, pod_spec={})
+    del kube.recommendations[("team-b", "three")]  # someone deleted it; no pod changes afterwards
+
+    assert cycle.run_cycle(ctx, now=NOW) == 4
+
+    assert kube.created == ["team-b/Deployment/three"]
+    assert "diagnosis" in dict(kube.status_patches)["team-b/Deployment/three"]  # analysed at once
+
+
+def test_a_known_workload_that_is_gone_is_forgotten_not_recreated() -> None:
+    kube = cluster()
+    ctx = memo_for(kube)
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="gone")
+    ctx.known[ref.key] = KnownWorkload(workload=ResolvedWorkload(ref=ref, uid="u", obj={}), pod_spec={})
+
+    cycle.run_cycle(ctx, now=NOW)
+
+    assert kube.created == [] and ref.key not in ctx.known
+
+
+def test_a_recreated_workload_gets_its_recommendation_again_from_its_pods() -> None:
+    import kopf
+
+    from gpu_rightsizer.recommender import wiring as recommender
+
+    kube = cluster()
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="three")
+    old = ResolvedWorkload(ref=ref, uid="uid-old", obj=kube.workloads[("team-b", "three")])
+    ctx = memo_for(kube)
+    ctx.known[ref.key] = KnownWorkload(workload=old, pod_spec={})
+    del kube.recommendations[("team-b", "three")]  # collected with the old workload
+    new = ResolvedWorkload(ref=ref, uid="uid-new", obj=kube.workloads[("team-b", "three")])
+    kube.resolve_owner = lambda pod: new  # type: ignore[attr-defined]
+    pod = {"metadata": {"name": "three-0", "namespace": "team-b"}, "spec": {"containers": []}}
+
+    recommender.gpu_pod_event(type="ADDED", body=pod, memo=kopf.Memo(context=ctx))  # type: ignore[arg-type]
+
+    assert kube.created == ["team-b/Deployment/three"]
+    assert ctx.known[ref.key].workload.uid == "uid-new"
+    assert dict(kube.status_patches)["team-b/Deployment/three"]["diagnosis"]["primary"] == "InsufficientData"

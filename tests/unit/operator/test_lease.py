@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from gpu_rightsizer.actuator import wiring as actuator
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers.context import OperatorContext, context_of
+from gpu_rightsizer.runtime.context import OperatorContext, context_of
 
 
 class FakeLeases:

@@ -12,7 +12,7 @@ from gpu_rightsizer.adapters import windows as window_sources
 from gpu_rightsizer.adapters.recording_rules import Detection
 from gpu_rightsizer.adapters.source import CycleReport, step_for
 from gpu_rightsizer.adapters.windows import WindowSources
-from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, next_delay
+from gpu_rightsizer.recommender.cycle import BACKFILL_PAUSE_SECONDS, next_delay
 
 END = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -22,9 +22,9 @@ from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.adapters.windows import sources_for as window_sources_for
 from gpu_rightsizer.commands import run as run_command
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import recommender
-from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.streaming import StateError
+from gpu_rightsizer.recommender import wiring as recommender
+from gpu_rightsizer.runtime.context import OperatorContext
 
 FINGERPRINT = "families-v1"
 

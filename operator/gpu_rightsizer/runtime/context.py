@@ -11,15 +11,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
-from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
+from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector, ResolvedWorkload
 from gpu_rightsizer.adapters.source import WindowSource
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
+
+
+@dataclass(frozen=True)
+class KnownWorkload:
+    """A GPU workload the recommender made a recommendation for."""
+
+    workload: ResolvedWorkload
+    pod_spec: Mapping[str, Any]
 
 
 @dataclass
@@ -29,8 +38,10 @@ class OperatorContext:
     config: OperatorConfig
     kube: KubeAdapter
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Keys of workloads whose recommendation exists (guarded by `lock`).
-    known: set[str] = field(default_factory=set)
+    #: GPU workloads whose recommendation was made, by key (guarded by `lock`): the workload as
+    #: resolved (its uid tells a recreated one apart) and a pod spec for the first status. The cycle
+    #: makes the recommendation again when it is gone while the workload is still there.
+    known: dict[str, KnownWorkload] = field(default_factory=dict)
     #: The policies as of the last cycle (replaced as a whole, read by the pod handler).
     policies: list[GPURightsizingPolicy] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
