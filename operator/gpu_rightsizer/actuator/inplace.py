@@ -35,6 +35,7 @@ from gpu_rightsizer.actuator.plan import (
 from gpu_rightsizer.logic.policy import EffectiveSettings
 from gpu_rightsizer.logic.workloads import QuantityError, parse_quantity
 from gpu_rightsizer.model.codes import ActionType
+from gpu_rightsizer.model.kinds import IN_PLACE_KINDS
 from gpu_rightsizer.model.result import Action
 
 #: On a Deployment or StatefulSet, `InPlace` asks for CPU changes to be made by resizing the running
@@ -42,13 +43,6 @@ from gpu_rightsizer.model.result import Action
 RESIZE_ANNOTATION = "gpurightsizer.io/resize"
 IN_PLACE = "InPlace"
 
-#: Workloads whose pods can be changed only in place: no pod template the actuator may patch.
-IN_PLACE_ONLY_KINDS = frozenset(
-    {
-        "Job", "Pod", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "MPIJob", "TrainJob", "JobSet",
-        "RayJob", "RayCluster",
-    }
-)  # fmt: skip
 #: Template workloads that may take the in-place path when their annotation asks for it.
 OPT_IN_KINDS = frozenset({"Deployment", "StatefulSet"})
 
@@ -65,7 +59,7 @@ DEFERRED = "Deferred"
 def resizes_in_place(workload: Mapping[str, Any]) -> bool:
     """True when the workload's CPU changes are made by resizing its running pods."""
     kind = str(workload.get("kind", ""))
-    if kind in IN_PLACE_ONLY_KINDS:
+    if kind in IN_PLACE_KINDS:
         return True
     annotations = (workload.get("metadata") or {}).get("annotations") or {}
     return kind in OPT_IN_KINDS and annotations.get(RESIZE_ANNOTATION) == IN_PLACE

@@ -108,7 +108,7 @@ def run_once(
             )
     for recommendation in targets.values():
         ref = target_of(recommendation)
-        workload = kube.read(ref.kind, ref.namespace, ref.name)
+        workload = kube.read_target(ref.kind, ref.namespace, ref.name)
         if workload is None:
             continue  # gone: its recommendation is garbage-collected, its change record stays as history
         metadata = workload.get("metadata") or {}

@@ -41,6 +41,7 @@ from gpu_rightsizer.actuator.gates import (
     rollout_failure,
     rollout_incomplete,
 )
+from gpu_rightsizer.actuator.inplace import resizes_in_place
 from gpu_rightsizer.actuator.plan import (
     ChangePlan,
     PlanError,
@@ -56,6 +57,7 @@ from gpu_rightsizer.actuator.record import (
     rollback_plan,
     rollback_problems,
 )
+from gpu_rightsizer.actuator.resize import InPlaceSteps, resized_pods
 from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
@@ -68,7 +70,7 @@ from gpu_rightsizer.actuator.verify import (
     template_fingerprint,
     verification_outcome,
 )
-from gpu_rightsizer.actuator.writes import ChangeWriter, RecordState, WorkloadCase, record_from_patch
+from gpu_rightsizer.actuator.writes import RecordState, WorkloadCase, record_from_patch
 from gpu_rightsizer.adapters.kube import ApiError
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
@@ -149,7 +151,7 @@ def phase_of(apply: Mapping[str, Any]) -> ChangePhase | None:
 # --------------------------------------------------------------------------------------------------
 
 
-class Actuator(ChangeWriter):
+class Actuator(InPlaceSteps):
     """One actuator step per workload: which write, if any, the change's state and the gates call for."""
 
     # the step -----------------------------------------------------------------------------------
@@ -165,8 +167,15 @@ class Actuator(ChangeWriter):
         )
         phase = phase_of(status.apply)
         try:
+            in_place = (
+                resized_pods(status.apply.get("patch")) is not None
+                if phase in IN_FLIGHT
+                else resizes_in_place(case.workload)
+            )
             if found is not None and status.spec.get("workloadUid") != case.uid:
                 self._rebind(case, status, phase)
+            elif in_place:
+                self._resize_step(case, status, phase, recent_changes, published_actions(case.recommendation))
             elif phase == ChangePhase.INTENT_RECORDED:
                 self._resume_intent(case, status, recent_changes)
             elif phase in (ChangePhase.APPLIED, ChangePhase.ROLLED_OUT):

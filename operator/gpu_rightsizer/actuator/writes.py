@@ -43,7 +43,9 @@ from gpu_rightsizer.runtime import metrics
 LOG = logging.getLogger(__name__)
 
 #: Fields of the change record shown on the recommendation's `status.apply` (with `change`, its name).
-MIRRORED = ("state", "phase", "reason", "policy", "changeId", "appliedAt", "dryRun", "rollbacks")
+MIRRORED = (
+    "state", "phase", "reason", "policy", "changeId", "appliedAt", "dryRun", "rollbacks", "manifestAdvice",
+)  # fmt: skip
 
 #: One workload's window over [start, end] through the metric source port, scoped to that workload:
 #: None when the source has no series for it; raises when the source fails.
