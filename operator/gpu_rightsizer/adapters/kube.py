@@ -376,10 +376,13 @@ class KubeAdapter:
         return [self._plain(pod) for pod in listed.items]
 
     def owned_pods(self, workload: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The pods whose controller is this workload (by uid), or the pod itself for a bare pod."""
+        """The pods whose controller is this workload (by uid), the pod itself for a bare pod, and a
+        Deployment's or StatefulSet's pods by its selector (a Deployment's are owned by ReplicaSets)."""
         metadata = workload.get("metadata") or {}
         if workload.get("kind") == "Pod":
             return [dict(workload)]
+        if workload.get("kind") in ("Deployment", "StatefulSet"):
+            return self.pods_of(workload)
         uid = metadata.get("uid")
         listed = self.core.list_namespaced_pod(str(metadata.get("namespace")))
         pods = [self._plain(pod) for pod in listed.items]
