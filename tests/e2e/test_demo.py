@@ -20,6 +20,7 @@ def test_demo_prints_recommendations_and_verifies_a_change(testbins: TestBinarie
     assert "InputPipelineCPUBound" in result.stdout
     assert "CONFIDENCE" in result.stdout  # the -o wide table
     assert "Verified: change" in result.stderr, result.stderr[-4000:]
+    assert "Job train-job: Verified" in result.stderr, result.stderr[-4000:]  # resized in place
     assert "tearing down" in result.stderr
     down = subprocess.run(
         [sys.executable, "-m", "gpu_rightsizer", "demo", "--down"],
