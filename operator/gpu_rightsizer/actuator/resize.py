@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from gpu_rightsizer.actuator.checks import CheckedWriter
 from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
 from gpu_rightsizer.actuator.gates import (
     Availability,
@@ -41,8 +42,8 @@ from gpu_rightsizer.actuator.inplace import (
     restarts,
     worst,
 )
-from gpu_rightsizer.actuator.plan import CHANGE_ANNOTATION, ChangePlan, PlanError
-from gpu_rightsizer.actuator.record import ChangeRecord, record_problems, rollback_problems
+from gpu_rightsizer.actuator.plan import CHANGE_ANNOTATION, ChangePlan
+from gpu_rightsizer.actuator.record import ChangeRecord, rollback_problems
 from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
@@ -52,7 +53,6 @@ from gpu_rightsizer.actuator.verify import (
     verification_outcome,
 )
 from gpu_rightsizer.actuator.writes import (
-    ChangeWriter,
     RecordState,
     WorkloadCase,
     record_from_patch,
@@ -112,29 +112,8 @@ def _uid(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("uid"))
 
 
-class InPlaceSteps(ChangeWriter):
-    """The in-place path of the actuator's step (`actuator.step.Actuator` provides the shared gates)."""
-
-    # provided by actuator.step.Actuator ------------------------------------------------------------
-
-    def _gates(
-        self, case: WorkloadCase, recent: list[tuple[str, datetime]], *, started_by: str | None = None,
-        exclude_own: datetime | None = None, last_change: datetime | None = None,
-        warnings: tuple[str, ...] = (),
-    ) -> Verdict:  # fmt: skip
-        raise NotImplementedError
-
-    def _regression_block(self, case: WorkloadCase, status: RecordState) -> str | None:
-        raise NotImplementedError
-
-    def _baseline(self, case: WorkloadCase) -> tuple[dict[str, float] | None, str]:
-        raise NotImplementedError
-
-    def _owned_by_policy(self, case: WorkloadCase, status: RecordState) -> str | None:
-        raise NotImplementedError
-
-    def _on_disable(self, case: WorkloadCase, status: RecordState) -> OnDisableAction:
-        raise NotImplementedError
+class InPlaceSteps(CheckedWriter):
+    """The in-place path of the actuator's step."""
 
     # dispatch --------------------------------------------------------------------------------------
 
@@ -198,57 +177,18 @@ class InPlaceSteps(ChangeWriter):
         settings = case.settings
         apply = status.apply
         last_change = parse_time(apply.get("appliedAt"))
-        if (
-            apply.get("phase") in SETTLED_PHASES
-            and last_change is not None
-            and case.now - last_change < settings.cooldown
+        if not self._may_start(
+            case, status, recent, last_change, settled=apply.get("phase") in SETTLED_PHASES
         ):
-            return  # keep the outcome visible until the cooldown ends
-        verdict = self._gates(case, recent, last_change=last_change)
-        if not verdict.go:
-            self._set_state(case, status, verdict.state, verdict.reason)
-            return
-        blocked = self._regression_block(case, status)
-        if blocked is not None:
-            self._set_state(case, status, ApplyState.BLOCKED, blocked)
             return
         pods = live_pods(self.kube.owned_pods(case.workload))
-        try:
-            plan = plan_resize(pods, actions, settings, workload_key=case.ref.key)
-        except PlanError as error:
-            self._set_state(case, status, ApplyState.BLOCKED, str(error))
-            return
-        if plan is None:
-            self._set_state(
-                case, status, ApplyState.SKIPPED, "no applicable change: nothing the policy allows"
-            )
-            return
-        for regressed in apply.get("regressed") or []:
-            if regressed.get("changeId") == plan.change_id:
-                self._set_state(
-                    case, status, ApplyState.SKIPPED,
-                    f"change {plan.change_id} was rolled back at {regressed.get('at')}: not retried until the "
-                    "recommendation changes",
-                )  # fmt: skip
-                return
-        live = self._resize_gates(case, plan, pods)
-        if live is not None:
-            self._set_state(case, status, live.state, live.reason)
-            return
-        baseline, why = self._baseline(case) if not settings.dry_run else ({}, "")
-        if baseline is None:
-            self._set_state(case, status, ApplyState.SKIPPED, why)
-            return
-        change = ChangeRecord(
-            change_id=plan.change_id, at=case.now, target=plan.target, previous=plan.previous,
-            actions=plan.actions, baseline=baseline,
+        started = self._start(
+            case, status, lambda: plan_resize(pods, actions, settings, workload_key=case.ref.key), None,
+            lambda _, plan: self._resize_gates(case, plan, pods),
         )  # fmt: skip
-        problems = record_problems(change, settings)
-        if problems:
-            self._set_state(
-                case, status, ApplyState.BLOCKED, f"planned change refused: {'; '.join(problems)}"
-            )
+        if started is None:
             return
+        plan, change = started
         names = {_name(pod): _uid(pod) for pod in pods}
         text = resize_text(change, names)
         advice = manifest_advice(case.ref.kind, case.ref.name, plan)
@@ -322,7 +262,7 @@ class InPlaceSteps(ChangeWriter):
         if record is None or names is None:
             self._refuse(case, status, "recorded resize", ["it is unreadable"])
             return
-        problems = self._resize_ownership(case, status, record)
+        problems = self._still_ours(case, status, record)
         if problems:
             self._refuse(case, status, f"change {record.change_id}", problems)
             return
@@ -360,18 +300,6 @@ class InPlaceSteps(ChangeWriter):
         self._settle(case, status, verdict.state, ChangePhase.ABANDONED, reason)
         self._event(case, "ChangeAbandoned", reason, warning=True)
 
-    def _resize_ownership(self, case: WorkloadCase, status: RecordState, record: ChangeRecord) -> list[str]:
-        problems = []
-        not_ours = self._owned_by_policy(case, status)
-        if not_ours is not None:
-            problems.append(not_ours)
-        else:
-            problems += record_problems(record, case.settings)
-        managed = managed_by_parent(case.workload)
-        if managed is not None:
-            problems.append(managed)
-        return problems
-
     # verification ----------------------------------------------------------------------------------
 
     def _verify_resize(self, case: WorkloadCase, status: RecordState) -> None:
@@ -382,23 +310,11 @@ class InPlaceSteps(ChangeWriter):
         if record is None or names is None or applied_at is None:
             self._refuse(case, status, "recorded resize", ["it is unreadable"])
             return
-        not_ours = self._owned_by_policy(case, status)
-        disabled = self._on_disable(case, status) if not_ours is not None else None
-        if disabled == OnDisableAction.KEEP:
-            reason = f"change {record.change_id} left in place unverified: {not_ours}"
-            self._settle(case, status, ApplyState.SKIPPED, ChangePhase.ABANDONED, reason)
-            self._event(case, "ChangeAbandoned", reason, warning=True)
-            return
-        if disabled == OnDisableAction.ROLL_BACK:
-            self._roll_back_resize(
-                case,
-                status,
-                record,
-                names,
-                f"undone because {not_ours} (onDisable RollBack)",
-                {},
-                counts=False,
-            )
+
+        def undo(why: str, after: Mapping[str, float], counts: bool) -> None:
+            self._roll_back_resize(case, status, record, names, why, after, counts=counts)
+
+        if self._on_disable_step(case, status, record, undo):
             return
         pods = self._recorded(case, names)
         if not pods:
@@ -482,27 +398,20 @@ class InPlaceSteps(ChangeWriter):
         )  # fmt: skip
         if outcome in (Outcome.WAIT, Outcome.ROLLED_OUT):
             return
-        advice = status.apply.get("manifestAdvice") or ""
-        if outcome == Outcome.VERIFIED:
-            text = f"change {record.change_id} verified: {reason}; {advice}".rstrip("; ")
-            self._settle(case, status, ApplyState.VERIFIED, ChangePhase.VERIFIED, text, after=after)
-            self._event(case, "ChangeVerified", text)
-            for action in record.actions:
-                metrics.ACTIONS_APPLIED.labels(action.value, "verified").inc()
-            return
-        undo = outcome == Outcome.REGRESSED and case.settings.rollback_on_regression
-        undo = undo or (outcome == Outcome.INCONCLUSIVE and case.settings.roll_back_inconclusive)
-        if undo:
-            self._roll_back_resize(
-                case, status, record, names, f"{outcome.value.lower()}: {reason}", after,
-                counts=outcome == Outcome.REGRESSED,
-            )  # fmt: skip
-            return
-        state = ApplyState.INCONCLUSIVE if outcome == Outcome.INCONCLUSIVE else ApplyState.APPLIED
-        phase = ChangePhase.INCONCLUSIVE if outcome == Outcome.INCONCLUSIVE else ChangePhase.DONE
-        text = f"change {record.change_id} {outcome.value.lower()}: {reason}; held in place"
-        self._settle(case, status, state, phase, text, after=after)
-        self._event(case, f"Change{outcome.value}", text, warning=True)
+
+        def undo(why: str, figures: Mapping[str, float], counts: bool) -> None:
+            self._roll_back_resize(case, status, record, names, why, figures, counts=counts)
+
+        self._conclude(
+            case,
+            status,
+            record,
+            outcome,
+            reason,
+            after,
+            undo,
+            note=str(status.apply.get("manifestAdvice") or ""),
+        )
 
     # rollback --------------------------------------------------------------------------------------
 
