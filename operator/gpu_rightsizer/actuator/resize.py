@@ -59,7 +59,7 @@ from gpu_rightsizer.actuator.writes import (
 )
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState
-from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase, OnDisableAction
+from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
 from gpu_rightsizer.model.result import Action
 from gpu_rightsizer.runtime import metrics
@@ -442,32 +442,12 @@ class InPlaceSteps(CheckedWriter):
                 continue  # not ours (never sent, or resized since by someone else): left alone
             self._guard()
             self.kube.resize_pod(case.ref.namespace, _name(pod), back, uid=_uid(pod))
-        counts = status.apply.get("rollbackCounts", True) is not False
-        regressed = list(status.apply.get("regressed") or [])
-        if counts:
-            regressed.append(
-                {"changeId": record.change_id, "workloadGeneration": None, "at": stamp(case.now)}
-            )
         done = "resized back" if outcome != ApplyState.ROLLED_BACK else "rolled back"
-        text = f"change {record.change_id} {done}: {why}"
         phase = ChangePhase.ROLLED_BACK if outcome == ApplyState.ROLLED_BACK else ChangePhase.ABANDONED
-        self._settle(
-            case, status, outcome, phase, text, after=after,
-            extra={
-                "rollback": None, "rollbacks": int(status.apply.get("rollbacks") or 0) + (1 if counts else 0),
-                "regressed": regressed[-HISTORY_LENGTH:], "appliedAt": stamp(case.now), "rollbackCounts": None,
-                "resizeDeferredSince": None,
-            },
+        self._settle_rollback(
+            case, status, record, None, f"change {record.change_id} {done}: {why}", after, state=outcome,
+            phase=phase, extra={"resizeDeferredSince": None},
         )  # fmt: skip
-        self._event(
-            case,
-            "ChangeRolledBack" if outcome == ApplyState.ROLLED_BACK else "ChangeBlocked",
-            text,
-            warning=True,
-        )
-        for action in record.actions:
-            metrics.ACTIONS_APPLIED.labels(action.value, "rolled_back").inc()
-        LOG.warning("%s: %s", case.ref.key, text)
 
     def _resume_resize_rollback(self, case: WorkloadCase, status: RecordState) -> None:
         """A rollback intent without its outcome: finished only when the recorded rollback is exactly the
