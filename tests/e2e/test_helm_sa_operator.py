@@ -300,12 +300,12 @@ def test_actuator_pointed_outside_its_namespaces_is_refused_and_says_so(
         name="actuator-outside",
         env={"KUBECONFIG": str(chart.kubeconfig_for("actuator")), **chart.actuator_env()},
     )  # fmt: skip
-    refused_cycle = "listing recommendations or policies failed"
+    refused_pass = "actuator pass failed"  # the actuator's own loop (actuator.loop), not the analysis cycle
     wait(
-        kube, lambda: actuator.output().count(refused_cycle) >= 2,
-        60, "two analysis cycles to report the refusal", chart.outside, actuator,
+        kube, lambda: actuator.output().count(refused_pass) >= 2,
+        60, "two actuator passes to report the refusal", chart.outside, actuator,
     )  # fmt: skip
-    assert actuator.process.poll() is None, "a refused analysis cycle must not stop the operator"
+    assert actuator.process.poll() is None, "a refused actuator pass must not stop the operator"
     assert "ForbiddenException" in actuator.output()
     assert container_resources(kube, chart.outside, "trainer")["limits"]["cpu"] == "1"
 
