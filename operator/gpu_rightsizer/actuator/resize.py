@@ -141,6 +141,7 @@ class InPlaceSteps(CheckedWriter):
         managed = managed_by_parent(workload)
         if managed is not None:
             return Verdict(False, ApplyState.BLOCKED, managed)
+        # a Job's template sits where a ReplicaSet's does (spec.template): the same managed-field paths
         view = {**workload, "kind": "ReplicaSet"} if workload.get("kind") == "Job" else workload
         owners = field_conflicts(view, plan.target)
         if owners:

@@ -201,3 +201,35 @@ def test_a_lower_in_place_is_refused() -> None:
     status = cluster.apply()
     assert status["state"] == "Blocked" and "shrink" in status["reason"], status
     assert cluster.resizes == []
+
+
+def test_a_resize_that_restarts_the_container_obeys_the_rollout_gates() -> None:
+    """resizePolicy RestartContainer: a restart, so the replica floor holds a single-replica workload."""
+    cluster = ResizeCluster(replicas=1)
+    cluster.pods[0]["spec"]["containers"][0]["resizePolicy"] = [
+        {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+    ]
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "replica floor" in status["reason"], status
+    assert cluster.resizes == []
+    cluster.pods[0]["spec"]["containers"][0].pop("resizePolicy")  # NotRequired: no restart, no floor
+    driver.step(T0 + timedelta(minutes=1))
+    assert cluster.apply()["phase"] == "Applied" and cluster.pod_cpu() == ["4"]
+
+
+def test_a_gitops_owner_of_the_template_cpu_blocks_the_resize() -> None:
+    cluster = ResizeCluster()
+    cluster.workload["metadata"]["managedFields"] = [{
+        "manager": "argocd-controller", "operation": "Apply",
+        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {'k:{"name":"main"}': {
+            "f:resources": {"f:limits": {"f:cpu": {}}}}}}}}},
+    }]  # fmt: skip
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "'argocd-controller'" in status["reason"], status
+    assert cluster.resizes == []
