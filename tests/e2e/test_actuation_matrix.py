@@ -896,7 +896,7 @@ def resized_and_verified(
     yield from until(lambda: workload_pods(kube, namespace), 90, "the trainer pod to run")
     before = set(workload_pods(kube, namespace))
     yield from until(lambda: in_phase(kube, namespace, "Verified", "RolledBack", "Abandoned", "Done", name=record)
-                     or apply_status(kube, namespace, record).get("state") == "Blocked", 420, "the change to settle")  # fmt: skip
+                     or apply_status(kube, namespace, record).get("state") == "Blocked", 600, "the change to settle")  # fmt: skip
     state = apply_status(kube, namespace, record)
     pods = workload_pods(kube, namespace)
     cpus = sorted({pod_cpu(p) for p in pods.values()})
@@ -958,7 +958,7 @@ def crash_during_resize_rollback(env: Env, case: Case) -> Script:
     starved_job(kube, ns)
     lease = f"lease-{uuid.uuid4().hex[:6]}"
     crashing = own_operator(env, case, lease, "crashing", fault("resize-rollback"))
-    yield from until(lambda: in_phase(kube, ns, "RolledOut", name="job-train"), 300, "the resize to be done")
+    yield from until(lambda: in_phase(kube, ns, "RolledOut", name="job-train"), 480, "the resize to be done")
     before = set(workload_pods(kube, ns))
     policy(kube, ns, mode="Recommend", verifyFor="10m", onDisable="RollBack")
     yield from until(lambda: crashing.process.poll() is not None, 120, "the crash after the rollback intent")
