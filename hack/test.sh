@@ -7,9 +7,12 @@ source "$root/hack/lib.sh"
 cd "$root"
 start=$SECONDS
 phase_start=$SECONDS
-phase() { # print how long the previous phase took, then name the next one
+# Name the phase that runs now: the timing line, and the step that a failure names (lib.sh's `step`),
+# are set together, so a failing command is always blamed on its own phase.
+phase() { # phase NAME WHAT FIX
   echo "== $1 (previous phase: $((SECONDS - phase_start)) s)"
   phase_start=$SECONDS
+  step "$2" "$3"
 }
 
 step "installing what the tests need" "see the line above from bootstrap.sh"
@@ -17,20 +20,16 @@ hack/bootstrap.sh
 export GPU_RIGHTSIZER_TESTBINS="$(hack/testbins/build.sh --print)"
 export PATH="$root/.venv/bin:$GPU_RIGHTSIZER_TESTBINS:$PATH"
 
-phase ruff
-step "linting (ruff check)" "fix the findings above; 'ruff check --fix operator tests bench hack' fixes many"
+phase ruff "linting (ruff check)" "fix the findings above; 'ruff check --fix operator tests bench hack' fixes many"
 ruff check operator tests bench hack
-phase "ruff format"
-step "checking the format (ruff format)" "run 'ruff format operator tests bench hack'"
+phase "ruff format" "checking the format (ruff format)" "run 'ruff format operator tests bench hack'"
 ruff format --check operator tests bench hack
-phase mypy
-step "type checking (mypy --strict)" "fix the type errors above"
+phase mypy "type checking (mypy --strict)" "fix the type errors above"
 mypy
-phase import-linter
-step "checking import contracts (lint-imports)" "keep model/ and logic/ free of I/O libraries; see [tool.importlinter] in pyproject.toml"
+phase import-linter "checking import contracts (lint-imports)" "keep model/ and logic/ free of I/O libraries; see [tool.importlinter] in pyproject.toml"
 lint-imports
 
-phase pytest
+phase pytest "running the tests (pytest)" "see the failures listed above; re-run one with 'hack/test.sh -k NAME'"
 set +e
 pytest -p no:cacheprovider "$@"
 rc=$?

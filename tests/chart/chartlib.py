@@ -103,8 +103,10 @@ def helm_template(
     kube_version: str = KUBE_VERSIONS[-1],
     extra: Iterable[str] = (),
     check: bool = True,
+    api_versions: Sequence[str] = (MONITORING_API,),
 ) -> HelmResult:
-    """`helm template` the chart (CRDs included) and parse the output."""
+    """`helm template` the chart (CRDs included) and parse the output; `api_versions` are the API
+    groups the render acts as if the cluster served (prometheus-operator's by default)."""
     cmd = [
         str(helm),
         "template",
@@ -114,10 +116,10 @@ def helm_template(
         NAMESPACE,
         "--kube-version",
         kube_version,
-        "--api-versions",
-        MONITORING_API,
         "--include-crds",
     ]
+    for api in api_versions:
+        cmd += ["--api-versions", api]
     for path in values_files:
         cmd += ["--values", str(path)]
     cmd += set_args(values)

@@ -21,6 +21,9 @@ K8S_DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 PROM_DURATION = r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: one trusted GPU scrape target: comma-separated label matchers, or "any" (config.parse_trusted_targets)
+_TARGET_MATCHER = r'[a-zA-Z_][a-zA-Z0-9_]*\s*((=~|!=|!~|=)"[^"]*"|=[^",]*)'
+TRUSTED_TARGET = rf"^(any|{_TARGET_MATCHER}(,\s*{_TARGET_MATCHER})*)$"
 QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 
@@ -163,6 +166,12 @@ def build() -> JsonSchema:
                                 "pattern": r'^[a-zA-Z_][a-zA-Z0-9_]*((=~|!=|!~|=)"[^"]*"|=[^"{},]*)$',
                             },
                         },
+                        "trustedGpuTargets": {
+                            "type": "array",
+                            "maxItems": 8,
+                            "items": {"type": "string", "pattern": TRUSTED_TARGET},
+                        },
+                        "gpuHonorLabels": {"type": "boolean"},
                     },
                     required=["url"],
                 ),
@@ -170,7 +179,11 @@ def build() -> JsonSchema:
                 "analysis": obj(
                     {
                         "interval": duration("re-analysis interval, e.g. 5m", K8S_DURATION),
-                        "window": duration("observation window, e.g. 24h (units ms, s, m, h)", K8S_DURATION),
+                        "window": duration(
+                            "observation window, e.g. 24h (units ms, s, m, h); at least 5m, which the templates check "
+                            "(a schema cannot add up 4m59s)",
+                            K8S_DURATION,
+                        ),
                     },
                     required=["interval", "window"],
                 ),
@@ -219,6 +232,7 @@ def build() -> JsonSchema:
                 },
                 "tmpSizeLimit": {"type": "string", "pattern": QUANTITY},
                 "commonLabels": string_map,
+                "avoidGPUNodes": boolean("keep the operator pods off GPU nodes (required node affinity)"),
                 "recommender": obj(
                     {"serviceAccountName": service_account_name, **pod_placement("recommender pod")},
                     required=["resources"],
@@ -328,7 +342,10 @@ def build() -> JsonSchema:
                 ),
                 "serviceMonitor": obj(
                     {
-                        "enabled": boolean("create a ServiceMonitor"),
+                        "enabled": {
+                            "enum": [True, False, "auto"],
+                            "description": "true, false, or auto (when the monitoring.coreos.com/v1 API exists)",
+                        },
                         "interval": duration("scrape interval"),
                         "scrapeTimeout": duration("scrape timeout"),
                         "labels": string_map,

@@ -89,7 +89,9 @@ def test_default_render_is_recommend_only(default_render: HelmResult) -> None:
     deployments = [doc["metadata"]["name"] for doc in default_render.of_kind("Deployment")]
     assert deployments == [f"{FULLNAME}-recommender"]
     assert not default_render.of_kind("DaemonSet"), "the NVML agent is off by default"
-    assert "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds
+    assert "PrometheusRule" not in kinds
+    # serviceMonitor.enabled=auto, and the render declares the monitoring.coreos.com/v1 API
+    assert "ServiceMonitor" in kinds
     policy = default_render.one("GPURightsizingPolicy", f"{FULLNAME}-default")
     assert policy["spec"]["mode"] == "Recommend"
     dashboard = default_render.one("ConfigMap", f"{FULLNAME}-dashboard", NAMESPACE)

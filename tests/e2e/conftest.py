@@ -23,6 +23,7 @@ import yaml
 
 from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, TestBinaries, ensure_binaries
 from gpu_rightsizer.testcluster.kwok import LocalCluster
+from gpu_rightsizer.testcluster.processes import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,10 +83,12 @@ class Kube:
         return config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
 
     def wait_for(self, predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
-        """Poll until `predicate()` is truthy; fail the test with `what` otherwise."""
+        """Poll until `predicate()` is truthy; fail the test with `what` otherwise, and at once, with
+        the component's log, when a part of the cluster has exited."""
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
         while time.monotonic() < deadline:
+            self.cluster.check_running()
             try:
                 value = predicate()
                 if value:
@@ -154,13 +157,7 @@ class Background:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def start_background(args: list[str], log: Path, env: dict[str, str] | None = None) -> Background:
@@ -172,21 +169,29 @@ def start_background(args: list[str], log: Path, env: dict[str, str] | None = No
     return Background(process=process, log=log)
 
 
-@pytest.fixture(scope="session")
-def live_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The live workload-metrics simulator following the cluster's pods, scraped by a real Prometheus.
+def start_simulator(kube: Kube, workdir: Path) -> tuple[Background, int]:
+    """The live workload-metrics simulator following the cluster's pods, and its port."""
+    from gpu_rightsizer.testcluster.prometheus import free_port
 
-    Yields the Prometheus URL.
-    """
-    from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
-
-    workdir = tmp_path_factory.mktemp("live-metrics")
     port = free_port()
     simulator = start_background(
         [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(kube.kubeconfig),
          "--host", "127.0.0.1", "--port", str(port)],
         workdir / "simulator.log",
     )  # fmt: skip
+    return simulator, port
+
+
+@pytest.fixture(scope="session")
+def live_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The live workload-metrics simulator following the cluster's pods, scraped by a real Prometheus.
+
+    Yields the Prometheus URL.
+    """
+    from gpu_rightsizer.testcluster.prometheus import PrometheusServer
+
+    workdir = tmp_path_factory.mktemp("live-metrics")
+    simulator, port = start_simulator(kube, workdir)
     prometheus = PrometheusServer(
         workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="2s"
     )

@@ -218,6 +218,58 @@ def test_agent_needs_no_api_access(release: Release) -> None:
     assert not release.can("agent", "patch", "pods", release.teams[0])
 
 
+def test_recommender_is_scheduled_off_the_gpu_nodes(release: Release) -> None:
+    """avoidGPUNodes (default): the real scheduler puts it on a node without nvidia.com/gpu.present."""
+    selector = f"app.kubernetes.io/instance={release.name},app.kubernetes.io/component=recommender"
+
+    def node() -> str:
+        pods = release.kube.get_json("pods", "-n", release.namespace, "-l", selector)["items"]
+        return str(pods[0]["spec"].get("nodeName", "")) if pods else ""
+
+    name = release.kube.wait_for(node, timeout=60, what="the recommender pod to be scheduled")
+    labels = release.kube.get_json("node", name)["metadata"]["labels"]
+    assert labels.get("nvidia.com/gpu.present") != "true", f"recommender on GPU node {name}"
+
+
+def test_a_second_release_over_the_same_namespaces_is_refused_by_name(release: Release) -> None:
+    """The fixture's release watches every namespace: another one, anywhere, would write the same
+    GPURecommendations (lookup of the recommender Deployments; --dry-run=server sends nothing)."""
+    other_namespace = release.kube.create_namespace("gpurs-second")
+    for scope in ([], [release.teams[2]]):
+        proc = release.helm(
+            "install", "second", str(CHART), "--namespace", other_namespace, "--dry-run=server",
+            "--set-json", f"watch.namespaces={_json_list(scope)}",
+            "--set", "prometheus.url=http://prometheus.monitoring.svc:9090", check=False,
+        )  # fmt: skip
+        assert proc.returncode != 0, proc.stdout
+        assert f'release "{release.name}" in namespace "{release.namespace}"' in proc.stderr, proc.stderr
+        assert "already analyses every namespace" in proc.stderr
+        assert f"helm uninstall {release.name} -n {release.namespace}" in proc.stderr
+
+
+def test_agent_runtime_class_must_exist_and_notes_say_what_to_expect(release: Release) -> None:
+    """A RuntimeClass the cluster lacks would leave the DaemonSet at 0 pods: refused, naming the value.
+    The same release's upgrade (dry run) is not refused as a second release, and prints the NOTES."""
+    upgrade = ["upgrade", release.name, *release.install_args(release.teams[:2]), "--dry-run=server"]
+    refused = release.helm(*upgrade, "--set", "agent.runtimeClassName=nvidia", check=False)
+    assert refused.returncode != 0
+    assert 'agent.runtimeClassName=nvidia: the cluster has no RuntimeClass "nvidia"' in refused.stderr
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                     "metadata": {"name": "nvidia"}, "handler": "nvidia"}  # fmt: skip
+    release.kube.apply(runtime_class)
+    try:
+        accepted = release.helm(*upgrade, "--set", "agent.runtimeClassName=nvidia")
+    finally:
+        release.kube.kubectl("delete", "runtimeclass", "nvidia")
+    notes = accepted.stdout
+    assert "Its pods use RuntimeClass nvidia." in notes
+    assert "backfills the window from Prometheus' history" in notes
+    assert "No image is published for this project" in notes
+    # the local cluster has no prometheus-operator: serviceMonitor.enabled=auto created none, and says so
+    assert "No ServiceMonitor was created (the cluster serves no monitoring.coreos.com/v1 API)" in notes
+    assert "ServiceMonitor" not in {doc.split("\n", 1)[0] for doc in notes.split("kind: ")[1:]}
+
+
 def test_upgrade_moves_the_actuator_bound(release: Release) -> None:
     """Runs after the checks above (module order): narrow the actuator to one namespace."""
     keep, dropped = release.teams[0], release.teams[1]

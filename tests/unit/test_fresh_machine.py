@@ -8,6 +8,7 @@ fresh machine (a command substitution over a folder that does not exist yet) fai
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -125,3 +126,38 @@ def test_free_gib_measures_the_nearest_existing_parent(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     nearest, free = result.stdout.split()
     assert nearest == str(tmp_path) and int(free) >= 0
+
+
+def _stub(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/usr/bin/env bash\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("failing", "phase"),
+    [
+        ("pytest", "running the tests (pytest)"),
+        ("lint-imports", "checking import contracts (lint-imports)"),
+        ("mypy", "type checking (mypy --strict)"),
+    ],
+)
+def test_test_sh_names_the_phase_that_failed(tmp_path: Path, failing: str, phase: str) -> None:
+    """hack/test.sh itself, with every tool it runs stubbed: exactly one FAILED line, naming the phase
+    whose command failed (a pytest failure was once blamed on the import-linter phase before it)."""
+    root = tmp_path / "checkout"
+    (root / "hack").mkdir(parents=True)
+    for script in ("test.sh", "lib.sh"):
+        shutil.copy2(REPO_ROOT / "hack" / script, root / "hack" / script)
+    _stub(root / "hack" / "bootstrap.sh", "exit 0")
+    _stub(root / "hack" / "testbins" / "build.sh", f"echo {tmp_path / 'bins'}")
+    for tool in ("ruff", "mypy", "lint-imports", "pytest"):
+        _stub(root / ".venv" / "bin" / tool, f"echo {tool} ran; exit {1 if tool == failing else 0}")
+
+    result = _run([str(root / "hack" / "test.sh")], dict(os.environ))
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stderr.splitlines() if "FAILED" in line]
+    assert len(failed) == 1, result.stderr
+    assert f"FAILED while {phase}" in failed[0] and f"`{failing}" in failed[0], failed[0]
+    assert "pytest ran" in result.stdout if failing == "pytest" else "pytest ran" not in result.stdout

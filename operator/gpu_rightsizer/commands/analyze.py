@@ -141,6 +141,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='extra label matcher for every query, e.g. cluster=prod or cluster=~"prod-.*" (multi-cluster '
         "stores: Thanos, Mimir, VictoriaMetrics); repeatable",
     )
+    parser.add_argument(
+        "--trusted-gpu-target",
+        dest="trusted_gpu_targets",
+        metavar="MATCHERS",
+        action="append",
+        default=[],
+        help="believe GPU series only from this scrape target, as matchers on its target labels, e.g. "
+        "namespace=gpu-operator,service=nvidia-dcgm-exporter (repeatable; default: every target, "
+        "unlike `run`; for --openmetrics, only a file whose series carry target labels, such as a "
+        "/federate dump; docs/clusters.md)",
+    )
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
 
 
@@ -179,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSource,
         PrometheusSourceError,
     )
-    from gpu_rightsizer.config import MatcherError, parse_matchers
+    from gpu_rightsizer.config import MatcherError, parse_matchers, parse_trusted_targets
     from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
     from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
@@ -198,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     started = time.monotonic()
     try:
+        texts = list(getattr(args, "trusted_gpu_targets", []) or [])
+        trusted = parse_trusted_targets(texts) if texts else None
         if args.openmetrics:
             _progress(f"reading {args.openmetrics}")
             path = Path(args.openmetrics)
@@ -214,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
                     namespace=args.namespace,
                     workload=args.workload,
                     limits=limits,
+                    trusted_gpu_targets=trusted,
                 )
 
             windows = read(window_seconds)
@@ -238,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
                 timeout_seconds=args.timeout,
                 max_concurrency=max(1, args.max_concurrency),
                 extra_matchers=parse_matchers(list(getattr(args, "prometheus_labels", []) or [])),
+                trusted_gpu_targets=trusted,
             )
             source = PrometheusSource(config)
             windows = source.read(

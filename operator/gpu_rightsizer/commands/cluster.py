@@ -50,6 +50,15 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "down":
             cluster.down()
             return 0
+        running = cluster.running_components()
+        if running:
+            print(
+                f"gpu-rightsizer cluster up: cluster {args.name!r} is already running ({', '.join(running)}; "
+                f"kubeconfig {cluster.kubeconfig}); give another --name, or delete it with "
+                f"`gpu-rightsizer cluster down --name {args.name}`",
+                file=sys.stderr,
+            )
+            return 1
         cluster.up()
         cluster.apply(crd_objects())
     except (BinariesUnavailableError, ClusterError) as error:

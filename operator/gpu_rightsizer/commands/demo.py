@@ -5,7 +5,11 @@ diagnosis) in namespace `demo`, their live metrics in a real Prometheus, the ope
 and actuator) against it; prints `kubectl get gpurecommendations`, then puts namespace `demo-apply`
 under an Apply policy and shows its CPU-starved trainer being patched and verified, and its
 CPU-starved training Job given more CPU in place (pods/resize, no pod restarted).
-Everything stops on exit or Ctrl-C; `gpu-rightsizer demo --down` cleans up a left-over cluster.
+Everything stops on exit or Ctrl-C; `gpu-rightsizer demo --down` cleans up left-over clusters.
+
+Each run has its own cluster name, ports and state folder (`<cache>/gpu-rightsizer/clusters/
+gpu-rightsizer-demo-<id>`, with the owner's pid in `owner.pid`), so runs beside each other, or beside the
+test suite's cluster, never touch each other; only clusters whose owner has exited are cleaned up.
 """
 
 from __future__ import annotations
@@ -14,15 +18,20 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+#: Name prefix of the demo's clusters; each run appends its own id.
 DEMO_CLUSTER = "gpu-rightsizer-demo"
+#: File in a demo's state folder that holds the pid of the process that owns the cluster.
+OWNER_FILE = "owner.pid"
 SCENARIO_ANNOTATION = "sim.gpurightsizer.io/scenario"
 
 #: (name, scenario, GPU product, GPU resource, cpu, replicas): one workload per common diagnosis.
@@ -44,7 +53,9 @@ def _say(message: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `gpu-rightsizer demo`."""
-    parser.add_argument("--down", action="store_true", help="delete a left-over demo cluster and exit")
+    parser.add_argument(
+        "--down", action="store_true", help="delete left-over demo clusters (whose run has exited) and exit"
+    )
     parser.add_argument("--window", default="2m", help="observation window of the operator (default 2m)")
     parser.add_argument("--interval", default="15s", help="analysis interval (default 15s)")
     parser.add_argument("--no-apply", action="store_true", help="skip the Apply-policy part")
@@ -117,20 +128,43 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _wait(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 3.0) -> Any:
+def _wait(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    every: float = 3.0,
+    alive: Callable[[], None] = lambda: None,
+) -> Any:
+    """Poll `predicate` until it is truthy.
+
+    `alive` raises when a part of the demo has exited, which ends the wait at once with that error. A
+    kubectl error (ClusterError: the object does not exist yet, the API server is briefly busy) is
+    waited through but shown in the progress lines and in the timeout's message; any other error is
+    a real one and is raised.
+    """
+    from gpu_rightsizer.testcluster.kwok import ClusterError
+
     deadline = time.monotonic() + timeout
     started = time.monotonic()
     last_note = 0.0
+    last_error = ""
     while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
+        alive()
+        try:
             value = predicate()
+        except ClusterError as error:
+            last_error = str(error).strip().splitlines()[-1]
+        else:
             if value:
                 return value
         if time.monotonic() - last_note > 15:
-            _say(f"waiting for {what} ({time.monotonic() - started:.0f} s)")
+            latest = f"; latest error: {last_error}" if last_error else ""
+            _say(f"waiting for {what} ({time.monotonic() - started:.0f} s{latest})")
             last_note = time.monotonic()
         time.sleep(every)
-    raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
+    latest = f" (latest error: {last_error})" if last_error else ""
+    raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s{latest}")
 
 
 @contextlib.contextmanager
@@ -138,6 +172,8 @@ def managed_process(
     args: list[str], log: Path, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A child process with its output in `log`, terminated (then killed) when the block ends."""
+    from gpu_rightsizer.testcluster.processes import stop_process
+
     handle = log.open("wb")
     process = subprocess.Popen(
         args, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
@@ -145,14 +181,52 @@ def managed_process(
     try:
         yield process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_process(process)
         handle.close()
+
+
+def _owner(workdir: Path) -> int | None:
+    """The pid that owns a demo's state folder, or None when the folder names none."""
+    try:
+        return int((workdir / OWNER_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def demo_folders() -> list[Path]:
+    """State folders of every demo cluster of this user (this cache root)."""
+    from gpu_rightsizer.commands.cluster import state_dir
+
+    root = state_dir(DEMO_CLUSTER).parent
+    return sorted(root.glob(f"{DEMO_CLUSTER}*")) if root.is_dir() else []
+
+
+def clean_left_overs(bins: Any) -> list[str]:
+    """Delete the demo clusters whose owning run has exited; leave running ones alone.
+
+    A folder without an owner is one being created right now, or the single fixed-name folder of
+    earlier versions, which is removed only once its cluster has stopped. Returns the names of the
+    clusters still running.
+    """
+    from gpu_rightsizer.testcluster.kwok import LocalCluster
+    from gpu_rightsizer.testcluster.processes import process_running
+
+    running = []
+    for folder in demo_folders():
+        owner = _owner(folder)
+        cluster = LocalCluster(name=folder.name, workdir=folder, bins=bins)
+        if owner is not None and process_running(owner):
+            running.append(f"{folder.name} (pid {owner})")
+            continue
+        if owner is None and folder.name != DEMO_CLUSTER:
+            continue
+        if owner is None and cluster.running_components():
+            running.append(f"{folder.name} (an earlier version's demo)")
+            continue
+        cluster.down()
+        shutil.rmtree(folder, ignore_errors=True)
+        _say(f"removed left-over demo cluster {folder.name}")
+    return running
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,24 +234,44 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.commands.cluster import crd_objects, state_dir
     from gpu_rightsizer.testcluster.binaries import BinariesUnavailableError, ensure_binaries
     from gpu_rightsizer.testcluster.kwok import ClusterError, LocalCluster
+    from gpu_rightsizer.testcluster.processes import exited_child
     from gpu_rightsizer.testcluster.prometheus import PrometheusError, PrometheusServer, free_port
 
-    workdir = state_dir(DEMO_CLUSTER)
     try:
         bins = ensure_binaries(build=not args.down)
     except BinariesUnavailableError as error:
         print(f"gpu-rightsizer demo: {error}", file=sys.stderr)
         return 1
-    cluster = LocalCluster(name=DEMO_CLUSTER, workdir=workdir, bins=bins)
+    running = clean_left_overs(bins)
     if args.down:
-        cluster.down()
-        _say("demo cluster deleted")
+        for name in running:
+            _say(f"left alone, still running: {name}; stop that run with Ctrl-C")
+        _say("no left-over demo cluster" if not running else f"{len(running)} demo(s) still running")
         return 0
+    cluster_name = f"{DEMO_CLUSTER}-{uuid.uuid4().hex[:6]}"
+    workdir = state_dir(cluster_name)
+    workdir.mkdir(parents=True)
+    (workdir / OWNER_FILE).write_text(str(os.getpid()))
+    cluster = LocalCluster(name=cluster_name, workdir=workdir, bins=bins)
+    logs = workdir / "logs"
+    logs.mkdir()
+    children: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    servers: list[PrometheusServer] = []
+
+    def alive() -> None:
+        """Raise as soon as any part of the demo has exited, with the end of its log."""
+        cluster.check_running()
+        for server in servers:
+            server.check_running()
+        for label, process, log in children:
+            if exited := exited_child(label, process, log):
+                raise RuntimeError(exited)
+
     deadline = time.monotonic() + args.timeout
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` tears down like Ctrl-C does
+    failed = False
     try:
-        _say("step 1/5: local cluster with fake GPU nodes (H100, H200, A100, MIG H200)")
-        cluster.down()
+        _say(f"step 1/5: local cluster {cluster_name} with fake GPU nodes (H100, H200, A100, MIG H200)")
         cluster.up()
         cluster.apply(crd_objects())
         for crd in ("gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io"):
@@ -200,14 +294,14 @@ def run(args: argparse.Namespace) -> int:
 
         cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(workloads))
         port = free_port()
-        logs = workdir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
         _say("step 3/5: live metrics simulator and Prometheus (scrape every 5 s)")
         with managed_process(
             [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
              "--host", "127.0.0.1", "--port", str(port), "--exit-after", str(int(args.timeout) + 120)],
             logs / "simulator.log",
-        ), PrometheusServer(workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="5s") as prometheus:  # fmt: skip
+        ) as simulator, PrometheusServer(workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="5s") as prometheus:  # fmt: skip
+            children.append(("metrics simulator", simulator, logs / "simulator.log"))
+            servers.append(prometheus)
             _say(f"Prometheus at {prometheus.url}; logs in {logs}")
             _say(
                 f"step 4/5: the operator (recommender + actuator), window {args.window}, interval {args.interval}"
@@ -218,21 +312,28 @@ def run(args: argparse.Namespace) -> int:
                  "--metrics-port", str(free_port()), "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
                 logs / "operator.log", env={"KUBECONFIG": str(cluster.kubeconfig)},
             ) as operator:  # fmt: skip
-                _show_recommendations(cluster, operator, deadline, args.window, args.interval)
+                children.append(("operator", operator, logs / "operator.log"))
+                _show_recommendations(cluster, alive, deadline, args.window, args.interval)
                 if not args.no_apply:
-                    _show_apply(cluster, operator, deadline, args.window)
+                    _show_apply(cluster, alive, deadline, args.window)
                 if args.keep:
                     _say(f"running; KUBECONFIG={cluster.kubeconfig}; Ctrl-C to stop")
-                    while operator.poll() is None:
+                    while True:
+                        alive()
                         time.sleep(2)
     except KeyboardInterrupt:
         _say("interrupted")
     except (ClusterError, PrometheusError, TimeoutError, RuntimeError) as error:
         print(f"gpu-rightsizer demo: {error}", file=sys.stderr)
+        failed = True
         return 1
     finally:
         _say("tearing down")
         cluster.down()
+        if failed:
+            _say(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
@@ -249,15 +350,13 @@ def _diagnosed(item: dict[str, Any]) -> bool:
 
 
 def _show_recommendations(
-    cluster: Any, operator: subprocess.Popen[bytes], deadline: float, window: str, interval: str
+    cluster: Any, alive: Callable[[], None], deadline: float, window: str, interval: str
 ) -> None:
     from gpu_rightsizer.config import parse_duration
 
     expected = len(DEMO_WORKLOADS) + 1
 
     def diagnosed() -> bool:
-        if operator.poll() is not None:
-            raise RuntimeError(f"the operator exited with {operator.returncode}")
         return sum(_diagnosed(item) for item in _recommendations(cluster)) >= expected
 
     # A diagnosis needs a full window of metrics: wait for it (and a few cycles), not just the first status.
@@ -267,6 +366,7 @@ def _show_recommendations(
             diagnosed,
             timeout=min(patience, max(30.0, deadline - time.monotonic())),
             what="a full window of metrics",
+            alive=alive,
         )
     except TimeoutError as error:
         _say(f"{error}; showing what is known (InsufficientData means the window is not full yet)")
@@ -275,7 +375,7 @@ def _show_recommendations(
     print(cluster.kubectl("get", "gpurecommendations", "-A", "-o", "wide").stdout, flush=True)
 
 
-def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float, window: str) -> None:
+def _show_apply(cluster: Any, alive: Callable[[], None], deadline: float, window: str) -> None:
     cluster.apply([apply_policy("demo-apply")])
     _say("Apply policy on namespace demo-apply: the CPU-starved trainer gets more CPU, then is verified")
 
@@ -303,6 +403,7 @@ def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float
         timeout=max(60.0, deadline - time.monotonic()),
         what="the trainer's change to be verified",
         every=2.0,
+        alive=alive,
     )
     limits = json.loads(
         cluster.kubectl("get", "deployment", "-n", "demo-apply", "trainer", "-o", "json").stdout
@@ -325,6 +426,7 @@ def _show_apply(cluster: Any, operator: subprocess.Popen[bytes], deadline: float
             rediagnosed,
             timeout=min(parse_duration(window) + 90, max(30.0, deadline - time.monotonic())),
             what="the new diagnosis",
+            alive=alive,
         )
     except TimeoutError as error:
         _say(str(error))

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,11 @@ import yaml
 
 from gpu_rightsizer.testcluster.binaries import TestBinaries
 from gpu_rightsizer.testcluster.nodes import NodeSpec, default_nodes
+from gpu_rightsizer.testcluster.processes import free_ports, log_tail, process_running, stop_process
 
 KUBE_VERSION = "v1.36.3"
+#: Seconds between two progress lines while the control plane starts.
+PROGRESS_EVERY = 15.0
 
 #: The KWOK Stages the cluster runs (given in the kwokctl config, they replace kwok's defaults).
 STAGES_DIR = Path(__file__).parent / "stages"
@@ -44,6 +47,39 @@ def _progress(message: str) -> None:
     print(f"[cluster] {message}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class ClusterPorts:
+    """The 127.0.0.1 ports of one cluster's components, picked by the kernel (`pick`).
+
+    kwokctl itself counts down from port 32766 and skips only the ports bound right now, so two
+    clusters created at the same moment get the same ports and one of them dies on its binds.
+    """
+
+    etcd: int
+    etcd_peer: int
+    kube_apiserver: int
+    kube_controller_manager: int
+    kube_scheduler: int
+    kwok_controller: int
+
+    @classmethod
+    def pick(cls, **fixed: int) -> ClusterPorts:
+        """Distinct free ports for every component not given in `fixed`."""
+        names = [spec.name for spec in fields(cls) if spec.name not in fixed]
+        return cls(**fixed, **dict(zip(names, free_ports(len(names)), strict=True)))
+
+    def options(self) -> dict[str, int]:
+        """The kwokctl configuration options that pin these ports."""
+        return {
+            "etcdPort": self.etcd,
+            "etcdPeerPort": self.etcd_peer,
+            "kubeApiserverPort": self.kube_apiserver,
+            "kubeControllerManagerPort": self.kube_controller_manager,
+            "kubeSchedulerPort": self.kube_scheduler,
+            "kwokControllerPort": self.kwok_controller,
+        }
+
+
 @dataclass
 class LocalCluster:
     """One kwokctl cluster; `up()` creates it, `down()` deletes it and every process it started."""
@@ -52,6 +88,7 @@ class LocalCluster:
     workdir: Path
     bins: TestBinaries
     nodes: list[NodeSpec] = field(default_factory=default_nodes)
+    ports: ClusterPorts = field(default_factory=ClusterPorts.pick)
 
     @property
     def kubeconfig(self) -> Path:
@@ -61,6 +98,45 @@ class LocalCluster:
     @property
     def _kwok_home(self) -> Path:
         return self.workdir / "kwok"
+
+    @property
+    def _cluster_dir(self) -> Path:
+        """kwokctl's folder of this cluster: pids/<component>.pid and logs/<component>.log."""
+        return self._kwok_home / "clusters" / self.name
+
+    def _component_pids(self) -> dict[str, int]:
+        pids: dict[str, int] = {}
+        for pid_file in sorted((self._cluster_dir / "pids").glob("*.pid")):
+            try:
+                pids[pid_file.stem] = int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                continue  # being written or removed by kwokctl right now
+        return pids
+
+    def running_components(self) -> list[str]:
+        """Components kwokctl started whose process still runs."""
+        return [name for name, pid in self._component_pids().items() if process_running(pid)]
+
+    def exited_components(self) -> list[str]:
+        """Components kwokctl started whose process has exited (their pid file is still there)."""
+        return [name for name, pid in self._component_pids().items() if not process_running(pid)]
+
+    def component_log(self, component: str) -> str:
+        """The tail of one component's log."""
+        return log_tail(self._cluster_dir / "logs" / f"{component}.log")
+
+    def check_running(self) -> None:
+        """Raise ClusterError, with the log tails, if a component of the running cluster has exited."""
+        exited = self.exited_components()
+        if exited:
+            raise ClusterError(self._describe_failure(f"{', '.join(exited)} exited", exited))
+
+    def _describe_failure(self, what: str, components: Iterable[str], extra: str = "") -> str:
+        parts = [f"cluster {self.name!r}: {what}"]
+        parts += [f"--- {name} log, last lines ---\n{self.component_log(name)}" for name in components]
+        if extra:
+            parts.append(extra)
+        return "\n".join(parts)
 
     def _env(self) -> dict[str, str]:
         return {**self.bins.env(), "KWOK_WORKDIR": str(self._kwok_home), "KUBECONFIG": str(self.kubeconfig)}
@@ -84,6 +160,7 @@ class LocalCluster:
                 "quietPull": True,
                 "disableQPSLimits": True,
                 "cacheDir": str(self.workdir / "kwok-cache"),
+                **self.ports.options(),
             },
         }
         path = self.workdir / "kwokctl.yaml"
@@ -93,24 +170,33 @@ class LocalCluster:
     def kwokctl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run kwokctl for this cluster."""
         cmd = [str(self.bins.path("kwokctl")), "--name", self.name, *args]
-        return subprocess.run(
-            cmd, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
-        )
+        try:
+            return subprocess.run(
+                cmd, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"kwokctl {' '.join(args)} did not finish within {timeout:.0f} s") from None
 
     def kubectl(
         self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against this cluster; raise with its stderr when `check` and it fails."""
         cmd = [str(self.bins.path("kubectl")), "--kubeconfig", str(self.kubeconfig), *args]
-        result = subprocess.run(
-            cmd,
-            input=input_text,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env=self._env(),
-        )
+        try:
+            result = subprocess.run(
+                cmd,
+                input=input_text,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                env=self._env(),
+            )
+        except subprocess.TimeoutExpired:
+            raise ClusterError(
+                f"kubectl {' '.join(args)} got no answer within {timeout:.0f} s from the API server "
+                f"on 127.0.0.1:{self.ports.kube_apiserver}"
+            ) from None
         if check and result.returncode != 0:
             raise ClusterError(
                 f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
@@ -124,23 +210,32 @@ class LocalCluster:
         self.kubectl(*args, input_text=text)
 
     def up(self, *, timeout: float = 300) -> LocalCluster:
-        """Create the cluster, write its kubeconfig and register the fake nodes."""
+        """Create the cluster, write its kubeconfig and register the fake nodes.
+
+        A component that exits while the control plane starts fails the call at once, with its log
+        tail; so does a start that takes longer than `timeout`. Either way nothing is left running.
+        """
         self.workdir.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
-        _progress(f"creating cluster {self.name!r} (kube {KUBE_VERSION}, binary runtime, 127.0.0.1) ...")
+        _progress(
+            f"creating cluster {self.name!r} (kube {KUBE_VERSION}, binary runtime, "
+            f"API server on 127.0.0.1:{self.ports.kube_apiserver}) ..."
+        )
         config = self._config_file()
-        result = subprocess.run(
-            [str(self.bins.path("kwokctl")), "--config", str(config), "--name", self.name,
-             "create", "cluster", "--wait", f"{int(timeout)}s"],
-            env=self._env(), capture_output=True, text=True, timeout=timeout + 60, check=False,
-        )  # fmt: skip
-        if result.returncode != 0:
-            logs = self.kwokctl("logs", "kube-apiserver", timeout=30).stdout[-3000:]
+        output = self.workdir / "kwokctl-create.log"
+        with output.open("wb") as handle:
+            creating = subprocess.Popen(
+                [str(self.bins.path("kwokctl")), "--config", str(config), "--name", self.name,
+                 "create", "cluster", "--wait", f"{int(timeout)}s"],
+                env=self._env(), stdout=handle, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            try:
+                failure = self._watch_creation(creating, start=start, timeout=timeout, output=output)
+            finally:
+                stop_process(creating)
+        if failure:
             self.down()
-            raise ClusterError(
-                f"kwokctl create cluster failed ({result.returncode}):\n{result.stderr[-4000:]}\n"
-                f"kube-apiserver log tail:\n{logs}"
-            )
+            raise ClusterError(failure)
         kubeconfig = self.kwokctl("get", "kubeconfig", timeout=30)
         if kubeconfig.returncode != 0:
             raise ClusterError(f"kwokctl get kubeconfig failed: {kubeconfig.stderr}")
@@ -152,6 +247,37 @@ class LocalCluster:
             f"cluster {self.name!r} ready in {time.monotonic() - start:.0f} s (kubeconfig {self.kubeconfig})"
         )
         return self
+
+    def _watch_creation(
+        self, creating: subprocess.Popen[bytes], *, start: float, timeout: float, output: Path
+    ) -> str:
+        """Follow `kwokctl create cluster` until it ends; the failure's description, or "" on success."""
+        last_note = start
+        while creating.poll() is None:
+            exited = self.exited_components()
+            if exited:
+                return self._describe_failure(
+                    f"{', '.join(exited)} exited while the control plane started", exited
+                )
+            now = time.monotonic()
+            if now - start > timeout:
+                return self._describe_failure(
+                    f"the control plane was not ready after {timeout:.0f} s",
+                    self.running_components(),
+                    f"--- kwokctl create cluster ---\n{log_tail(output)}",
+                )
+            if now - last_note >= PROGRESS_EVERY:
+                running = ", ".join(self.running_components()) or "none yet"
+                _progress(f"still starting after {now - start:.0f} s; running: {running}")
+                last_note = now
+            time.sleep(0.5)
+        if creating.returncode != 0:
+            return self._describe_failure(
+                f"kwokctl create cluster failed with exit code {creating.returncode}",
+                [*self.exited_components(), *self.running_components()] or ["kube-apiserver"],
+                f"--- kwokctl create cluster ---\n{log_tail(output)}",
+            )
+        return ""
 
     def wait_nodes_ready(self, *, timeout: float) -> None:
         """Wait until every fake node reports Ready (KWOK's node stages)."""

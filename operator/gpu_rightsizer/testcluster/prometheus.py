@@ -8,28 +8,24 @@ scrape targets such as the workload-metrics simulator.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from gpu_rightsizer.testcluster.processes import free_port, log_tail, stop_process
+
+__all__ = ["PrometheusError", "PrometheusServer", "create_blocks", "free_port"]
+
 
 class PrometheusError(RuntimeError):
     """Prometheus could not be prepared or started."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def create_blocks(source: Path, data_dir: Path, promtool: Path = Path("/usr/bin/promtool")) -> float:
@@ -48,6 +44,22 @@ def create_blocks(source: Path, data_dir: Path, promtool: Path = Path("/usr/bin/
     return time.monotonic() - started
 
 
+#: The job and target labels the GPU Operator's ServiceMonitor gives dcgm-exporter's targets under
+#: kube-prometheus-stack (the operator's default trusted GPU target matches them).
+GPU_OPERATOR_JOB = "nvidia-dcgm-exporter"
+
+
+def gpu_operator_target_labels(index: int) -> dict[str, str]:
+    """Target labels of the `index`-th dcgm-exporter pod, as service discovery sets them."""
+    return {
+        "namespace": "gpu-operator",
+        "service": GPU_OPERATOR_JOB,
+        "pod": f"nvidia-dcgm-exporter-{index}",
+        "container": "nvidia-dcgm-exporter",
+        "endpoint": "gpu-metrics",
+    }
+
+
 @dataclass
 class PrometheusServer:
     """One Prometheus process with its own data directory; `start()` then `stop()` (or a `with`)."""
@@ -58,6 +70,8 @@ class PrometheusServer:
     backfill: Sequence[Path] = ()
     scrape_targets: Sequence[str] = ()
     scrape_interval: str = "5s"
+    #: More scrape jobs, as Prometheus configuration mappings (e.g. a tenant's own target).
+    extra_scrape_configs: Sequence[Mapping[str, object]] = ()
     #: Rules files the server evaluates live (`rule_files`).
     rule_files: Sequence[Path] = ()
     port: int = field(default_factory=free_port)
@@ -78,16 +92,33 @@ class PrometheusServer:
         return self.workdir / "data"
 
     def _write_config(self) -> Path:
-        scrape_configs = []
+        scrape_configs: list[Mapping[str, object]] = []
         if self.scrape_targets:
+            dcgm = {"source_labels": ["__name__"], "regex": "DCGM_.*"}
             scrape_configs.append(
-                {
+                {  # kube-state-metrics, cAdvisor and serving series, scraped as kube-prometheus-stack
+                    # scrapes kube-state-metrics (honorLabels: true)
                     "job_name": "gpu-workloads",
                     "scrape_interval": self.scrape_interval,
                     "honor_labels": True,
                     "static_configs": [{"targets": list(self.scrape_targets)}],
+                    "metric_relabel_configs": [{**dcgm, "action": "drop"}],
                 }
             )
+            scrape_configs.append(
+                {  # the DCGM series as kube-prometheus-stack scrapes the GPU Operator's dcgm-exporter
+                    # (its ServiceMonitor: honorLabels false, so pod/namespace arrive as exported_*)
+                    "job_name": GPU_OPERATOR_JOB,
+                    "scrape_interval": self.scrape_interval,
+                    "honor_labels": False,
+                    "static_configs": [
+                        {"targets": [target], "labels": gpu_operator_target_labels(index)}
+                        for index, target in enumerate(self.scrape_targets)
+                    ],
+                    "metric_relabel_configs": [{**dcgm, "action": "keep"}],
+                }
+            )
+        scrape_configs.extend(self.extra_scrape_configs)
         config: dict[str, object] = {
             "global": {"scrape_interval": self.scrape_interval},
             "scrape_configs": scrape_configs,
@@ -154,9 +185,7 @@ class PrometheusServer:
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
-                raise PrometheusError(f"prometheus exited with {self._process.returncode}:\n{tail}")
+            self.check_running()
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
                     if answer.status == 200:
@@ -167,16 +196,19 @@ class PrometheusServer:
         self.stop()
         raise PrometheusError(f"prometheus not ready after {timeout:.0f} s")
 
+    def check_running(self) -> None:
+        """Raise PrometheusError, with the end of its log, if the started server has exited."""
+        if self._process is not None and self._process.poll() is not None:
+            tail = log_tail(self.workdir / "prometheus.log")
+            raise PrometheusError(
+                f"prometheus exited with code {self._process.returncode}; its log ends:\n{tail}"
+            )
+
     def stop(self) -> None:
         """Terminate the server; safe to call twice."""
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(timeout=10)
+        stop_process(self._process)
         self._process = None
 
     def __enter__(self) -> PrometheusServer:
