@@ -257,6 +257,9 @@ def build() -> JsonSchema:
                         "namespaces": namespace_list,
                         "clusterWide": boolean("grant patch rights in every namespace"),
                         "patchHorizontalPodAutoscalers": boolean("allow patching HPAs"),
+                        "resizePodsInPlace": boolean(
+                            "allow pods/resize (in-place CPU and memory) in its namespaces"
+                        ),
                         "serviceAccountName": service_account_name,
                         "workloadKinds": {
                             "type": "array",

@@ -452,6 +452,7 @@ WORKLOAD_WRITES = [
         ("batch", "jobs"),
         ("batch", "cronjobs"),
         ("", "pods"),
+        ("", "pods/resize"),  # in-place resize is the actuator's alone
         ("autoscaling", "horizontalpodautoscalers"),
     ]
     for v in ("create", "update", "patch", "delete")
@@ -527,7 +528,9 @@ def test_actuator_patches_only_its_namespaces(full_render: HelmResult) -> None:
             assert not can(grants, "create", "apps", resource, namespace)
             assert not can(grants, "delete", "apps", resource, namespace)
         assert can(grants, "patch", "autoscaling", "horizontalpodautoscalers", namespace)
-        assert not can(grants, "patch", "", "pods/resize", namespace)  # no code resizes pods in place yet
+        assert can(grants, "patch", "", "pods/resize", namespace)  # in-place resize, through the subresource
+        assert not can(grants, "patch", "", "pods", namespace)  # never the pods themselves
+        assert can(grants, "get", "kubeflow.org", "pytorchjobs", namespace)  # gates of a CRD trainer
         assert can(grants, "patch", "gpurightsizer.io", "gpurecommendations/status", namespace)
         assert can(grants, "create", "gpurightsizer.io", "gpurightsizingchanges", namespace)
         assert can(grants, "patch", "gpurightsizer.io", "gpurightsizingchanges/status", namespace)
@@ -569,6 +572,7 @@ def test_optional_grants_can_be_removed(helm: Path) -> None:
             "actuator.enabled": True,
             "actuator.namespaces": ["team-a"],
             "actuator.patchHorizontalPodAutoscalers": False,
+            "actuator.resizePodsInPlace": False,
         },
     )
     grants = effective_grants(rendered.docs, f"{FULLNAME}-actuator")

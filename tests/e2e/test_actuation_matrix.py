@@ -16,7 +16,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -752,6 +752,7 @@ def cases() -> list[Case]:
         Case("Recreate Deployment", "Blocked: allowRecreate, untouched", blocked_case("allowRecreate", recreate_setup)),
         Case("garbage Prometheus answer at verifyFor's end", "retried, then Verified", garbage_at_verify_end, shared_operator=False),
         Case("policy set to Off mid-change", "failing change rolled back (onDisable Finish); history kept", policy_off_mid_change),
+        *in_place_cases(),
     ]  # fmt: skip
 
 
@@ -809,6 +810,189 @@ def diagnostics(kube: Kube, row: Case, shared: Background) -> str:
     apply = json.dumps(change_record(kube, row.namespace), indent=1)[:1500]
     logs = [p.output()[-1500:] for p in row.processes] or [shared.output()[-1500:]]
     return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nchange record: {apply}\n" + "\n".join(logs)
+
+
+# --------------------------------------------------------------------------------------------------
+# In-place resize (pods/resize): Jobs, CRD trainers, bare pods, opted-in Deployments
+# --------------------------------------------------------------------------------------------------
+
+PYTORCHJOB_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "pytorchjobs.kubeflow.org"},
+    "spec": {
+        "group": "kubeflow.org",
+        "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob", "listKind": "PyTorchJobList"},
+        "scope": "Namespaced",
+        "versions": [{
+            "name": "v1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        }],
+    },
+}  # fmt: skip
+
+
+def trainer_pod(name: str, namespace: str, *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pod spec of the simulated starved trainer (cpu 1, one H100), as gpu_deployment's template."""
+    template = gpu_deployment(name, namespace, scenario="input-cpu-bound", cpu="1")["spec"]["template"]
+    template["metadata"]["annotations"].update(
+        {"sim.gpurightsizer.io/runs": "Forever", **(annotations or {})}
+    )
+    template["spec"]["restartPolicy"] = "Never"
+    return dict(template)
+
+
+def starved_job(kube: Kube, namespace: str, name: str = "train", **pod_annotations: str) -> None:
+    template = trainer_pod(name, namespace, annotations=pod_annotations)
+    create(kube, {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"backoffLimit": 0, "template": template},
+    })  # fmt: skip
+
+
+def starved_pytorchjob(kube: Kube, namespace: str, name: str = "train") -> None:
+    """A PyTorchJob with one worker pod, created as the training operator would (ownerReference)."""
+    kube.apply(PYTORCHJOB_CRD)
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/pytorchjobs.kubeflow.org")
+    template = trainer_pod(name, namespace)
+    create(kube, {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": template}}},
+    })  # fmt: skip
+    uid = kube.get_json("pytorchjob", "-n", namespace, name)["metadata"]["uid"]
+    create(kube, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-worker-0", "namespace": namespace,
+            "labels": {**template["metadata"]["labels"], "training.kubeflow.org/replica-type": "worker"},
+            "annotations": template["metadata"]["annotations"],
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name, "uid": uid,
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": template["spec"],
+    })  # fmt: skip
+
+
+def workload_pods(kube: Kube, namespace: str) -> dict[str, dict[str, Any]]:
+    """The namespace's running pods by uid."""
+    items = kube.get_json("pods", "-n", namespace)["items"]
+    return {p["metadata"]["uid"]: p for p in items if p["status"].get("phase") == "Running"}
+
+
+def pod_cpu(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(spec, status) CPU limit of the pod's container: what was asked, what the kubelet applied."""
+    spec = pod["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    status = ((pod["status"].get("containerStatuses") or [{}])[0].get("resources") or {}).get("limits") or {}
+    return str(spec), str(status.get("cpu"))
+
+
+Settled = tuple[dict[str, Any], set[str], dict[str, dict[str, Any]], list[tuple[str, str]], str]
+
+
+def resized_and_verified(
+    kube: Kube, namespace: str, record: str, template: Callable[[], str]
+) -> Generator[None, None, Settled]:
+    """The common check: raised in place on the same pods, the template untouched, then Verified."""
+    yield from until(lambda: workload_pods(kube, namespace), 90, "the trainer pod to run")
+    before = set(workload_pods(kube, namespace))
+    yield from until(lambda: in_phase(kube, namespace, "Verified", "RolledBack", "Abandoned", "Done", name=record)
+                     or apply_status(kube, namespace, record).get("state") == "Blocked", 600, "the change to settle")  # fmt: skip
+    state = apply_status(kube, namespace, record)
+    pods = workload_pods(kube, namespace)
+    cpus = sorted({pod_cpu(p) for p in pods.values()})
+    return state, before, pods, cpus, template()
+
+
+def in_place_case(kind: str) -> Callable[[Env, Case], Script]:
+    def script(env: Env, case: Case) -> Script:
+        kube, ns = env.kube, case.namespace
+        policy(kube, ns)
+        if kind == "Job":
+            starved_job(kube, ns)
+            record, template = "job-train", lambda: template_cpu(kube, ns, "job", "train")[0]
+        elif kind == "PyTorchJob":
+            starved_pytorchjob(kube, ns)
+            record = "pytorchjob-train"
+            template = lambda: str(  # noqa: E731
+                kube.get_json("pytorchjob", "-n", ns, "train")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+                ["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+            )  # fmt: skip
+        else:
+            trainer(kube, ns, annotations={"gpurightsizer.io/resize": "InPlace"})
+            record, template = "deployment-trainer", lambda: template_cpu(kube, ns)[0]
+        state, before, pods, cpus, cpu_in_template = yield from resized_and_verified(
+            kube, ns, record, template
+        )
+        advice = str(state.get("manifestAdvice") or "")
+        case.seen = (
+            f"{state.get('state')}; pods recreated: {len(set(pods) ^ before)}; pod cpu spec/status {cpus}; "
+            f"template cpu {cpu_in_template}; advice: {advice[:70]}"
+        )
+        raised = all(spec == status and spec != "1" for spec, status in cpus)
+        case.ok = (
+            state.get("state") == "Verified" and set(pods) == before and raised and cpu_in_template == "1"
+            and ("next run" in advice if kind != "Deployment" else "new pods start" in advice)
+        )  # fmt: skip
+
+    return script
+
+
+def infeasible_resize(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns)
+    starved_job(kube, ns, **{"sim.gpurightsizer.io/resize": "Infeasible"})
+    state, before, pods, cpus, _ = yield from resized_and_verified(kube, ns, "job-train", lambda: "")
+    record = change_record(kube, ns, "job-train")
+    case.seen = f"{state.get('state')}: {str(state.get('reason'))[:90]}; pod cpu spec/status {cpus}"
+    case.ok = (
+        state.get("state") == "Blocked" and "Infeasible" in str(state.get("reason")) and cpus == [("1", "1")]
+        and set(pods) == before and [h.get("outcome") for h in record.get("history") or []][-1:] == ["Abandoned"]
+    )  # fmt: skip
+
+
+def crash_during_resize_rollback(env: Env, case: Case) -> Script:
+    """SIGKILL after the rollback intent of an in-place resize (onDisable RollBack): resumed by the next
+    actuator, the pods end at their old size, never resized again."""
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    starved_job(kube, ns)
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    crashing = own_operator(env, case, lease, "crashing", fault("resize-rollback"))
+    yield from until(lambda: in_phase(kube, ns, "RolledOut", name="job-train"), 480, "the resize to be done")
+    before = set(workload_pods(kube, ns))
+    policy(kube, ns, mode="Recommend", verifyFor="10m", onDisable="RollBack")
+    yield from until(lambda: crashing.process.poll() is not None, 120, "the crash after the rollback intent")
+    intent = change_record(kube, ns, "job-train")
+    still_raised = {pod_cpu(p)[0] for p in workload_pods(kube, ns).values()} != {"1"}
+    own_operator(env, case, lease, "restarted")
+    yield from until(
+        lambda: in_phase(kube, ns, "RolledBack", name="job-train"), 120, "the rollback to finish"
+    )
+    yield from until(
+        lambda: {pod_cpu(p) for p in workload_pods(kube, ns).values()} == {("1", "1")}, 30, "the old size"
+    )
+    yield from hold(15)
+    pods = workload_pods(kube, ns)
+    cpus = sorted({pod_cpu(p) for p in pods.values()})
+    case.seen = (
+        f"exit {crashing.process.returncode} at {intent.get('phase')} (still raised: {still_raised}); then "
+        f"{apply_status(kube, ns, 'job-train').get('state')}, pod cpu {cpus}, pods recreated {len(set(pods) ^ before)}"
+    )
+    case.ok = (
+        crashing.process.returncode == 17 and intent.get("phase") == "RollbackIntentRecorded" and still_raised
+        and cpus == [("1", "1")] and set(pods) == before
+        and apply_status(kube, ns, "job-train").get("state") == "RolledBack"
+    )  # fmt: skip
+
+
+def in_place_cases() -> list[Case]:
+    return [
+        Case("in-place Job", "Verified; same pods, cpu raised in spec and status; Job template 1; next-run note", in_place_case("Job")),
+        Case("in-place PyTorchJob", "Verified; same pod, cpu raised; PyTorchJob template 1; next-run note", in_place_case("PyTorchJob")),
+        Case("in-place Deployment", "Verified; same pod, cpu raised; template 1; manifest advice", in_place_case("Deployment")),
+        Case("in-place Infeasible", "Blocked: Infeasible, resized back to 1, same pod", infeasible_resize),
+        Case("SIGKILL during in-place rollback", "rollback intent recorded; resumed: RolledBack, cpu 1, same pod", crash_during_resize_rollback, shared_operator=False),
+    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------

@@ -191,7 +191,9 @@ def test_actuator_is_bounded_to_its_namespaces(release: Release) -> None:
     for team in inside:
         assert release.can("actuator", "patch", "deployments.apps", team)
         assert release.can("actuator", "patch", "statefulsets.apps", team)
-        assert not release.can("actuator", "patch", "pods", team, subresource="resize")  # no code uses it yet
+        assert release.can("actuator", "patch", "pods", team, subresource="resize")  # in-place resize
+        assert not release.can("recommender", "patch", "pods", team, subresource="resize")
+        assert not release.can("actuator", "patch", "pods", team)
         assert not release.can("actuator", "create", "deployments.apps", team)
         assert not release.can("actuator", "delete", "deployments.apps", team)
         assert not release.can("actuator", "get", "secrets", team)

@@ -24,7 +24,7 @@ from gpu_rightsizer.logic.policy import readable_policies, settings_for_workload
 from gpu_rightsizer.logic.workloads import target_of
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.k8s import parse_time
-from gpu_rightsizer.model.kinds import SCALABLE_KINDS
+from gpu_rightsizer.model.kinds import BUILT_IN, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.runtime import metrics
 
@@ -106,7 +106,9 @@ def run_once(
             )
     for recommendation in targets.values():
         ref = target_of(recommendation)
-        workload = kube.read(ref.kind, ref.namespace, ref.name)
+        # a custom kind (a PyTorchJob) is read through the custom-objects API: its pods are resized in place
+        read = kube.read if ref.kind in BUILT_IN else kube.read_target
+        workload = read(ref.kind, ref.namespace, ref.name)
         if workload is None:
             continue  # gone: its recommendation is garbage-collected, its change record stays as history
         metadata = workload.get("metadata") or {}

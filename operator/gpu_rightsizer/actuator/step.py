@@ -31,19 +31,15 @@ from pydantic import ValidationError
 
 from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
 from gpu_rightsizer.actuator.gates import (
-    CLEAR_REGRESSIONS_ANNOTATION,
     Availability,
-    GateContext,
     Verdict,
     check_availability,
-    check_gates,
-    count_recent,
     rollout_failure,
     rollout_incomplete,
 )
+from gpu_rightsizer.actuator.inplace import resizes_in_place
 from gpu_rightsizer.actuator.plan import (
     ChangePlan,
-    PlanError,
     current_value,
     plan_change,
     same_value,
@@ -52,10 +48,10 @@ from gpu_rightsizer.actuator.plan import (
 from gpu_rightsizer.actuator.record import (
     ChangeRecord,
     record_on,
-    record_problems,
     rollback_plan,
     rollback_problems,
 )
+from gpu_rightsizer.actuator.resize import InPlaceSteps, resized_pods
 from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
@@ -68,10 +64,10 @@ from gpu_rightsizer.actuator.verify import (
     template_fingerprint,
     verification_outcome,
 )
-from gpu_rightsizer.actuator.writes import ChangeWriter, RecordState, WorkloadCase, record_from_patch
+from gpu_rightsizer.actuator.writes import RecordState, WorkloadCase, record_from_patch
 from gpu_rightsizer.adapters.kube import ApiError
 from gpu_rightsizer.logic.owners import managed_by_parent
-from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode, PolicyMode
+from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
 from gpu_rightsizer.model.result import Action
@@ -112,19 +108,6 @@ def published_actions(recommendation: Mapping[str, Any]) -> list[Action]:
     return actions
 
 
-def _published_diagnosis(status: Mapping[str, Any]) -> tuple[DiagnosisCode | None, frozenset[DiagnosisCode]]:
-    diagnosis = status.get("diagnosis") or {}
-    codes: set[DiagnosisCode] = set()
-    for finding in diagnosis.get("findings") or []:
-        with contextlib.suppress(ValueError):
-            codes.add(DiagnosisCode(finding.get("code")))
-    try:
-        primary = DiagnosisCode(str(diagnosis.get("primary")))
-    except ValueError:
-        primary = None
-    return primary, frozenset(codes)
-
-
 def phase_of(apply: Mapping[str, Any]) -> ChangePhase | None:
     """The change phase; statuses written before phases existed map from their state."""
     raw = apply.get("phase")
@@ -149,7 +132,7 @@ def phase_of(apply: Mapping[str, Any]) -> ChangePhase | None:
 # --------------------------------------------------------------------------------------------------
 
 
-class Actuator(ChangeWriter):
+class Actuator(InPlaceSteps):
     """One actuator step per workload: which write, if any, the change's state and the gates call for."""
 
     # the step -----------------------------------------------------------------------------------
@@ -165,8 +148,15 @@ class Actuator(ChangeWriter):
         )
         phase = phase_of(status.apply)
         try:
+            in_place = (
+                resized_pods(status.apply.get("patch")) is not None
+                if phase in IN_FLIGHT
+                else resizes_in_place(case.workload)
+            )
             if found is not None and status.spec.get("workloadUid") != case.uid:
                 self._rebind(case, status, phase)
+            elif in_place:
+                self._resize_step(case, status, phase, recent_changes, published_actions(case.recommendation))
             elif phase == ChangePhase.INTENT_RECORDED:
                 self._resume_intent(case, status, recent_changes)
             elif phase in (ChangePhase.APPLIED, ChangePhase.ROLLED_OUT):
@@ -207,38 +197,6 @@ class Actuator(ChangeWriter):
 
     # new change ----------------------------------------------------------------------------------
 
-    def _gates(
-        self, case: WorkloadCase, recent: list[tuple[str, datetime]], *, started_by: str | None = None,
-        exclude_own: datetime | None = None, last_change: datetime | None = None,
-        warnings: tuple[str, ...] = (),
-    ) -> Verdict:  # fmt: skip
-        published = case.recommendation.get("status") or {}
-        diagnosis, findings = _published_diagnosis(published)
-        changes = [
-            c for c in recent if not (exclude_own is not None and c == (case.ref.namespace, exclude_own))
-        ]
-        cluster, namespace = count_recent(changes, case.ref.namespace, case.now)
-        window = published.get("window") or {}
-        return check_gates(
-            GateContext(
-                settings=case.settings,
-                diagnosis=diagnosis,
-                finding_codes=findings,
-                window_end=parse_time(window.get("end")),
-                now=case.now,
-                staleness_limit=case.settings.max_staleness,
-                last_change_at=last_change,
-                changes_last_hour_cluster=cluster,
-                changes_last_hour_namespace=namespace,
-                namespace=case.ref.namespace,
-                # the published warnings can only hold a change back; the actuator's own read adds its own
-                warnings=(*[str(w) for w in window.get("warnings") or []], *warnings),
-                analysed_generation=published.get("workloadGeneration"),
-                live_generation=(case.workload.get("metadata") or {}).get("generation"),
-                started_by=started_by,
-            )
-        )
-
     def _live_gates(self, case: WorkloadCase, plan: ChangePlan) -> Verdict | None:
         owners = field_conflicts(case.workload, plan.target)
         if case.hpa is not None:
@@ -249,43 +207,6 @@ class Actuator(ChangeWriter):
         return check_availability(
             plan, Availability(case.workload, case.pdbs, case.pods_in_disruption), case.settings
         )
-
-    def _regression_block(self, case: WorkloadCase, status: RecordState) -> str | None:
-        """Why remembered regressions hold this workload back; clears them on a person's request."""
-        apply = status.apply
-        token = ((case.workload.get("metadata") or {}).get("annotations") or {}).get(
-            CLEAR_REGRESSIONS_ANNOTATION
-        )
-        if (
-            token
-            and token != apply.get("clearedToken")
-            and (apply.get("rollbacks") or apply.get("regressed"))
-        ):
-            self._write(case, status, {"rollbacks": 0, "regressed": [], "clearedToken": token})
-            self._event(case, "RegressionsCleared", f"cleared by {CLEAR_REGRESSIONS_ANNOTATION}={token}")
-            return None
-        rollbacks = int(apply.get("rollbacks") or 0)
-        if rollbacks >= case.settings.max_rollbacks:
-            return (
-                f"{rollbacks} change(s) of this workload were rolled back (maxRollbacks "
-                f"{case.settings.max_rollbacks}): no automatic change until a person sets the "
-                f"{CLEAR_REGRESSIONS_ANNOTATION} annotation on the workload to a new value"
-            )
-        return None
-
-    def _baseline(self, case: WorkloadCase) -> tuple[dict[str, float] | None, str]:
-        """The actuator's own figures before the change: one read scoped to this workload, over the
-        `verifyFor` that the new pods will be measured over afterwards. (None, why) when unusable."""
-        try:
-            window = self.measure(case.ref, case.now - case.settings.verify_for, case.now)
-        except Exception as error:  # a source failure: nothing is changed without a baseline
-            return None, f"no baseline: the metric read failed ({error})"
-        if window is None:
-            return None, "no baseline: no metrics for this workload"
-        if window.warnings:
-            return None, f"no baseline: partial data ({'; '.join(sorted(window.warnings)[:3])})"
-        figures = signals_from_window(window)
-        return (figures, "") if figures else (None, "no baseline: no comparable figures for this workload")
 
     def _maybe_change(
         self, case: WorkloadCase, status: RecordState, recent: list[tuple[str, datetime]]
@@ -298,60 +219,20 @@ class Actuator(ChangeWriter):
             t for t in (record.at if record is not None else None, parse_time(apply.get("appliedAt"))) if t
         ]
         last_change = max(times) if times else None
-        in_cooldown = last_change is not None and case.now - last_change < settings.cooldown
-        if phase_of(apply) in SETTLED and in_cooldown:
-            return  # keep the outcome visible: nothing new may happen before the cooldown ends anyway
-        verdict = self._gates(case, recent, last_change=last_change)
-        if not verdict.go:
-            self._set_state(case, status, verdict.state, verdict.reason)
+        if not self._may_start(case, status, recent, last_change, settled=phase_of(apply) in SETTLED):
             return
-        blocked = self._regression_block(case, status)
-        if blocked is not None:
-            self._set_state(case, status, ApplyState.BLOCKED, blocked)
-            return
-        try:
-            plan = plan_change(
+        generation = (case.workload.get("metadata") or {}).get("generation")
+
+        def planned() -> ChangePlan | None:
+            return plan_change(
                 case.workload, published_actions(case.recommendation), settings, hpa=case.hpa,
                 workload_key=case.ref.key,
             )  # fmt: skip
-        except PlanError as error:
-            self._set_state(case, status, ApplyState.BLOCKED, str(error))
+
+        started = self._start(case, status, planned, generation, self._live_gates)
+        if started is None:
             return
-        if plan is None:
-            self._set_state(
-                case, status, ApplyState.SKIPPED, "no applicable change: nothing the policy allows"
-            )
-            return
-        generation = (case.workload.get("metadata") or {}).get("generation")
-        for regressed in apply.get("regressed") or []:
-            if (
-                regressed.get("changeId") == plan.change_id
-                and regressed.get("workloadGeneration") == generation
-            ):
-                self._set_state(
-                    case, status, ApplyState.SKIPPED,
-                    f"change {plan.change_id} was rolled back at {regressed.get('at')}: not retried until the "
-                    "workload's spec or the recommendation changes",
-                )  # fmt: skip
-                return
-        live = self._live_gates(case, plan)
-        if live is not None:
-            self._set_state(case, status, live.state, live.reason)
-            return
-        baseline, why = self._baseline(case) if not settings.dry_run else ({}, "")
-        if baseline is None:
-            self._set_state(case, status, ApplyState.SKIPPED, why)
-            return
-        change = ChangeRecord(
-            change_id=plan.change_id, at=case.now, target=plan.target, previous=plan.previous,
-            actions=plan.actions, baseline=baseline,
-        )  # fmt: skip
-        problems = record_problems(change, settings)
-        if problems:  # plan_change only sets what the policy allows: this is a defect, never sent
-            self._set_state(
-                case, status, ApplyState.BLOCKED, f"planned change refused: {'; '.join(problems)}"
-            )
-            return
+        plan, change = started
         patch_text = yaml.safe_dump(
             workload_patch(case.ref.kind, plan.target, change.to_annotation()), sort_keys=True
         )
@@ -395,20 +276,6 @@ class Actuator(ChangeWriter):
         LOG.info("applied change %s to %s: %s", plan.change_id, case.ref.key, plan.describe())
 
     # an interrupted intent -------------------------------------------------------------------------
-
-    def _still_ours(self, case: WorkloadCase, status: RecordState, record: ChangeRecord) -> list[str]:
-        """Checks every resume repeats on the record: the policy that started it governs, in Apply mode,
-        and still allows every field and bound; the workload has no controller owner."""
-        problems = []
-        not_ours = self._owned_by_policy(case, status)
-        if not_ours is not None:
-            problems.append(not_ours)
-        else:
-            problems += record_problems(record, case.settings)
-        managed = managed_by_parent(case.workload)
-        if managed is not None:
-            problems.append(managed)
-        return problems
 
     def _resume_intent(
         self, case: WorkloadCase, status: RecordState, recent: list[tuple[str, datetime]]
@@ -454,28 +321,6 @@ class Actuator(ChangeWriter):
 
     # verification ----------------------------------------------------------------------------------
 
-    def _owned_by_policy(self, case: WorkloadCase, status: RecordState) -> str | None:
-        """Why the change's own policy no longer lets the actuator write this workload; None if it does."""
-        settings = case.settings
-        if settings.ignored:
-            return "the workload opts out (gpurightsizer.io/ignore)"
-        if settings.mode != PolicyMode.APPLY:
-            if settings.policy:
-                return f"policy {settings.policy!r} is in {settings.mode.value} mode"
-            return "no Apply policy selects the workload any more"
-        if status.apply.get("policy") != settings.policy:
-            return f"the change was started by policy {status.apply.get('policy')!r}, {settings.policy!r} governs now"
-        return None
-
-    def _on_disable(self, case: WorkloadCase, status: RecordState) -> OnDisableAction:
-        """What the policy asks for when it left Apply with our change in flight. Only the same policy
-        in Off or Recommend mode may ask for anything but Keep: an opt-out, a deleted policy or another
-        policy never leads to a write."""
-        settings = case.settings
-        if settings.ignored or not settings.policy or status.apply.get("policy") != settings.policy:
-            return OnDisableAction.KEEP
-        return settings.on_disable
-
     def _verify(self, case: WorkloadCase, status: RecordState) -> None:
         apply = status.apply
         record = record_from_patch(str(apply.get("patch") or ""))
@@ -483,17 +328,11 @@ class Actuator(ChangeWriter):
         if record is None or applied_at is None:
             self._refuse(case, status, "change record", ["it is unreadable"])
             return
-        not_ours = self._owned_by_policy(case, status)
-        disabled = self._on_disable(case, status) if not_ours is not None else None
-        if disabled == OnDisableAction.KEEP:  # no workload write (rollback included) without the policy
-            reason = f"change {record.change_id} left in place unverified: {not_ours}"
-            self._settle(case, status, ApplyState.SKIPPED, ChangePhase.ABANDONED, reason)
-            self._event(case, "ChangeAbandoned", reason, warning=True)
-            return
-        if disabled == OnDisableAction.ROLL_BACK:
-            self._roll_back(
-                case, status, record, f"undone because {not_ours} (onDisable RollBack)", {}, counts=False
-            )
+
+        def undo(why: str, after: Mapping[str, float], counts: bool) -> None:
+            self._roll_back(case, status, record, why, after, counts=counts)
+
+        if self._on_disable_step(case, status, record, undo):
             return
         superseded = apply.get("templateHash") and apply.get("templateHash") != template_fingerprint(
             case.workload
@@ -552,35 +391,7 @@ class Actuator(ChangeWriter):
                 f"{stamp(case.now + case.settings.verify_for)}",
             })  # fmt: skip
             return
-        if outcome == Outcome.VERIFIED:
-            text = f"change {record.change_id} verified: {reason}"
-            self._settle(case, status, ApplyState.VERIFIED, ChangePhase.VERIFIED, text, after=after)
-            self._event(case, "ChangeVerified", text)
-            for action in record.actions:
-                metrics.ACTIONS_APPLIED.labels(action.value, "verified").inc()
-            return
-        undo = outcome == Outcome.REGRESSED and case.settings.rollback_on_regression
-        undo = undo or (outcome == Outcome.INCONCLUSIVE and case.settings.roll_back_inconclusive)
-        if not undo:
-            state = ApplyState.INCONCLUSIVE if outcome == Outcome.INCONCLUSIVE else ApplyState.APPLIED
-            phase = ChangePhase.INCONCLUSIVE if outcome == Outcome.INCONCLUSIVE else ChangePhase.DONE
-            held = (
-                "held in place"
-                if outcome == Outcome.INCONCLUSIVE
-                else "left in place (rollbackOnRegression off)"
-            )
-            text = f"change {record.change_id} {outcome.value.lower()}: {reason}; {held}"
-            self._settle(case, status, state, phase, text, after=after)
-            self._event(case, f"Change{outcome.value}", text, warning=True)
-            return
-        self._roll_back(
-            case,
-            status,
-            record,
-            f"{outcome.value.lower()}: {reason}",
-            after,
-            counts=outcome == Outcome.REGRESSED,
-        )
+        self._conclude(case, status, record, outcome, reason, after, undo)
 
     def _measure_new_pods(
         self, case: WorkloadCase, since: datetime, pods: list[Mapping[str, Any]], record: ChangeRecord

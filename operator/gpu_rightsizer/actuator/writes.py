@@ -43,7 +43,9 @@ from gpu_rightsizer.runtime import metrics
 LOG = logging.getLogger(__name__)
 
 #: Fields of the change record shown on the recommendation's `status.apply` (with `change`, its name).
-MIRRORED = ("state", "phase", "reason", "policy", "changeId", "appliedAt", "dryRun", "rollbacks")
+MIRRORED = (
+    "state", "phase", "reason", "policy", "changeId", "appliedAt", "dryRun", "rollbacks", "manifestAdvice",
+)  # fmt: skip
 
 #: One workload's window over [start, end] through the metric source port, scoped to that workload:
 #: None when the source has no series for it; raises when the source fails.
@@ -302,21 +304,37 @@ class ChangeWriter:
         if case.ref.kind == "StatefulSet":
             self._unstick_statefulset(case, bad_revision)
         generation = (patched.get("metadata") or {}).get("generation")
+        self._settle_rollback(
+            case, status, record, generation, f"change {record.change_id} rolled back: {why}", after
+        )
+
+    def _settle_rollback(
+        self, case: WorkloadCase, status: RecordState, record: ChangeRecord, generation: Any, text: str,
+        after: Mapping[str, float], *, state: ApplyState = ApplyState.ROLLED_BACK,
+        phase: ChangePhase = ChangePhase.ROLLED_BACK, extra: Mapping[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """A finished rollback: settled, counted toward maxRollbacks (and remembered as regressed, at
+        this workload generation) unless its intent said it does not count."""
         counts = status.apply.get("rollbackCounts", True) is not False
         regressed = list(status.apply.get("regressed") or [])
         if counts:
             regressed.append(
                 {"changeId": record.change_id, "workloadGeneration": generation, "at": stamp(case.now)}
             )
-        text = f"change {record.change_id} rolled back: {why}"
         self._settle(
-            case, status, ApplyState.ROLLED_BACK, ChangePhase.ROLLED_BACK, text, after=after,
+            case, status, state, phase, text, after=after,
             extra={
                 "rollback": None, "rollbacks": int(status.apply.get("rollbacks") or 0) + (1 if counts else 0),
                 "regressed": regressed[-HISTORY_LENGTH:], "appliedAt": stamp(case.now), "rollbackCounts": None,
+                **(extra or {}),
             },
         )  # fmt: skip
-        self._event(case, "ChangeRolledBack", text, warning=True)
+        self._event(
+            case,
+            "ChangeRolledBack" if state == ApplyState.ROLLED_BACK else "ChangeBlocked",
+            text,
+            warning=True,
+        )
         for action in record.actions:
             metrics.ACTIONS_APPLIED.labels(action.value, "rolled_back").inc()
         LOG.warning("%s: %s", case.ref.key, text)

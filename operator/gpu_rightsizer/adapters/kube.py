@@ -20,7 +20,7 @@ from gpu_rightsizer.adapters.backoff import with_backoff
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.adapters.owners import OwnerReader, resolve_pod
 from gpu_rightsizer.logic.workloads import recommendation_name
-from gpu_rightsizer.model.kinds import BUILT_IN, PATCHABLE_KINDS, WorkloadKind
+from gpu_rightsizer.model.kinds import BUILT_IN, IN_PLACE_KINDS, KINDS, PATCHABLE_KINDS, WorkloadKind
 from gpu_rightsizer.model.observation import WorkloadRef
 
 LOG = logging.getLogger(__name__)
@@ -145,6 +145,22 @@ class KubeAdapter:
         result.setdefault("kind", kind)
         result.setdefault("apiVersion", BUILT_IN[kind].api_version)
         return result
+
+    def read_target(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A workload the actuator acts on: a built-in kind, or a custom kind whose pods it resizes in
+        place (a PyTorchJob, ...), read through the custom-objects API; None when it does not exist."""
+        row = KINDS.get(kind)
+        if row is None or row.built_in or kind not in IN_PLACE_KINDS:
+            return self.read(kind, namespace, name)
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                row.group, row.version, namespace, row.plural, name
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
 
     def read_owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """An owner for the owner walk: from `owner_cache` when watch events feed one (a slim copy:
@@ -358,6 +374,57 @@ class KubeAdapter:
         label_selector = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
         listed = self.core.list_namespaced_pod(str(metadata.get("namespace")), label_selector=label_selector)
         return [self._plain(pod) for pod in listed.items]
+
+    def owned_pods(self, workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The pods whose controller is this workload (by uid), the pod itself for a bare pod, and a
+        Deployment's or StatefulSet's pods by its selector (a Deployment's are owned by ReplicaSets)."""
+        metadata = workload.get("metadata") or {}
+        if workload.get("kind") == "Pod":
+            return [dict(workload)]
+        if workload.get("kind") in ("Deployment", "StatefulSet"):
+            return self.pods_of(workload)
+        uid = metadata.get("uid")
+        listed = self.core.list_namespaced_pod(str(metadata.get("namespace")))
+        pods = [self._plain(pod) for pod in listed.items]
+        return [
+            pod
+            for pod in pods
+            if any(
+                ref.get("uid") == uid and ref.get("controller")
+                for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
+
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        """A node as a plain dict; None when it does not exist."""
+        try:
+            node: dict[str, Any] = self._plain(self.core.read_node(name))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return node
+
+    def pods_on_node(self, name: str) -> list[dict[str, Any]]:
+        """Every pod bound to a node, in every namespace (what its allocatable CPU is shared by)."""
+        listed = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+        return [self._plain(pod) for pod in listed.items]
+
+    def resize_pod(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, uid: str | None = None
+    ) -> dict[str, Any]:
+        """Resize a running pod in place through `pods/resize` (field manager `gpu-rightsizer`); with
+        `uid`, only that pod (a pod recreated under the same name is not touched)."""
+        patch = dict(body)
+        if uid is not None:
+            patch["metadata"] = {"uid": uid}
+        result: dict[str, Any] = self._plain(
+            self.core.patch_namespaced_pod_resize(
+                name, namespace, patch, field_manager=FIELD_MANAGER,
+                _content_type="application/strategic-merge-patch+json",
+            )
+        )  # fmt: skip
+        return result
 
     def post_event(
         self, ref: WorkloadRef, uid: str, reason: str, message: str, *, warning: bool = False

@@ -8,6 +8,7 @@ statuses) writes can become the actuator's intent, baseline or history. The GPUR
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -49,6 +50,9 @@ class GPURightsizingChangeStatus(ApplyStatus):
     rollback_counts: bool | None = Field(
         default=None,
         description="Whether the recorded rollback counts toward maxRollbacks (not for inconclusive changes).",
+    )
+    resize_deferred_since: datetime | None = Field(
+        default=None, description="When the kubelet first deferred the in-place resize in flight."
     )
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_CONDITIONS_EXTRA)
 

@@ -343,6 +343,11 @@ class ApplyStatus(CamelModel):
         default=None, description="When the new revision was first seen fully rolled out."
     )
     last_error: str | None = Field(default=None, description="The last API error, kept until the next step.")
+    manifest_advice: str | None = Field(
+        default=None,
+        description="After an in-place resize: what to set in the workload's manifest so that new pods "
+        "(a rollout, a Job's next run) start at the new size.",
+    )
     rollbacks: int = Field(default=0, ge=0, description="Changes of this workload rolled back so far.")
     regressed: list[RegressedChange] = Field(
         default_factory=list,

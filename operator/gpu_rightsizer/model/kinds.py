@@ -58,6 +58,9 @@ class WorkloadKind:
     #: The label that tells a new revision's pods apart.
     revision_label: str | None = None
     patch_type: PatchType = PatchType.MERGE
+    #: Its pods can be given more CPU only by resizing them in place (`pods/resize`): no pod template
+    #: the actuator may patch (a Job's is immutable; a trainer's belongs to its operator).
+    resized_in_place: bool = False
 
     @property
     def group(self) -> str:
@@ -82,15 +85,16 @@ def _built_in(
     return WorkloadKind(kind, api_version, plural, what, client, patch_type=PatchType.STRATEGIC, **behaviour)  # type: ignore[arg-type]
 
 
-def _custom(kind: str, api_version: str, plural: str, what: str) -> WorkloadKind:
-    return WorkloadKind(kind, api_version, plural, what)
+def _custom(kind: str, api_version: str, plural: str, what: str, **behaviour: object) -> WorkloadKind:
+    return WorkloadKind(kind, api_version, plural, what, **behaviour)  # type: ignore[arg-type]
 
 
 #: Well-known controllers of GPU pods, by kind. Groups and versions as their projects serve them.
 KINDS: dict[str, WorkloadKind] = {
     k.kind: k
     for k in (
-        _built_in("Pod", "v1", "pods", "a bare pod (or an LWS leader pod owning worker StatefulSets)", "pod"),
+        _built_in("Pod", "v1", "pods", "a bare pod (or an LWS leader pod owning worker StatefulSets)", "pod",
+                  resized_in_place=True),
         _built_in("ReplicaSet", "apps/v1", "replicasets", "ReplicaSet", "replica_set", template_path=_TEMPLATE,
                   scalable=True, owns_pods=True, patchable=True, rollout=Rollout.REPLICASET),
         _built_in("Deployment", "apps/v1", "deployments", "Deployment", "deployment", template_path=_TEMPLATE,
@@ -102,18 +106,18 @@ KINDS: dict[str, WorkloadKind] = {
         _built_in("DaemonSet", "apps/v1", "daemonsets", "DaemonSet", "daemon_set", template_path=_TEMPLATE,
                   owns_pods=True, revision_label="controller-revision-hash"),
         _built_in("Job", "batch/v1", "jobs", "Job (also Kueue-managed Jobs: Kueue suspends, never owns them)",
-                  "job", template_path=_TEMPLATE, owns_pods=True),
+                  "job", template_path=_TEMPLATE, owns_pods=True, resized_in_place=True),
         _built_in("CronJob", "batch/v1", "cronjobs", "CronJob", "cron_job",
                   template_path=("spec", "jobTemplate", "spec", "template"), owns_pods=True, patchable=True),
-        _custom("PyTorchJob", "kubeflow.org/v1", "pytorchjobs", "Kubeflow Training Operator PyTorchJob"),
-        _custom("TFJob", "kubeflow.org/v1", "tfjobs", "Kubeflow Training Operator TFJob"),
-        _custom("XGBoostJob", "kubeflow.org/v1", "xgboostjobs", "Kubeflow Training Operator XGBoostJob"),
-        _custom("PaddleJob", "kubeflow.org/v1", "paddlejobs", "Kubeflow Training Operator PaddleJob"),
-        _custom("MPIJob", "kubeflow.org/v2beta1", "mpijobs", "Kubeflow MPI Operator MPIJob"),
-        _custom("TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs", "Kubeflow Trainer v2 TrainJob"),
-        _custom("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets", "JobSet"),
-        _custom("RayCluster", "ray.io/v1", "rayclusters", "KubeRay RayCluster"),
-        _custom("RayJob", "ray.io/v1", "rayjobs", "KubeRay RayJob"),
+        _custom("PyTorchJob", "kubeflow.org/v1", "pytorchjobs", "Kubeflow Training Operator PyTorchJob", resized_in_place=True),
+        _custom("TFJob", "kubeflow.org/v1", "tfjobs", "Kubeflow Training Operator TFJob", resized_in_place=True),
+        _custom("XGBoostJob", "kubeflow.org/v1", "xgboostjobs", "Kubeflow Training Operator XGBoostJob", resized_in_place=True),
+        _custom("PaddleJob", "kubeflow.org/v1", "paddlejobs", "Kubeflow Training Operator PaddleJob", resized_in_place=True),
+        _custom("MPIJob", "kubeflow.org/v2beta1", "mpijobs", "Kubeflow MPI Operator MPIJob", resized_in_place=True),
+        _custom("TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs", "Kubeflow Trainer v2 TrainJob", resized_in_place=True),
+        _custom("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets", "JobSet", resized_in_place=True),
+        _custom("RayCluster", "ray.io/v1", "rayclusters", "KubeRay RayCluster", resized_in_place=True),
+        _custom("RayJob", "ray.io/v1", "rayjobs", "KubeRay RayJob", resized_in_place=True),
         _custom("RayService", "ray.io/v1", "rayservices", "KubeRay RayService"),
         _custom("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkersets", "LeaderWorkerSet"),
         _custom("Rollout", "argoproj.io/v1alpha1", "rollouts", "Argo Rollout"),
@@ -133,6 +137,8 @@ BUILT_IN: dict[str, WorkloadKind] = {name: k for name, k in KINDS.items() if k.b
 POD_OWNERS: tuple[WorkloadKind, ...] = tuple(k for k in KINDS.values() if k.owns_pods)
 #: Kinds with spec.replicas (an HPA's targets; the actuator may set replicas).
 SCALABLE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.scalable)
+#: Kinds whose pods the actuator resizes in place (never through a template).
+IN_PLACE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.resized_in_place)
 #: Kinds the actuator may patch.
 PATCHABLE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.patchable)
 

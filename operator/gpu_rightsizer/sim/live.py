@@ -85,16 +85,35 @@ class SimulatedPod:
     context: PodContext
 
 
+#: Resources a running container can be resized in; the kubelet reports the size it applied in
+#: `status.containerStatuses[].resources`, which is what the container runs with.
+_RESIZABLE = ("cpu", "memory")
+
+
 def _resources(pod: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """Summed requests and limits; CPU and memory as the pod's status reports them (an in-place resize
+    the kubelet has not applied, or refused as Infeasible, leaves the old size in force)."""
     requests: dict[str, float] = defaultdict(float)
     limits: dict[str, float] = defaultdict(float)
+    applied = {
+        status.name: status.resources
+        for status in (pod.status.container_statuses if pod.status else None) or []
+        if status.resources is not None
+    }
     for container in pod.spec.containers or []:
         resources = container.resources
-        for target, values in (
-            (requests, resources.requests if resources else None),
-            (limits, resources.limits if resources else None),
+        reported = applied.get(container.name)
+        for target, values, actual in (
+            (requests, resources.requests if resources else None, reported.requests if reported else None),
+            (limits, resources.limits if resources else None, reported.limits if reported else None),
         ):
-            for name, quantity in (values or {}).items():
+            merged = dict(values or {})
+            if reported is not None:
+                for name in _RESIZABLE:
+                    merged.pop(name, None)
+                    if (applied_now := (actual or {}).get(name)) is not None:
+                        merged[name] = applied_now
+            for name, quantity in merged.items():
                 amount = parse_quantity(quantity)
                 if amount is not None:
                     target[name] += amount

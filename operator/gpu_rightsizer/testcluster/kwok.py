@@ -1,7 +1,9 @@
 """A real Kubernetes control plane on 127.0.0.1 with fake GPU nodes, through kwokctl's binary runtime.
 
 kube-apiserver, kube-controller-manager, kube-scheduler and etcd are the real binaries; KWOK fakes
-the kubelets, so Deployments roll out and pods reach Running without containers.
+the kubelets, so Deployments roll out and pods reach Running without containers. The kubelet's
+behaviour comes from the KWOK Stages in `stages/`: kwok's default node and pod stages, plus the
+kubelet's answer to an in-place resize (`pod-resize.yaml`; see docs/test-cluster.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ from gpu_rightsizer.testcluster.processes import free_ports, log_tail, process_r
 KUBE_VERSION = "v1.36.3"
 #: Seconds between two progress lines while the control plane starts.
 PROGRESS_EVERY = 15.0
+
+#: The KWOK Stages the cluster runs (given in the kwokctl config, they replace kwok's defaults).
+STAGES_DIR = Path(__file__).parent / "stages"
+
+
+def stages() -> list[dict[str, Any]]:
+    """Every Stage document in `stages/`, in file order."""
+    documents: list[dict[str, Any]] = []
+    for path in sorted(STAGES_DIR.glob("*.yaml")):
+        documents.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return documents
 
 
 class ClusterError(RuntimeError):
@@ -151,7 +164,7 @@ class LocalCluster:
             },
         }
         path = self.workdir / "kwokctl.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path.write_text(yaml.safe_dump_all([config, *stages()]))
         return path
 
     def kwokctl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,7 @@ An operator process started with this directory on PYTHONPATH imports this modul
 - GPURS_E2E_CRASH_AT=intent: exit (code 17, no cleanup, as after SIGKILL) at the first workload
   write, i.e. right after a change's intent was recorded;
 - GPURS_E2E_CRASH_AT=rollback: exit the same way right after a rollback's intent was recorded;
+- GPURS_E2E_CRASH_AT=resize-rollback: the same for the rollback of an in-place resize;
 - GPURS_E2E_RENEW_DELAY=<seconds>: once the lease is held, every renewal first stalls this long
   (an API server or node that has become slow for this one process).
 """
@@ -35,6 +36,10 @@ def _install() -> None:
         Actuator._patch_workload = crash  # type: ignore[method-assign,assignment]
     elif crash_at == "rollback":
         Actuator._finish_rollback = crash  # type: ignore[method-assign,assignment]
+    elif crash_at == "resize-rollback":
+        from gpu_rightsizer.actuator.resize import InPlaceSteps
+
+        InPlaceSteps._finish_resize_rollback = crash  # type: ignore[method-assign,assignment]
     if delay:
         original = LeaseElector.try_acquire
 

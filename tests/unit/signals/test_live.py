@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes.client import (
     V1Container,
+    V1ContainerStatus,
     V1Node,
     V1NodeList,
     V1ObjectMeta,
@@ -98,6 +99,27 @@ def test_raising_the_cpu_limit_raises_gpu_busy() -> None:
         return sum(values) / len(values)
 
     assert busy("32") > 2 * busy("2")
+
+
+def test_an_in_place_resize_counts_only_once_the_pod_status_reports_it() -> None:
+    """The spec says 8 cores after a resize; the status still reports 2 (pending, or Infeasible): the
+    simulated trainer runs with 2. Once the status reports 8, it runs with 8."""
+
+    def resized(reported_cpu: str) -> float | None:
+        pod = _pod("trainer-5d8f-a", "input-cpu-bound", cpu="8")
+        assert pod.status is not None
+        pod.status.container_statuses = [
+            V1ContainerStatus(
+                name="main", image="x", image_id="", ready=True, restart_count=0,
+                resources=V1ResourceRequirements(
+                    requests={"cpu": "500m", "memory": "8Gi"}, limits={"cpu": reported_cpu, "memory": "16Gi"}
+                ),
+            )
+        ]  # fmt: skip
+        return simulated_pods([pod], {})[0].context.cpu_limit
+
+    assert resized("2") == 2.0
+    assert resized("8") == 8.0
 
 
 def test_mig_pods_get_their_slice() -> None:

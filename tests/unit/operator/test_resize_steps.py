@@ -1,0 +1,235 @@
+"""The actuator's in-place path, step by step against a fake cluster: resize, verify, Infeasible,
+Deferred, a crash mid-rollback, a person's rollout ending the change."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from tests.unit.operator.test_changes import T0, Cluster, Driver, window
+
+from gpu_rightsizer.actuator.inplace import RESIZE_ANNOTATION
+from gpu_rightsizer.actuator.writes import LeadershipLostError
+
+
+class ResizeCluster(Cluster):
+    """The Deployment of test_changes, opted in to in-place resize, with running pods and a kubelet."""
+
+    def __init__(self, replicas: int = 2, node_cpu: str = "64") -> None:
+        super().__init__(replicas)
+        self.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "InPlace"
+        self.node_cpu = node_cpu
+        self.kubelet = "apply"  # apply | Infeasible | Deferred
+        self.resizes: list[str] = []
+        self.pods: list[dict[str, Any]] = [self._pod(i) for i in range(replicas)]
+        self.run_kubelet()
+
+    def _pod(self, index: int) -> dict[str, Any]:
+        resources = {
+            "limits": {"cpu": "1", "nvidia.com/gpu": "1"},
+            "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+        }
+        return {
+            "metadata": {"name": f"trainer-1-{index}", "uid": f"p{index}",
+                         "labels": {"app": "trainer", "pod-template-hash": "h1"}},
+            "spec": {"nodeName": f"node-{index}", "containers": [{"name": "main", "resources": resources}]},
+            "status": {"phase": "Running", "conditions": [], "containerStatuses": [
+                {"name": "main", "restartCount": 0, "resources": copy.deepcopy(resources)}
+            ]},
+        }  # fmt: skip
+
+    def run_kubelet(self) -> None:
+        """What the kubelet answers to a pending resize (the KWOK Stages model the same)."""
+        for pod in self.pods:
+            spec = pod["spec"]["containers"][0]["resources"]
+            status = pod["status"]
+            if status["containerStatuses"][0]["resources"] == spec:
+                status["conditions"] = []
+            elif self.kubelet == "apply":
+                status["containerStatuses"][0]["resources"] = copy.deepcopy(spec)
+                status["conditions"] = []
+            else:
+                status["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": self.kubelet,
+                                         "message": f"simulated {self.kubelet}"}]  # fmt: skip
+
+    def pod_cpu(self) -> list[str]:
+        return [str(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) for p in self.pods]
+
+    # --- KubeAdapter calls of the in-place path ---------------------------------------------------
+
+    def owned_pods(self, workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.pods)
+
+    def read_node(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": self.node_cpu}}}
+
+    def pods_on_node(self, name: str) -> list[dict[str, Any]]:
+        return copy.deepcopy([p for p in self.pods if p["spec"]["nodeName"] == name])
+
+    def resize_pod(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, uid: str | None = None
+    ) -> dict[str, Any]:
+        pod = next(p for p in self.pods if p["metadata"]["name"] == name)
+        assert uid == pod["metadata"]["uid"]
+        for patch in body["spec"]["containers"]:
+            for section, values in patch["resources"].items():
+                pod["spec"]["containers"][0]["resources"][section].update(values)
+        self.resizes.append(f"{name}:{pod['spec']['containers'][0]['resources']['limits']['cpu']}")
+        self.writes.append("resize")
+        return copy.deepcopy(pod)
+
+
+def started(cluster: ResizeCluster, driver: Driver) -> None:
+    cluster.publish()
+    driver.step(T0)
+    assert cluster.pod_cpu() == ["4", "4"] and cluster.apply()["phase"] == "Applied"
+
+
+def test_pods_are_resized_in_place_and_verified_on_the_same_pods() -> None:
+    cluster = ResizeCluster()
+    driver = Driver(cluster, after=window(0.8, 0.5))
+    started(cluster, driver)
+    assert cluster.writes == ["status:IntentRecorded", "resize", "resize", "status:Applied"]
+    assert cluster.cpu() == "1"  # no template patch: the Deployment is not touched
+    assert "set cpu limits of container main to 4 (now 1)" in cluster.apply()["manifestAdvice"]
+    assert cluster.recommendation["status"]["apply"]["manifestAdvice"] == cluster.apply()["manifestAdvice"]
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    assert cluster.apply()["phase"] == "RolledOut"
+    driver.step(T0 + timedelta(minutes=5))
+    assert cluster.apply()["phase"] == "RolledOut"  # still measuring
+    driver.step(T0 + timedelta(minutes=12))
+    status = cluster.apply()
+    assert status["state"] == "Verified", status["reason"]
+    assert "GPU busy p95 30%->80%" in status["reason"] and "manifest" in status["reason"]
+    assert [p["metadata"]["uid"] for p in cluster.pods] == ["p0", "p1"]  # the same pods
+
+
+def test_an_infeasible_resize_is_blocked_with_its_reason_and_resized_back() -> None:
+    cluster = ResizeCluster()
+    cluster.kubelet = "Infeasible"
+    driver = Driver(cluster)
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "Infeasible" in status["reason"], status
+    assert "simulated Infeasible" in status["reason"]
+    assert cluster.pod_cpu() == ["1", "1"] and cluster.resizes[-2:] == ["trainer-1-0:1", "trainer-1-1:1"]
+    assert status["rollbacks"] == 0  # not a regression
+
+
+def test_a_deferred_resize_waits_one_verify_for_then_gives_up() -> None:
+    cluster = ResizeCluster()
+    cluster.kubelet = "Deferred"
+    driver = Driver(cluster)
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    assert cluster.apply()["phase"] == "Applied" and "deferred" in cluster.apply()["reason"]
+    driver.step(T0 + timedelta(minutes=8))
+    assert cluster.apply()["phase"] == "Applied"
+    driver.step(T0 + timedelta(minutes=12))
+    status = cluster.apply()
+    assert status["state"] == "Skipped" and "not resized within verifyFor" in status["reason"], status
+    assert cluster.pod_cpu() == ["1", "1"]
+
+
+def test_the_node_must_hold_the_resized_pod() -> None:
+    cluster = ResizeCluster(node_cpu="2")
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "node cannot hold" in status["reason"], status
+    assert cluster.resizes == []
+
+
+def test_a_crash_during_an_in_place_rollback_resumes_to_rolled_back() -> None:
+    cluster = ResizeCluster()
+    driver = Driver(cluster, after=window(0.05, 0.5))  # GPU busy fell: a regression
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    real = cluster.resize_pod
+    calls = {"n": 0}
+
+    def crash_after_first(
+        namespace: str, name: str, body: Mapping[str, Any], *, uid: str | None = None
+    ) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            driver.leader = False
+            raise LeadershipLostError("simulated crash between two pods")
+        return real(namespace, name, body, uid=uid)
+
+    cluster.resize_pod = crash_after_first  # type: ignore[method-assign]
+    with contextlib.suppress(LeadershipLostError):
+        driver.step(T0 + timedelta(minutes=12))
+    assert cluster.apply()["phase"] == "RollbackIntentRecorded"
+    assert cluster.pod_cpu() == ["1", "4"]  # half done
+    cluster.resize_pod = real  # type: ignore[method-assign]
+    driver.leader = True
+    driver.step(T0 + timedelta(minutes=13))
+    status = cluster.apply()
+    assert status["state"] == "RolledBack" and status["phase"] == "RolledBack", status
+    assert cluster.pod_cpu() == ["1", "1"] and status["rollbacks"] == 1
+
+
+def test_a_rollout_that_replaces_the_pods_ends_the_change() -> None:
+    cluster = ResizeCluster()
+    driver = Driver(cluster)
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    cluster.pods = [cluster._pod(i) for i in range(2)]
+    for i, pod in enumerate(cluster.pods):
+        pod["metadata"].update(name=f"trainer-2-{i}", uid=f"q{i}")
+    driver.step(T0 + timedelta(minutes=3))
+    status = cluster.apply()
+    assert status["phase"] == "Done" and "ended" in status["reason"] and not status.get("rollbacks"), status
+
+
+def test_a_lower_in_place_is_refused() -> None:
+    cluster = ResizeCluster()
+    driver = Driver(cluster)
+    cluster.publish(cores="500m")
+    driver.step(T0)
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "shrink" in status["reason"], status
+    assert cluster.resizes == []
+
+
+def test_a_resize_that_restarts_the_container_obeys_the_rollout_gates() -> None:
+    """resizePolicy RestartContainer: a restart, so the replica floor holds a single-replica workload."""
+    cluster = ResizeCluster(replicas=1)
+    cluster.pods[0]["spec"]["containers"][0]["resizePolicy"] = [
+        {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+    ]
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "replica floor" in status["reason"], status
+    assert cluster.resizes == []
+    cluster.pods[0]["spec"]["containers"][0].pop("resizePolicy")  # NotRequired: no restart, no floor
+    driver.step(T0 + timedelta(minutes=1))
+    assert cluster.apply()["phase"] == "Applied" and cluster.pod_cpu() == ["4"]
+
+
+def test_a_gitops_owner_of_the_template_cpu_blocks_the_resize() -> None:
+    cluster = ResizeCluster()
+    cluster.workload["metadata"]["managedFields"] = [{
+        "manager": "argocd-controller", "operation": "Apply",
+        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {'k:{"name":"main"}': {
+            "f:resources": {"f:limits": {"f:cpu": {}}}}}}}}},
+    }]  # fmt: skip
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "'argocd-controller'" in status["reason"], status
+    assert cluster.resizes == []
