@@ -19,6 +19,7 @@ then make_fixtures.py and summarize.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -63,6 +64,12 @@ class Spec:
     extra: tuple[str, ...] = ()
     #: Deployments: the pod is owned by this ReplicaSet, which the Deployment `name` owns.
     replicaset: str | None = None
+    #: The pod's CPU limit (cgroup quota with --cgroup) where it differs from the CPU-set size.
+    cpu_limit: float | None = None
+    #: Restart the process when it exits, with kubelet's crash-loop back-off (10 s, doubling).
+    restart: bool = False
+    #: Serving metrics the workload exports: "triton" (request counter) or "vllm" (counter and queue).
+    serving: str | None = None
 
 
 SPECS: dict[str, Spec] = {
@@ -94,12 +101,62 @@ SPECS: dict[str, Spec] = {
     ),
     "host-wait": Spec("host-wait", "host-wait", 2, "Job", "training", ("--inner", "3", "--wait-ms", "50")),
     "bf16-trainer": Spec("bf16-trainer", "bf16-train", 4, "Job", "training"),
+    # Patterns the engine had no recording of (issue: do no harm on workloads nobody recorded).
+    "loader-3w-4cpu": Spec(
+        "loader-3w-4cpu", "starved-loader", 4, "Job", "training", ("--workers", "3", "--cpu-ms", "1.5")
+    ),
+    "loader-6w-q5": Spec(
+        "loader-6w-q5",
+        "starved-loader",
+        6,
+        "Job",
+        "training",
+        ("--workers", "6", "--cpu-ms", "1.5"),
+        cpu_limit=5.0,
+    ),
+    "slow-read-loader": Spec(
+        "slow-read-loader",
+        "slow-read-loader",
+        8,
+        "Job",
+        "training",
+        ("--workers", "4", "--read-mib-per-s", "10", "--batch", "128"),
+    ),
+    "launch-bound": Spec("launch-bound", "launch-bound", 4, "Job", "training"),
+    "h2d-train": Spec("h2d-train", "h2d-train", 2, "Job", "training"),
+    "wide-duty": Spec("wide-duty", "wide-duty", 2, "Job", "training", ("--inner", "8", "--wait-ms", "75")),
+    "idle-context": Spec(
+        "idle-context", "idle-context", 1, "Deployment", "inference", replicaset="idle-context-5f7d9c4b6"
+    ),
+    "gpu-oom-crashloop": Spec(
+        "gpu-oom-crashloop", "gpu-oom", 4, "Job", "training", ("--steps-before-oom", "30"), restart=True
+    ),
+    "memory-full-server": Spec(
+        "memory-full-server",
+        "tiny-inference",
+        2,
+        "Deployment",
+        "inference",
+        ("--rate", "20", "--model-gib", "120"),
+        replicaset="memory-full-server-6d8f7b5c9",
+        serving="triton",
+    ),
+    "tokenizer-server": Spec(
+        "tokenizer-server",
+        "tokenizer-server",
+        2,
+        "Deployment",
+        "inference",
+        ("--rate", "150", "--tokenize-ms", "8"),
+        replicaset="tokenizer-server-8b6c4d7f5",
+        serving="vllm",
+    ),
 }
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def cpu_quota_cgroup(name: str, cores: int) -> Path | None:
+def cpu_quota_cgroup(name: str, cores: float) -> Path | None:
     """A cgroup v2 group with `cpu.max` = `cores` (the pod's CFS quota), or None where none can be made."""
     if not (CGROUP_ROOT / "cgroup.controllers").exists():
         return None
@@ -109,7 +166,7 @@ def cpu_quota_cgroup(name: str, cores: int) -> Path | None:
             (CGROUP_ROOT / "cgroup.subtree_control").write_text("+cpu")
         group = CGROUP_ROOT / f"gpu-proof-{name}"
         group.mkdir(exist_ok=True)
-        (group / "cpu.max").write_text(f"{cores * 100000} 100000")
+        (group / "cpu.max").write_text(f"{round(cores * 100000)} 100000")
         return group
     except OSError as exc:
         log.warning("no CPU quota cgroup (%s): the CPU set alone stands in for the limit", exc)
@@ -172,6 +229,9 @@ class PodRun:
     requests_file: Path | None = None
     cgroup: Path | None = None
     busiest_process: list[tuple[float, str, int]] = field(default_factory=list)
+    restarts: int = 0
+    exited_at: float | None = None
+    start_command: list[str] = field(default_factory=list)
 
     @property
     def pod(self) -> str:
@@ -181,6 +241,10 @@ class PodRun:
 
     def identity(self) -> PodIdentity:
         return PodIdentity(pod_uid=self.uid, namespace=NAMESPACE, pod=self.pod, container="main")
+
+    @property
+    def cpu_limit(self) -> float:
+        return self.spec.cpu_limit or float(len(self.cores))
 
     def cpu_and_rss(self) -> tuple[float, int]:
         """CPU seconds of the whole tree (live + reaped children) and summed RSS."""
@@ -196,6 +260,34 @@ class PodRun:
             if pid == self.process.pid:
                 cpu += stat[2]
         return cpu, rss
+
+    def read_bytes(self) -> float:
+        """Bytes the live tree read from block devices (/proc/PID/io read_bytes): cAdvisor's fs reads."""
+        total = 0
+        for pid in self.tree:
+            try:
+                for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+                    if line.startswith("read_bytes:"):
+                        total += int(line.split()[1])
+            except (OSError, ValueError):
+                continue
+        return float(total)
+
+    def supervise(self) -> None:
+        """Kubelet's part for a crash-looping container: restart after 10 s, 20 s, 40 s … of back-off."""
+        if not self.spec.restart or self.process.poll() is None:
+            return
+        now = time.monotonic()
+        if self.exited_at is None:
+            self.exited_at = now
+            log.info("%s exited with %s (restart %d)", self.spec.name, self.process.returncode, self.restarts)
+        if now - self.exited_at >= 10.0 * 2 ** min(self.restarts, 4):
+            self.process = subprocess.Popen(self.start_command)
+            if self.cgroup is not None:
+                with contextlib.suppress(OSError):
+                    (self.cgroup / "cgroup.procs").write_text(str(self.process.pid))
+            self.restarts += 1
+            self.exited_at = None
 
 
 def ksm_and_cadvisor(run: PodRun, timestamp: float) -> list[Metric]:
@@ -236,7 +328,7 @@ def ksm_and_cadvisor(run: PodRun, timestamp: float) -> list[Metric]:
         {"node": NODE, mn.NODE_LABEL_GPU_PRODUCT: "NVIDIA-H200", mn.NODE_LABEL_GPU_MEMORY: "143771"},
         1.0,
     )
-    cores = float(len(run.cores))
+    cores = run.cpu_limit
     for family_name in (mn.KSM_POD_REQUESTS, mn.KSM_POD_LIMITS):
         family = GaugeMetricFamily(family_name, family_name)
         family.add_sample(
@@ -270,18 +362,46 @@ def ksm_and_cadvisor(run: PodRun, timestamp: float) -> list[Metric]:
                 family = CounterMetricFamily(name, f"cgroup cpu.stat {key}.")
                 family.add_sample(name, container, float(stat[key]), timestamp)
                 out.append(family)
+    if run.spec.restart or run.spec.name not in LEGACY_SERIES:
+        reads = CounterMetricFamily(mn.CADVISOR_FS_READS, "Block-device reads of the pod's processes.")
+        reads.add_sample(
+            mn.CADVISOR_FS_READS, {**container, "device": "/dev/vda"}, run.read_bytes(), timestamp
+        )
+        out.append(reads)
+        restarts = CounterMetricFamily(mn.KSM_POD_RESTARTS, "Container restarts (kubelet stand-in).")
+        restarts.add_sample(mn.KSM_POD_RESTARTS, container, float(run.restarts), timestamp)
+        out.append(restarts)
+        if run.restarts or run.exited_at is not None:
+            gauge(mn.KSM_POD_LAST_TERMINATED, {**container, "reason": "Error"}, 1.0)
     if run.requests_file is not None:
         try:
-            served = float(run.requests_file.read_text() or 0)
-        except (OSError, ValueError):
-            served = 0.0
-        # Triton's counter name, exposed as Triton does (no _total suffix), so typed 'unknown' here.
-        requests = Metric(
-            mn.SERVING_REQUEST_COUNTERS[1], "Requests served by the inference server.", "unknown"
-        )
-        requests.add_sample(mn.SERVING_REQUEST_COUNTERS[1], {**pod, "model": "mlp"}, served, timestamp)
-        out.append(requests)
+            fields = (run.requests_file.read_text() or "0").split()
+            served, waiting = float(fields[0]), (float(fields[1]) if len(fields) > 1 else None)
+        except (OSError, ValueError, IndexError):
+            served, waiting = 0.0, None
+        if run.spec.serving == "vllm":
+            requests = CounterMetricFamily(
+                mn.VLLM_REQUESTS_TOTAL.removesuffix("_total"), "Requests served by the inference server."
+            )
+            requests.add_sample(mn.VLLM_REQUESTS_TOTAL, {**pod, "model_name": "mlp"}, served, timestamp)
+            out.append(requests)
+            if waiting is not None:
+                gauge(mn.VLLM_REQUESTS_WAITING, {**pod, "model_name": "mlp"}, waiting)
+        else:
+            # Triton's counter name, exposed as Triton does (no _total suffix), so typed 'unknown' here.
+            requests = Metric(
+                mn.SERVING_REQUEST_COUNTERS[1], "Requests served by the inference server.", "unknown"
+            )
+            requests.add_sample(mn.SERVING_REQUEST_COUNTERS[1], {**pod, "model": "mlp"}, served, timestamp)
+            out.append(requests)
     return out
+
+
+#: The recordings made before fs reads and restarts were recorded: re-recording them keeps their series.
+LEGACY_SERIES = frozenset(
+    {"starved-loader", "fed-loader", "tiny-inference", "idle-holder", "membw", "pageable-h2d", "bf16-train",
+     "loader-one-worker", "fp32-gemm", "tiny-server", "host-wait", "bf16-trainer"}
+)  # fmt: skip
 
 
 def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict[str, object]:
@@ -304,10 +424,10 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
         *spec.extra,
     ]
     requests_file = None
-    if spec.workload_type == "inference" and spec.name == "tiny-inference":
+    if spec.workload_type == "inference" and (spec.name == "tiny-inference" or spec.serving):
         requests_file = workdir / "requests.count"
         command += ["--requests-file", str(requests_file)]
-    group = cpu_quota_cgroup(spec.name, spec.cores) if args.cgroup else None
+    group = cpu_quota_cgroup(spec.name, spec.cpu_limit or spec.cores) if args.cgroup else None
     log.info("start %s on cores %s (quota cgroup %s)", spec.name, cores, group)
     process = subprocess.Popen(command)
     if group is not None:
@@ -316,30 +436,40 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
         except OSError as exc:
             log.warning("cannot move %s into %s: %s", spec.name, group, exc)
             group = None
-    run = PodRun(spec=spec, process=process, cores=cores, requests_file=requests_file, cgroup=group)
+    run = PodRun(
+        spec=spec,
+        process=process,
+        cores=cores,
+        requests_file=requests_file,
+        cgroup=group,
+        start_command=command,
+    )
     deadline = time.monotonic() + 120
     while not ready.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
+        if (process.poll() is not None and not spec.restart) or time.monotonic() > deadline:
             raise RuntimeError(f"{spec.name} did not get ready (exit {process.poll()})")
         time.sleep(0.2)
 
     def resolve(pid: int) -> PodIdentity | None:
-        return run.identity() if pid in run.tree or pid == process.pid else None
+        return run.identity() if pid in run.tree or pid == run.process.pid else None
 
     runner = AgentRunner(nvml=PynvmlLibrary(), resolve=resolve, hostname=NODE, interval=args.interval)
     original_sample = runner.sampler.sample
 
     def sample_with_pod() -> NodeSnapshot:
         snapshot = original_sample()
-        run.tree = process_tree(process.pid)
+        run.supervise()
+        run.tree = process_tree(run.process.pid) if run.process.poll() is None else set()
         for device in snapshot.devices:
             pids = {p.pid for p in device.processes}
             run.nvml_pids_seen |= pids & run.tree
-            if not pids & run.tree:
+            # A crash-looping pod keeps its GPU through the back-off (kubelet's pod-resources still lists
+            # it), so dcgm-exporter keeps labelling the device with the pod while no process runs.
+            if (run.tree or spec.restart) and not pids & run.tree:
                 # NVML did not list the process (PID namespace); the GPU runs only this workload.
                 run.ticks_without_process += 1
                 device.processes.append(
-                    ProcessSample(pid=process.pid, used_memory_mib=None, sm_util_percent=None)
+                    ProcessSample(pid=run.process.pid, used_memory_mib=None, sm_util_percent=None)
                 )
         return snapshot
 
@@ -360,6 +490,7 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
     runner.record_to_file(output, args.duration, hook=hook)
     recorded = time.monotonic() - started
     runner.close()
+    process = run.process
     process.send_signal(signal.SIGTERM)
     try:
         process.wait(timeout=60)
@@ -375,6 +506,7 @@ def record_workload(spec: Spec, args: argparse.Namespace, workdir: Path) -> dict
         "nvml_errors": dict(runner.sampler.errors),
         "cpu_quota_cgroup": str(group) if group else None,
         "busiest_process": _busiest_summary(run.busiest_process),
+        "restarts": run.restarts,
     }
     if group is not None:
         summary["cgroup_cpu_stat"] = cgroup_cpu_stat(group)

@@ -2,9 +2,10 @@
 
 For each fixture: busy (GR_ENGINE_ACTIVE), SM active, tensor, DRAM, PCIe RX/TX, GPU memory, container
 CPU, the busiest process's CPU (the agent's per-process figure) and the workload's own steps/s. The
-result goes under `calibration` in tests/fixtures/h200/summary.json, next to the older entries.
+result goes under `--key` (default `calibration`) in tests/fixtures/h200/summary.json, next to the older
+entries.
 
-Run: python hack/gpu-proof/summarize.py FIXTURES_DIR RUN_SUMMARY.json [RUN_SUMMARY.json ...]
+Run: python hack/gpu-proof/summarize.py FIXTURES_DIR RUN_SUMMARY.json [RUN_SUMMARY.json ...] [--key K]
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("fixtures", type=Path)
     parser.add_argument("runs", type=Path, nargs="+", help="summary.json files written by run_proof.py")
+    parser.add_argument("--key", default="calibration", help="the summary.json entry to (re)write")
     args = parser.parse_args()
     target = args.fixtures / "summary.json"
     summary = json.loads(target.read_text())
@@ -92,7 +94,7 @@ def main() -> int:
                     "figures": figures(args.fixtures / f"{name}.om.gz"),
                 }
             )
-    summary["calibration"] = {"workloads": workloads, "loader_sweep": sweep}
+    summary[args.key] = {"workloads": workloads, "loader_sweep": sweep}
     target.write_text(json.dumps(summary, indent=1) + "\n")
     for row in workloads:
         f = row["figures"]

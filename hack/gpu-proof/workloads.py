@@ -334,6 +334,252 @@ def host_wait(args: argparse.Namespace) -> dict[str, float]:
     return timer.result()
 
 
+# --- (10) a loader starved by slow reads: workers wait on throttled storage, CPU near idle ---------------
+
+
+class SlowReadDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """Samples read from a file at a capped rate per worker, as from a slow network filesystem or bucket.
+
+    Each sample is one 150 KiB read (an encoded image) at a random offset; the worker sleeps so that it
+    reads no faster than `mib_per_s`, the way a remote read waits on the network, not on the CPU.
+    """
+
+    def __init__(self, path: str, mib_per_s: float, sample_bytes: int = 150 * 1024) -> None:
+        self.path = path
+        self.sample_bytes = sample_bytes
+        self.seconds_per_sample = sample_bytes / (mib_per_s * 2**20)
+        self.size = os.path.getsize(path) // sample_bytes
+        self.fd: int | None = None
+
+    def __len__(self) -> int:
+        return 10_000_000
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        started = time.monotonic()
+        offset = (index * 7919 % self.size) * self.sample_bytes
+        data = os.pread(self.fd, self.sample_bytes, offset)
+        os.posix_fadvise(self.fd, offset, self.sample_bytes, os.POSIX_FADV_DONTNEED)
+        time.sleep(max(0.0, self.seconds_per_sample - (time.monotonic() - started)))
+        image = np.frombuffer(data, dtype=np.uint8)[: 3 * 128 * 128].reshape(3, 128, 128)
+        return torch.from_numpy(image.copy()), index % 1000
+
+
+def slow_read_loader(args: argparse.Namespace) -> dict[str, float]:
+    import torchvision
+
+    path = "/tmp/gpu-proof-shards.bin"
+    if not os.path.exists(path) or os.path.getsize(path) < 2**30:
+        with open(path, "wb") as shard:
+            block = np.random.default_rng(0).integers(0, 255, size=2**24, dtype=np.uint8).tobytes()
+            for _ in range(64):
+                shard.write(block)
+            shard.flush()
+            os.fsync(shard.fileno())
+    descriptor = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)  # reads go to the disk, as remote reads would
+    os.close(descriptor)
+    torch.set_num_threads(1)
+    model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = torch.utils.data.DataLoader(
+        SlowReadDataset(path, args.read_mib_per_s),
+        batch_size=args.batch,
+        num_workers=args.workers or 4,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=2,
+        worker_init_fn=_worker_init,
+    )
+    timer: _Timer | None = None
+    warm = 0
+    for images, labels in loader:
+        x = (images.cuda(non_blocking=True).float() / 255).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), labels.cuda(non_blocking=True))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        if timer is None:
+            warm += 1
+            if warm == 2:
+                torch.cuda.synchronize()
+                _ready(args.ready)
+                timer = _Timer(args.duration)
+            continue
+        timer.steps += 1
+        if not timer.running():
+            break
+    assert timer is not None
+    timer.extra.update({"read_mib_per_s_per_worker": args.read_mib_per_s, "workers": args.workers or 4})
+    return timer.result()
+
+
+# --- (11) launch-bound: one Python thread issuing tiny kernels back to back ------------------------------
+
+
+def launch_bound(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(1)
+    x = torch.zeros(4096, device="cuda")
+    w = torch.randn(64, 64, device="cuda")
+    h = torch.randn(64, 64, device="cuda")
+    for _ in range(100):
+        x.mul_(0.999).add_(0.001)
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        for _ in range(50):  # an unfused optimiser or a small RNN cell: many kernels, each a few blocks
+            x.mul_(0.999).add_(0.001)
+            h = torch.tanh(h @ w)
+        float(x[0].item())
+        timer.steps += 1
+    timer.extra["kernels_per_step"] = 50 * 4
+    return timer.result()
+
+
+# --- (12) pageable host-to-device copies feeding a training step -----------------------------------------
+
+
+def h2d_train(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(1)
+    batch = torch.rand(2**27)  # 512 MiB of pageable host memory: the batch is built on the host each step
+    width = 8192
+    w = torch.randn(width, width, device="cuda", dtype=torch.bfloat16)
+    device_batch = torch.empty(2**27, device="cuda")
+    for _ in range(3):
+        device_batch.copy_(batch)
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        device_batch.copy_(batch)  # pageable: staged through the driver's bounce buffer, SMs idle
+        x = device_batch[: 4096 * width].view(4096, width).to(torch.bfloat16)
+        for _ in range(4):
+            x = torch.tanh(x @ w)
+        torch.cuda.synchronize()
+        timer.steps += 1
+    return timer.result()
+
+
+# --- (13) wide GPU phases at low duty: the GPU waits on the host between them -----------------------------
+
+
+def wide_duty(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(1)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+
+    def phase() -> None:
+        for _ in range(args.inner):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+
+    for _ in range(5):
+        phase()
+    started = time.monotonic()
+    for _ in range(20):
+        phase()
+    phase_ms = (time.monotonic() - started) / 20 * 1000
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        phase()
+        time.sleep(args.wait_ms / 1000.0)  # the host: an environment step, a reward model, a remote call
+        timer.steps += 1
+    timer.extra.update({"phase_ms": phase_ms, "wait_ms": args.wait_ms, "inner": args.inner})
+    return timer.result()
+
+
+# --- (14) an idle context holder: a notebook that imported torch and touched the GPU once -----------------
+
+
+def idle_context(args: argparse.Namespace) -> dict[str, float]:
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        time.sleep(0.2)
+    return timer.result()
+
+
+# --- (15) GPU out-of-memory: loads, trains a few steps, then asks for more memory than there is -----------
+
+
+def gpu_oom(args: argparse.Namespace) -> dict[str, float]:
+    width = 8192
+    model = torch.nn.Linear(width, width, bias=False).cuda()
+    x = torch.randn(4096, width, device="cuda")
+    _ready(args.ready)
+    for _ in range(int(args.steps_before_oom)):
+        model(x).sum().backward()
+    torch.cuda.synchronize()
+    held = []
+    while True:  # a batch size too large for the card: each activation buffer 8 GiB until it fails
+        held.append(torch.empty(2**31, device="cuda"))
+        held[-1].fill_(1.0)
+
+
+# --- (16) a server whose CPU tokenizer is the bottleneck: requests queue while the GPU is mostly idle -----
+
+
+def tokenizer_server(args: argparse.Namespace) -> dict[str, float]:
+    import collections
+    import random
+
+    torch.set_num_threads(1)
+    layers: list[torch.nn.Module] = []
+    for _ in range(6):
+        layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).cuda().eval()
+    rng = random.Random(0)
+    waiting: collections.deque[float] = collections.deque()
+    dropped = 0
+    with torch.inference_mode():
+        for _ in range(20):
+            model(torch.randn(8, 2048, device="cuda")).sum().item()
+        _ready(args.ready)
+        timer = _Timer(args.duration)
+        next_arrival = time.monotonic()
+        last_write = 0.0
+        waits: list[float] = []
+        while timer.running():
+            now = time.monotonic()
+            while next_arrival <= now:  # open-loop Poisson arrivals: clients do not wait for the server
+                if len(waiting) < args.max_queue:
+                    waiting.append(next_arrival)
+                else:
+                    dropped += 1  # the gateway rejects once the queue is full (429)
+                next_arrival += rng.expovariate(args.rate)
+            if not waiting:
+                time.sleep(max(0.0, min(0.01, next_arrival - now)))
+                continue
+            batch = [waiting.popleft() for _ in range(min(args.max_batch, len(waiting)))]
+            for _ in batch:  # tokenise on the CPU, one request at a time
+                spin = time.thread_time()
+                while time.thread_time() - spin < args.tokenize_ms / 1000.0:
+                    pass
+            model(torch.randn(len(batch), 2048).cuda()).argmax(dim=1).cpu()
+            now = time.monotonic()
+            waits.extend(now - t for t in batch)
+            timer.steps += len(batch)
+            if args.requests_file and now - last_write > 0.25:
+                Path(args.requests_file).write_text(f"{timer.steps} {len(waiting)}")
+                last_write = now
+    timer.extra.update(
+        {
+            "rate": args.rate,
+            "tokenize_ms": args.tokenize_ms,
+            "dropped": dropped,
+            "wait_p50_ms": float(np.percentile(waits, 50) * 1000),
+            "wait_p99_ms": float(np.percentile(waits, 99) * 1000),
+        }
+    )
+    return timer.result()
+
+
 WORKLOADS = {
     "starved-loader": train_with_loader,
     "fed-loader": train_with_loader,
@@ -344,6 +590,13 @@ WORKLOADS = {
     "bf16-train": bf16_train,
     "fp32-gemm": fp32_gemm_train,
     "host-wait": host_wait,
+    "slow-read-loader": slow_read_loader,
+    "launch-bound": launch_bound,
+    "h2d-train": h2d_train,
+    "wide-duty": wide_duty,
+    "idle-context": idle_context,
+    "gpu-oom": gpu_oom,
+    "tokenizer-server": tokenizer_server,
 }
 
 
@@ -365,6 +618,11 @@ def main() -> None:
     parser.add_argument(
         "--inner", type=int, default=1, help="GPU work per step, in 4-matmul blocks (host-wait)"
     )
+    parser.add_argument("--read-mib-per-s", type=float, default=10.0, help="per loader worker (slow-read)")
+    parser.add_argument("--steps-before-oom", type=float, default=20, help="training steps before the OOM")
+    parser.add_argument("--tokenize-ms", type=float, default=8.0, help="CPU ms per request (tokenizer)")
+    parser.add_argument("--max-queue", type=int, default=256, help="requests the gateway queues")
+    parser.add_argument("--max-batch", type=int, default=8, help="requests per GPU batch (tokenizer)")
     args = parser.parse_args()
     os.sched_setaffinity(0, [int(c) for c in args.cores.split(",")])
     signal.signal(signal.SIGTERM, _on_term)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpu_rightsizer.adapters.openmetrics import rate_window_seconds
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
@@ -141,7 +142,7 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
 
     `recorded` maps a family's name to the recorded series that stand for its expression
     (`recording_rules.detect`); those families read that selector instead."""
-    rate_window = max(3 * step_seconds, 180.0)
+    rate_window = rate_window_seconds(step_seconds)
     families = [
         Family(
             name=f"gpu:{source.metric}",
@@ -729,7 +730,7 @@ class IncrementalSource:
         self.source = source
         self.window_seconds = window_seconds
         self.step_seconds = step_seconds
-        self.rate_window = max(3 * step_seconds, 180.0)
+        self.rate_window = rate_window_seconds(step_seconds)
         #: Family name → the recorded series read in place of its expression (`default_families`).
         self.recorded = dict(recorded or {})
         families = _source_families(step_seconds, self.recorded)

@@ -388,6 +388,109 @@ class SeriesCollector:
             self.inventory.add(name, dict(label_items), value)
 
 
+# --- counter rates: the Prometheus source's window, on raw samples --------------------------------------
+#: The shortest rate window: rate()/deriv() need several samples even at fine steps (Prometheus'
+#: documentation: a range of at least 4 × the scrape interval; 3 × step at steps of 60 s and over).
+RATE_WINDOW_MIN_SECONDS = 180.0
+
+
+def rate_window_seconds(step_seconds: float) -> float:
+    """Range of every counter's rate()/deriv() at `step_seconds`: max(3 × step, 180 s), on every path
+    (the Prometheus source's queries, the incremental reads, the recording rules and the file reader)."""
+    return max(3 * step_seconds, RATE_WINDOW_MIN_SECONDS)
+
+
+def without_stale_repeats(samples: Iterable[Sample], window_seconds: float) -> Samples:
+    """A counter's clean samples without the repeats of a value that had not been refreshed.
+
+    With the scrape's time on cAdvisor's samples (kube-prometheus ignores cAdvisor's timestamps), a
+    counter that housekeeping has not updated since the last scrape repeats its value: differenced,
+    that reads 0 and then twice the rate. A counter that stays flat for at least `window_seconds` is
+    really flat (idle), so such runs are kept whole.
+    """
+    kept = st.clean(samples)
+    out: Samples = []
+    index = 0
+    while index < len(kept):
+        run_end = index
+        while run_end + 1 < len(kept) and kept[run_end + 1][1] == kept[index][1]:
+            run_end += 1
+        if kept[run_end][0] - kept[index][0] >= window_seconds:
+            out.extend(kept[index : run_end + 1])
+        else:
+            out.append(kept[index])
+        index = run_end + 1
+    return out
+
+
+def _extrapolated_rate(points: Samples, resets: float, start: float, end: float) -> float:
+    """Prometheus' rate() over [start, end] of a counter's samples there (promql extrapolatedRate)."""
+    (first_t, first_v), (last_t, last_v) = points[0], points[-1]
+    increase = last_v - first_v + resets
+    sampled = last_t - first_t
+    average_gap = sampled / (len(points) - 1)
+    to_start, to_end = first_t - start, end - last_t
+    if increase > 0 and first_v >= 0:
+        to_start = min(to_start, sampled * (first_v / increase))
+    threshold = average_gap * 1.1
+    interval = sampled
+    interval += to_start if to_start < threshold else average_gap / 2
+    interval += to_end if to_end < threshold else average_gap / 2
+    return increase * (interval / sampled) / (end - start)
+
+
+def _deriv(points: Samples) -> float:
+    """Prometheus' deriv(): the least-squares slope of the samples, per second."""
+    origin = points[0][0]
+    count = len(points)
+    mean_t = math.fsum(t - origin for t, _ in points) / count
+    mean_v = math.fsum(v for _, v in points) / count
+    var = math.fsum((t - origin - mean_t) ** 2 for t, _ in points)
+    if var <= 0:
+        return 0.0
+    return math.fsum((t - origin - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+#: Counters that move whenever their container runs (CPU time in ns): an exact repeat inside a rate
+#: window is a sample cAdvisor had not refreshed. Throttling, network and disk counters stay flat for
+#: real, so their repeats are kept.
+ALWAYS_MOVING_COUNTERS: frozenset[str] = frozenset({mn.CADVISOR_CPU_USAGE})
+
+
+def window_counter_rates(samples: Iterable[Sample], step: float, *, stale_repeats: bool = False) -> Samples:
+    """Per-second rate of a counter at each step, as the Prometheus source reads it.
+
+    At each multiple of `step` up to the first one at or after the last sample (a range query's
+    evaluation times, which reach the window's end), the rate is `max(rate(), deriv())` over the
+    preceding `rate_window_seconds(step)`
+    (`prometheus.counter_rate`: rate() is right across a reset, deriv() for a series younger than the
+    window), so both paths give one number for one history. `stale_repeats` drops the repeats of a
+    counter that always moves (`without_stale_repeats`) first.
+    """
+    window = rate_window_seconds(step)
+    kept = without_stale_repeats(samples, window) if stale_repeats else st.clean(samples)
+    if len(kept) < 2:
+        return []
+    resets_before = [0.0]
+    for (_, previous), (_, current) in itertools.pairwise(kept):
+        resets_before.append(resets_before[-1] + (previous if current < previous else 0.0))
+    out: Samples = []
+    first = 0
+    last = 0
+    at = math.ceil(kept[0][0] / step) * step
+    while at < kept[-1][0] + step - 1e-9:
+        while last + 1 < len(kept) and kept[last + 1][0] <= at + 1e-9:
+            last += 1
+        while first < last and kept[first][0] < at - window - 1e-9:
+            first += 1
+        if last > first and kept[first][0] >= at - window - 1e-9 and kept[last][0] <= at + 1e-9:
+            points = kept[first : last + 1]
+            resets = resets_before[last] - resets_before[first]
+            out.append((at, max(_extrapolated_rate(points, resets, at - window, at), _deriv(points))))
+        at += step
+    return out
+
+
 # --- statistics --------------------------------------------------------------------------------------
 def _stats(samples: Samples, signal: Signal) -> SignalStats | None:
     floor = st.DEFAULT_SAWTOOTH_FLOOR if signal in mn.RATIO_SIGNALS else None
@@ -402,7 +505,9 @@ def throttle_series(clock_events: Samples, violations: dict[str, Samples], step:
     so the sum is clamped to 1: the gate errs towards "throttled"). Where both exist the larger wins.
     """
     flags = st.throttle_flags(clock_events)
-    held = st.sum_aligned([st.counter_rates(samples) for samples in violations.values() if samples], step)
+    held = st.sum_aligned(
+        [window_counter_rates(samples, step) for samples in violations.values() if samples], step
+    )
     fractions = [(t, min(1.0, v / mn.VIOLATION_NS_PER_SECOND)) for t, v in held if v >= 0]
     if not flags or not fractions:
         return flags or fractions
@@ -428,7 +533,11 @@ def _cadvisor_rate(
     for (name, container, _extra), samples in series.cadvisor.items():
         if name != metric:
             continue
-        values = st.counter_rates(samples) if counter else st.clean(samples)
+        values = (
+            window_counter_rates(samples, step, stale_repeats=metric in ALWAYS_MOVING_COUNTERS)
+            if counter
+            else st.clean(samples)
+        )
         (pod_level if container in mn.CADVISOR_NON_APP_CONTAINERS else app).append(values)
     chosen = pod_level if metric in mn.CADVISOR_NETWORK_METRICS or not app else app
     if metric in mn.CADVISOR_NETWORK_METRICS and not pod_level:
@@ -517,7 +626,7 @@ def pod_observation(
     throttled_stats = _stats(throttled, Signal.CPU_THROTTLED_RATIO)
     if throttled_stats is not None:
         pod_stats[Signal.CPU_THROTTLED_RATIO] = throttled_stats
-    for signal, samples in _serving_rates(series).items():
+    for signal, samples in _serving_rates(series, step).items():
         summary = _stats(samples, signal)
         if summary is not None:
             pod_stats[signal] = summary
@@ -539,11 +648,11 @@ def pod_observation(
     )
 
 
-def _serving_rates(series: PodSeries) -> dict[Signal, Samples]:
+def _serving_rates(series: PodSeries, step: float) -> dict[Signal, Samples]:
     out: dict[Signal, Samples] = {}
     for metric, samples in series.serving.items():
         source = mn.SERVING_SIGNAL_BY_METRIC[metric]
-        values = st.counter_rates(samples) if source.counter else st.clean(samples)
+        values = window_counter_rates(samples, step) if source.counter else st.clean(samples)
         out.setdefault(source.signal, values)
     return out
 
@@ -687,6 +796,111 @@ def infer_step(timestamps: Iterable[float]) -> float:
     return max(1.0, diffs[len(diffs) // 2])
 
 
+def infer_step_of_series(series: Iterable[Iterable[float]]) -> float:
+    """The step of several series: the median of each one's own step (60 s without any).
+
+    Replicas on several nodes are scraped at different instants, so the union of their timestamps is
+    spaced far closer than any one series; each series' own spacing is the scrape's.
+    """
+    steps = sorted(infer_step(one) for one in series)
+    return steps[(len(steps) - 1) // 2] if steps else 60.0
+
+
+# --- pods over time: sharers overlap, successors do not ----------------------------------------------
+#: Pods on one device that overlap for at most this many steps follow each other (a terminating pod
+#: and its successor), they do not share it.
+_OVERLAP_STEPS = 2.0
+
+
+def _device_span(device: DeviceSeries) -> tuple[float, float] | None:
+    stamps = [t for samples in device.signals.values() for t, _ in samples]
+    return (min(stamps), max(stamps)) if stamps else None
+
+
+def _pod_span(series: PodSeries) -> tuple[float, float] | None:
+    spans = [span for device in series.devices.values() if (span := _device_span(device)) is not None]
+    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+
+
+def _overlap(first: tuple[float, float], second: tuple[float, float]) -> float:
+    return min(first[1], second[1]) - max(first[0], second[0])
+
+
+def _absorb(earlier: PodSeries, later: PodSeries) -> None:
+    """Put an earlier pod's samples in front of its successor's (same devices, same workload)."""
+    for uuid, device in earlier.devices.items():
+        target = later.devices.setdefault(uuid, device)
+        if target is device:
+            continue
+        for signal, samples in device.signals.items():
+            target.signals[signal] = [*samples, *target.signals.get(signal, [])]
+        target.clock_events = [*device.clock_events, *target.clock_events]
+        for name, samples in device.violations.items():
+            target.violations[name] = [*samples, *target.violations.get(name, [])]
+        target.xid_codes |= device.xid_codes
+    for key, samples in earlier.cadvisor.items():
+        later.cadvisor[key] = [*samples, *later.cadvisor.get(key, [])]
+    for metric, samples in earlier.serving.items():
+        later.serving[metric] = [*samples, *later.serving.get(metric, [])]
+
+
+def merge_successive_pods(collector: SeriesCollector, step: float) -> dict[Key, list[str]]:
+    """Read a workload's pods that followed each other on the same GPUs as one pod (the latest).
+
+    A Job retry or a Recreate rollout starts a new pod on the device the old one left; counting both
+    as sharers would read the GPU as time-sliced and take the profiling fields away. Returns the
+    warnings that say which pods were joined, by the surviving pod.
+    """
+    groups: dict[tuple[str, frozenset[tuple[str | None, str]]], list[tuple[tuple[float, float], Key]]] = (
+        defaultdict(list)
+    )
+    for key, series in collector.pods.items():
+        span = _pod_span(series)
+        if span is None:
+            continue
+        devices = frozenset((d.node, d.uuid) for d in series.devices.values())
+        groups[(collector.inventory.workload_of(*key).key, devices)].append((span, key))
+    notes: dict[Key, list[str]] = defaultdict(list)
+    for members in groups.values():
+        members.sort()
+        current_span, current = members[0]
+        for span, key in members[1:]:
+            if _overlap(current_span, span) > _OVERLAP_STEPS * step:
+                current_span, current = span, key
+                continue
+            _absorb(collector.pods.pop(current), collector.pods[key])
+            earlier = collector.inventory.pods.pop(current, None)
+            if earlier is not None and key in collector.inventory.pods:
+                collector.inventory.pods[key].restarts += earlier.restarts
+                collector.inventory.pods[key].oom_killed |= earlier.oom_killed
+            notes[key].extend(notes.pop(current, []))
+            notes[key].append(
+                f"{current[0]}/{current[1]} was replaced by {key[1]} on the same GPU (no overlap in time): "
+                "read as one pod"
+            )
+            current_span, current = (current_span[0], span[1]), key
+    return notes
+
+
+def sharers_in_time(collector: SeriesCollector, step: float) -> dict[Key, dict[tuple[str | None, str], int]]:
+    """For each pod and device: how many pods saw the device at the same time (itself included)."""
+    spans: dict[tuple[str | None, str], list[tuple[Key, tuple[float, float]]]] = defaultdict(list)
+    for key, series in collector.pods.items():
+        for device in series.devices.values():
+            span = _device_span(device)
+            if span is not None:
+                spans[(device.node, device.uuid)].append((key, span))
+    out: dict[Key, dict[tuple[str | None, str], int]] = defaultdict(dict)
+    for device_key, members in spans.items():
+        for key, span in members:
+            out[key][device_key] = sum(
+                1
+                for other, other_span in members
+                if other == key or _overlap(span, other_span) > _OVERLAP_STEPS * step
+            )
+    return out
+
+
 def windows_from_samples(
     samples: Iterable[ParsedSample],
     *,
@@ -734,20 +948,18 @@ def _windows(
     end = at.timestamp() if at is not None else newest
     start = max(exposition.TIMESTAMP_MIN, end - window_seconds) if window_seconds is not None else oldest
     collector = SeriesCollector()
-    step_candidates: list[float] = []
+    step_candidates: dict[tuple[str, frozenset[tuple[str, str]]], list[float]] = defaultdict(list)
     for name, labels, value, stamp in read_samples():
         ts = stamp if stamp is not None else now
         if start <= ts <= end:
             collector.add(name, labels, ts, value)
             if name in (mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_GPU_UTIL):
-                step_candidates.append(ts)
+                step_candidates[(name, frozenset(labels.items()))].append(ts)
     collector.finish_inventory()
-    step = step_seconds or infer_step(step_candidates)
+    step = step_seconds or infer_step_of_series(step_candidates.values())
     requesting = attribute_devices(collector)
-    shared: dict[tuple[str | None, str], int] = defaultdict(int)
-    for series in collector.pods.values():
-        for device in series.devices.values():
-            shared[(device.node, device.uuid)] += 1
+    replaced = merge_successive_pods(collector, step)
+    shared = sharers_in_time(collector, step)
     # Pods known only from GPU series while kube-state-metrics describes other pods: exporter's own pod
     # or an unmapped device; their series are board-level data, not a workload.
     has_ksm = bool(collector.inventory.pods)
@@ -756,9 +968,9 @@ def _windows(
     for key, series in collector.pods.items():
         if (has_ksm and key not in collector.inventory.pods) or (requesting and key not in requesting):
             continue
-        warnings: list[str] = []
+        warnings: list[str] = list(replaced.get(key, []))
         info = collector.inventory.pods.get(key)
-        observations[key] = pod_observation(series, info, shared, collector.boards, step, warnings)
+        observations[key] = pod_observation(series, info, shared[key], collector.boards, step, warnings)
         if info and info.gpu_resource and not series.devices:
             warnings.append(f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU series")
         pod_warnings[key] = warnings
@@ -809,7 +1021,7 @@ def _workload_serving_stats(collector: SeriesCollector, step: float) -> dict[str
     per_workload: dict[str, dict[Signal, list[Samples]]] = defaultdict(lambda: defaultdict(list))
     for key, series in collector.pods.items():
         ref = collector.inventory.workload_of(*key)
-        for signal, samples in _serving_rates(series).items():
+        for signal, samples in _serving_rates(series, step).items():
             per_workload[ref.key][signal].append(samples)
     out: dict[str, dict[Signal, SignalStats]] = {}
     for ref_key, signals in per_workload.items():

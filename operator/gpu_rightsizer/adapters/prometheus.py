@@ -29,7 +29,13 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
-from gpu_rightsizer.adapters.openmetrics import ExtraOwners, Inventory, Key, assemble_windows
+from gpu_rightsizer.adapters.openmetrics import (
+    ExtraOwners,
+    Inventory,
+    Key,
+    assemble_windows,
+    rate_window_seconds,
+)
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
@@ -391,7 +397,7 @@ class PrometheusSource:
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or 60.0
-        rate_window = max(3 * step, 180.0)
+        rate_window = rate_window_seconds(step)
         say = progress or (lambda _message: None)
         self.check(end)
         gpu_namespaces = self.gpu_namespaces(end, window_seconds)
@@ -592,11 +598,8 @@ class PrometheusSource:
                     )
                     for signal, summary in entry["stats"].items():
                         board_of_device["stats"].setdefault(signal, summary)
-        shared: dict[tuple[str, str], int] = defaultdict(int)
-        for per_pod in devices.values():
-            for device_id, entry in per_pod.items():
-                shared[(entry["labels"].get("hostname", ""), device_id)] += 1
         busy_series = _range_by_pod(results.get("range:busy", []))
+        shared = sharers_in_time(devices, busy_series, coarse)
         cpu_series = _range_by_pod(results.get("range:cpu", []))
         has_ksm = bool(inventory.pods)
         observations: dict[Key, PodObservation] = {}
@@ -620,7 +623,7 @@ class PrometheusSource:
                         node=labels.get("hostname") or None,
                         model_name=labels.get("modelName") or None,
                         mig_profile=labels.get("GPU_I_PROFILE") or None,
-                        shared_by_pods=max(1, shared[(labels.get("hostname", ""), device_id)]),
+                        shared_by_pods=max(1, shared.get((key, labels.get("hostname", ""), device_id), 1)),
                         stats=gpu_stats,
                         xid_codes=sorted(entry["xids"]),
                         memory_total_mib=(used.max + free.min) if used and free else None,
@@ -776,6 +779,37 @@ def ending_at_newest_sample(
     if not newest or max(newest) >= end - 2 * coarse:
         return window
     return window.model_copy(update={"end": datetime.fromtimestamp(max(newest), tz=UTC)})
+
+
+def sharers_in_time(
+    devices: Mapping[Key, Mapping[str, Mapping[str, Any]]],
+    busy: Mapping[Key, list[tuple[float, float]]],
+    step: float,
+) -> dict[tuple[Key, str, str], int]:
+    """(pod, node, device) → the pods that saw the device while this one did (itself included).
+
+    A pod's time is the span of its busy range series; pods overlapping by at most two steps follow
+    each other (a Job retry, a Recreate rollout) and do not share the device. A pod without a busy
+    series overlaps every other (it cannot be told apart).
+    """
+    spans = {key: (samples[0][0], samples[-1][0]) for key, samples in busy.items() if samples}
+    on_device: dict[tuple[str, str], list[Key]] = defaultdict(list)
+    for key, per_pod in devices.items():
+        for device_id, entry in per_pod.items():
+            on_device[(entry["labels"].get("hostname", ""), device_id)].append(key)
+    out: dict[tuple[Key, str, str], int] = {}
+    for (node, device_id), keys in on_device.items():
+        for key in keys:
+            mine = spans.get(key)
+            out[(key, node, device_id)] = sum(
+                1
+                for other in keys
+                if other == key
+                or mine is None
+                or (theirs := spans.get(other)) is None
+                or min(mine[1], theirs[1]) - max(mine[0], theirs[0]) > 2 * step
+            )
+    return out
 
 
 def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, float]]]:

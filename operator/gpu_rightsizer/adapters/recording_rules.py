@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpu_rightsizer.adapters.incremental import Family, default_families
+from gpu_rightsizer.adapters.openmetrics import rate_window_seconds
 from gpu_rightsizer.adapters.prometheus import PrometheusSource, PrometheusSourceError, _duration
 from gpu_rightsizer.model.observation import Signal
 
@@ -45,7 +46,7 @@ GROUP_NAME: Final = "gpu-rightsizer.recording"
 #: Label on every recorded series: the first 12 hex digits of the SHA-256 of the rule's expression.
 HASH_LABEL: Final = "gpu_rightsizer_expr"
 
-_RATE = f"rate{round(max(3 * RULE_STEP_SECONDS, 180.0) / 60)}m"
+_RATE = f"rate{round(rate_window_seconds(RULE_STEP_SECONDS) / 60)}m"
 _POD = "namespace_pod:gpu_rightsizer_"
 #: Family name → recorded series name (`level:metric:operations`). The level is the labels kept:
 #: `namespace_pod` for pod families, `gpu` for the per-device throttle family (the DCGM device labels).

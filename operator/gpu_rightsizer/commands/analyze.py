@@ -23,6 +23,11 @@ from typing import TYPE_CHECKING
 from gpu_rightsizer.config import parse_duration
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpu_rightsizer.logic.capacity import ClusterCapacity
+    from gpu_rightsizer.logic.thresholds import EngineSettings
+    from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.model.observation import WorkloadWindow
     from gpu_rightsizer.model.result import Analysis
 
@@ -169,6 +174,33 @@ def _progress(message: str) -> None:
     print(f"[analyze] {message}", file=sys.stderr, flush=True)
 
 
+def diagnose(
+    windows: list[WorkloadWindow],
+    capacity: ClusterCapacity,
+    settings: EngineSettings,
+    explicit: SharingStrategy | None = None,
+) -> Iterator[tuple[WorkloadWindow, Analysis, tuple[str, ...]]]:
+    """Each window as the engine saw it (after `observe_sharing`), its analysis and the sharing notes.
+
+    What `analyze` runs per workload, shared with the re-rendering bench (`sim.rerender`).
+    """
+    from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
+    from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
+
+    for read_window in windows:
+        sharing = sharing_for(capacity, read_window.allocation.gpu_model, explicit)
+        window, notes = observe_sharing(read_window, capacity)
+
+        def run(
+            profiles: list[str] | None, window: WorkloadWindow = window, sharing: SharingStrategy = sharing
+        ) -> Analysis:
+            return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
+
+        analysis = with_notes(analyze_within(capacity, window.allocation.gpu_model, run), notes)
+        yield window, analysis, notes
+
+
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
     from gpu_rightsizer.adapters.capacity import capacity_from_file
@@ -180,9 +212,6 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSourceError,
     )
     from gpu_rightsizer.config import MatcherError, parse_matchers
-    from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
-    from gpu_rightsizer.logic.engine import analyze_window
-    from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
@@ -266,16 +295,9 @@ def run(args: argparse.Namespace) -> int:
     elif capacity.known:
         _progress(f"node pools ({capacity.source}): " + "; ".join(p.describe() for p in capacity.pools))
     rows = []
-    for index, read_window in enumerate(windows, start=1):
-        sharing = sharing_for(capacity, read_window.allocation.gpu_model, explicit)
-        window, notes = observe_sharing(read_window, capacity)
-
-        def run(
-            profiles: list[str] | None, window: WorkloadWindow = window, sharing: SharingStrategy = sharing
-        ) -> Analysis:
-            return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
-
-        analysis = with_notes(analyze_within(capacity, window.allocation.gpu_model, run), notes)
+    for index, (window, analysis, notes) in enumerate(
+        diagnose(windows, capacity, settings, explicit), start=1
+    ):
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         warnings = sorted(set(window.warnings) | set(notes))
         rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))

@@ -17,7 +17,7 @@ from gpu_rightsizer.logic.savings import estimate_savings
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.observation import WorkloadWindow
-from gpu_rightsizer.model.result import Analysis
+from gpu_rightsizer.model.result import Analysis, MemoryLookback
 
 _DEFAULT_SETTINGS = EngineSettings()
 
@@ -76,18 +76,22 @@ def analyze_window(
     now: datetime | None = None,
     allowed_mig_profiles: Sequence[str] | None = None,
     min_replicas: int = 0,
+    memory_lookback: MemoryLookback | None = None,
 ) -> Analysis:
     """Diagnose one workload window and recommend changes, cheapest first.
 
     `mig_tables` maps a GPU model key (see `logic.mig.GPU_MODELS`) to a runtime MIG profile table that
     replaces the static one; `sharing` is the cluster's GPU-sharing strategy; `now` enables the
     staleness check; `allowed_mig_profiles` restricts MIG recommendations to a policy's list;
-    `min_replicas` is the policy's floor, below which no release or scale-in is proposed as automatic.
+    `min_replicas` is the policy's floor, below which no release or scale-in is proposed as automatic;
+    `memory_lookback` is the GPU-memory high-water mark carried from earlier cycles (status), merged
+    with this window's and returned in the analysis for the next cycle.
     """
     effective = settings or _DEFAULT_SETTINGS
     figures = summarise(window, mig_tables)
     diagnosis = diagnose_figures(figures, effective, now)
-    planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles, min_replicas)
+    lookback = merge_lookback(memory_lookback, figures)
+    planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles, min_replicas, lookback)
     savings = estimate_savings(_allocated_gpu_equivalents(figures), (p.freed_share for p in planned))
     primary = diagnosis.findings[0]
     first_action = planned[0].action if planned else None
@@ -105,6 +109,19 @@ def analyze_window(
         gpu_busy_p95=round(busy, 4) if busy is not None else None,
         samples=figures.busy_samples,
         summary=f"{primary.code.value} ({primary.confidence:.0%} confidence){action_text}",
+        vetoes=list(diagnosis.vetoes),
+        memory_lookback=lookback,
+    )
+
+
+def merge_lookback(previous: MemoryLookback | None, figures: WorkloadFigures) -> MemoryLookback | None:
+    """The GPU-memory high-water mark over the previous look-back and this window (None without FB)."""
+    peak = figures.fb_used_max_gib
+    start = figures.window.start
+    if previous is None:
+        return MemoryLookback(max_gib=round(peak, 3), since=start) if peak is not None else None
+    return MemoryLookback(
+        max_gib=round(max(previous.max_gib, peak or 0.0), 3), since=min(previous.since, start)
     )
 
 

@@ -23,6 +23,7 @@ from gpu_rightsizer.logic.mig import (
     spec_for_product,
 )
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.width import PhaseShape
 from gpu_rightsizer.model.observation import GPUObservation, Signal, SignalStats, WorkloadWindow
 
 _PCIE_FALLBACK_BYTES_PER_S = (
@@ -145,6 +146,21 @@ class WorkloadFigures:
     is_serving: bool
     coverage: float | None
     pods: int
+    # --- evidence for the shrink gate (logic/vetoes.py) and the width model (logic/width.py) ----------
+    phase_shape: PhaseShape | None  # the busiest GPU's duty, width while busy and DRAM share
+    fs_read_p50: float | None  # the busiest pod's file-system read median (bytes/s)
+    net_rx_p50: float | None  # the busiest pod's network receive median (bytes/s)
+    net_rx_max: float | None  # the highest network receive of any pod in any sample (bytes/s)
+    requests_max: float | None  # the workload's highest request rate in any sample
+    memory_ws_max_bytes: float | None
+    cpu_pressure_p50: float | None  # PSI: share of wall time some task stalled on CPU
+    io_pressure_p50: float | None  # PSI: share of wall time some task stalled on I/O
+    no_kernel_gpus: tuple[str, ...]  # GPUs of multi-GPU pods with SM activity exactly 0 next to busy ones
+
+    @property
+    def phase_width_ratio(self) -> float | None:
+        """The share of SMs busy while the GPU is busy (SM / GR), or None without both series."""
+        return self.phase_shape.width_fraction if self.phase_shape is not None else None
 
     @property
     def profiling_fields(self) -> bool:
@@ -248,11 +264,57 @@ def _math_p50(gpu: GPUFigures) -> float:
     )
 
 
+def runs_no_kernel(gpu: GPUFigures) -> bool:
+    """SM activity exactly 0 in every sample: no kernel ran on this GPU (no noise floor to argue over)."""
+    sm = gpu.stat(Signal.SM_ACTIVE)
+    return sm is not None and sm.samples > 0 and sm.max <= 0.0
+
+
+def _no_kernel_gpus(window: WorkloadWindow, gpus: tuple[GPUFigures, ...]) -> tuple[str, ...]:
+    """GPUs of a multi-GPU pod that ran no kernel while another GPU of the same pod did."""
+    by_uuid = {g.uuid: g for g in gpus}
+    idle: set[str] = set()
+    for pod in window.pods:
+        mine = [by_uuid[u] for u in sorted({gpu.uuid for gpu in pod.gpus}) if u in by_uuid]
+        if len(mine) < 2:
+            continue
+        quiet = [g.uuid for g in mine if runs_no_kernel(g)]
+        if quiet and len(quiet) < len(mine):
+            idle.update(quiet)
+    return tuple(sorted(idle))
+
+
+def _phase_shape(gpus: Iterable[GPUFigures]) -> PhaseShape | None:
+    """The phase shape (logic/width.py) of the busiest GPU that has GR and SM series and a known SM count."""
+    shapes = [
+        shape
+        for g in gpus
+        if (gr := g.stat(Signal.GR_ENGINE_ACTIVE)) is not None
+        and (sm := g.stat(Signal.SM_ACTIVE)) is not None
+        and (
+            shape := PhaseShape.from_means(
+                gr.mean,
+                sm.mean,
+                g.sms or (g.spec.sms if g.spec else None),
+                dram.mean if (dram := g.stat(Signal.DRAM_ACTIVE)) is not None else None,
+            )
+        )
+        is not None
+    ]
+    return max(shapes, key=lambda s: (s.duty, s.width_fraction)) if shapes else None
+
+
 def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> WorkloadFigures:
-    """Reduce a window to the figures the rules read (pure, order-independent)."""
+    """Reduce a window to the figures the rules read (pure, order-independent).
+
+    Per GPU first: in a multi-GPU pod, a GPU that ran no kernel is left out of the busy figures (it
+    gets its own gpuCount advice), so one busy GPU is never averaged into a 'starved' pod.
+    """
     allocation = window.allocation
     gpus = _gpu_figures(window, mig_tables)
-    busy_gpus = [g.busy for g in gpus if g.busy is not None]
+    no_kernel = _no_kernel_gpus(window, gpus)
+    active = tuple(g for g in gpus if g.uuid not in no_kernel)  # activity figures: GPUs that ran kernels
+    busy_gpus = [g.busy for g in active if g.busy is not None]
     sources = {g.busy_source for g in gpus}
     busy_source = (
         None
@@ -329,6 +391,15 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         if Signal.MEMORY_WORKING_SET_BYTES in p.stats
     )
     io_values = []
+    fs_p50 = max_of(
+        p.stats[Signal.FS_READ_BYTES_PER_S].p50 for p in pods if Signal.FS_READ_BYTES_PER_S in p.stats
+    )
+    net_p50 = max_of(
+        p.stats[Signal.NET_RX_BYTES_PER_S].p50 for p in pods if Signal.NET_RX_BYTES_PER_S in p.stats
+    )
+    net_max = max_of(
+        p.stats[Signal.NET_RX_BYTES_PER_S].max for p in pods if Signal.NET_RX_BYTES_PER_S in p.stats
+    )
     for pod in pods:
         read = pod.stats.get(Signal.FS_READ_BYTES_PER_S)
         net = pod.stats.get(Signal.NET_RX_BYTES_PER_S)
@@ -371,19 +442,19 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         busy_active_fraction=max(active_fractions) if active_fractions else None,
         busy_samples=busy_samples,
         busy_sawtooth=max(sawtooths) if sawtooths else None,
-        sm_p50=fmean(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p50)),
-        sm_p95=fmean(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p95)),
-        sm_p99_max=max_of(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.p99)),
-        gr_p99_max=max_of(gpu_stat(gpus, Signal.GR_ENGINE_ACTIVE, lambda s: s.p99)),
-        sm_max=max_of(gpu_stat(gpus, Signal.SM_ACTIVE, lambda s: s.max)),
-        gr_max=max_of(gpu_stat(gpus, Signal.GR_ENGINE_ACTIVE, lambda s: s.max)),
-        math_p50=max_of(_math_p50(g) for g in gpus if g.stat(Signal.TENSOR_ACTIVE) is not None),
-        fp16_p50=fmean(gpu_stat(gpus, Signal.FP16_ACTIVE, lambda s: s.p50)),
-        occupancy_p50=fmean(gpu_stat(gpus, Signal.SM_OCCUPANCY, lambda s: s.p50)),
-        tensor_p50=fmean(gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p50)),
-        tensor_p95=fmean(gpu_stat(gpus, Signal.TENSOR_ACTIVE, lambda s: s.p95)),
-        fp32_p50=fmean(gpu_stat(gpus, Signal.FP32_ACTIVE, lambda s: s.p50)),
-        dram_p95=fmean(gpu_stat(gpus, Signal.DRAM_ACTIVE, lambda s: s.p95)),
+        sm_p50=fmean(gpu_stat(active, Signal.SM_ACTIVE, lambda s: s.p50)),
+        sm_p95=fmean(gpu_stat(active, Signal.SM_ACTIVE, lambda s: s.p95)),
+        sm_p99_max=max_of(gpu_stat(active, Signal.SM_ACTIVE, lambda s: s.p99)),
+        gr_p99_max=max_of(gpu_stat(active, Signal.GR_ENGINE_ACTIVE, lambda s: s.p99)),
+        sm_max=max_of(gpu_stat(active, Signal.SM_ACTIVE, lambda s: s.max)),
+        gr_max=max_of(gpu_stat(active, Signal.GR_ENGINE_ACTIVE, lambda s: s.max)),
+        math_p50=max_of(_math_p50(g) for g in active if g.stat(Signal.TENSOR_ACTIVE) is not None),
+        fp16_p50=fmean(gpu_stat(active, Signal.FP16_ACTIVE, lambda s: s.p50)),
+        occupancy_p50=fmean(gpu_stat(active, Signal.SM_OCCUPANCY, lambda s: s.p50)),
+        tensor_p50=fmean(gpu_stat(active, Signal.TENSOR_ACTIVE, lambda s: s.p50)),
+        tensor_p95=fmean(gpu_stat(active, Signal.TENSOR_ACTIVE, lambda s: s.p95)),
+        fp32_p50=fmean(gpu_stat(active, Signal.FP32_ACTIVE, lambda s: s.p50)),
+        dram_p95=fmean(gpu_stat(active, Signal.DRAM_ACTIVE, lambda s: s.p95)),
         fb_used_p99_gib=fb_p99_gib,
         fb_used_max_gib=fb_max_gib,
         capacity_gib=capacity,
@@ -418,6 +489,23 @@ def summarise(window: WorkloadWindow, mig_tables: MigTables | None = None) -> Wo
         is_serving=is_serving,
         coverage=coverage,
         pods=len(pods),
+        phase_shape=_phase_shape(active),
+        fs_read_p50=fs_p50,
+        net_rx_p50=net_p50,
+        net_rx_max=net_max,
+        requests_max=requests.max if requests else None,
+        memory_ws_max_bytes=max_of(
+            p.stats[Signal.MEMORY_WORKING_SET_BYTES].max
+            for p in pods
+            if Signal.MEMORY_WORKING_SET_BYTES in p.stats
+        ),
+        cpu_pressure_p50=max_of(
+            p.stats[Signal.CPU_PRESSURE_RATIO].p50 for p in pods if Signal.CPU_PRESSURE_RATIO in p.stats
+        ),
+        io_pressure_p50=max_of(
+            p.stats[Signal.IO_PRESSURE_RATIO].p50 for p in pods if Signal.IO_PRESSURE_RATIO in p.stats
+        ),
+        no_kernel_gpus=no_kernel,
     )
 
 

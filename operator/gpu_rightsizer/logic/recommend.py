@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpu_rightsizer.logic.diagnose import Diagnosis, WorkloadFigures, fleet_replicas_needed, sizing_need
 from gpu_rightsizer.logic.mig import (
@@ -24,11 +24,14 @@ from gpu_rightsizer.logic.mig import (
     shared_request,
     smallest_fitting_profile,
 )
-from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES
+from gpu_rightsizer.logic.rules.idle import no_cuda_context
+from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, BY_CODE, DATA_PATH_CODES
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.vetoes import SERVICE_KINDS, missing_evidence, serves
+from gpu_rightsizer.logic.width import PhaseShape, predicted_slowdown, predicted_time_sliced_slowdown
 from gpu_rightsizer.logic.workloads import format_cpu, format_memory
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, SharingStrategy
-from gpu_rightsizer.model.result import Action, ActionTarget
+from gpu_rightsizer.model.result import Action, ActionTarget, Finding, MemoryLookback
 
 _MIG_STRATEGIES = frozenset({SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE})
 _SHARING_STRATEGIES = frozenset({SharingStrategy.TIME_SLICING, SharingStrategy.MPS})
@@ -65,6 +68,8 @@ class PlannedAction:
     action: Action
     tier: int
     freed_share: float = 0.0
+    shrinks: bool = False  # reduces GPU capacity: passes the shrink gate (logic/vetoes.py) first
+    confidence: float = 1.0  # of the finding that proposed it: automatic only at or above minConfidence
 
 
 def _round_up(value: float, step: float) -> float:
@@ -95,6 +100,13 @@ def _software(text: str, reason: str) -> PlannedAction:
             type=ActionType.SOFTWARE, from_value="current code and settings", to_value=text, reason=reason
         ),
         0,
+    )
+
+
+def _infrastructure(current: str, change: str, reason: str) -> PlannedAction:
+    """Advice for the platform team (storage, placement): never automatic, tier 2."""
+    return PlannedAction(
+        Action(type=ActionType.INFRASTRUCTURE, from_value=current, to_value=change, reason=reason), 2
     )
 
 
@@ -166,11 +178,18 @@ def _cpu_action(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAc
     )
 
 
-def _memory_action(figures: WorkloadFigures, settings: EngineSettings) -> PlannedAction | None:
-    """Raise the memory limit when the working set is close to it (more loader workers need more RAM)."""
+def _memory_action(
+    figures: WorkloadFigures, settings: EngineSettings, *, peak: bool = False
+) -> PlannedAction | None:
+    """Raise the memory limit when the working set is close to it (more loader workers need more RAM).
+
+    `peak`: size on the working set's max (an OOM-killed container dies at its peak, which its p99 misses).
+    """
     allocation = figures.window.allocation
     current = allocation.memory_limit_bytes or allocation.memory_request_bytes
-    used = figures.memory_ws_p99_bytes
+    used = (
+        (figures.memory_ws_max_bytes or figures.memory_ws_p99_bytes) if peak else figures.memory_ws_p99_bytes
+    )
     if current is None or used is None or used < settings.memory_tight_share * current:
         return None
     target = _round_up(used / settings.memory_target_saturation, 2**28)
@@ -181,8 +200,8 @@ def _memory_action(figures: WorkloadFigures, settings: EngineSettings) -> Planne
             type=ActionType.MEMORY,
             from_value=_gib(current),
             to_value=_gib(target),
-            reason=f"Working set p99 {_gib(used)} is {used / current:.0%} of the memory limit; more input workers "
-            "need more memory.",
+            reason=f"Working set {'peak' if peak else 'p99'} {_gib(used)} is {used / current:.0%} of the memory "
+            f"limit; {'the container was OOMKilled' if peak else 'more input workers need more memory'}.",
             resource="memory",
             automatic=True,
             target=_memory_target(figures, target),
@@ -231,27 +250,76 @@ def _current_fraction(figures: WorkloadFigures) -> float:
     return profile.gpu_fraction if profile else 1.0
 
 
+def _slowdown_bound(figures: WorkloadFigures, settings: EngineSettings) -> float:
+    """The policy's bound: step time for batch work, GPU-phase latency for a server (× today's)."""
+    return settings.max_serving_latency_ratio if serves(figures) else 1.0 + settings.max_slowdown
+
+
+def _bound_text(figures: WorkloadFigures, settings: EngineSettings) -> str:
+    return (
+        f"GPU-phase latency ≤ {settings.max_serving_latency_ratio:g}× today's"
+        if serves(figures)
+        else f"step time ≤ {1.0 + settings.max_slowdown:g}× today's"
+    )
+
+
+def _shape_for(figures: WorkloadFigures) -> PhaseShape | None:
+    """The phase shape the bound applies to: a server's latency is its GPU phase, as if duty were 1."""
+    shape = figures.phase_shape
+    if shape is None or not serves(figures):
+        return shape
+    return PhaseShape(1.0, shape.width_fraction, shape.sm_count, shape.bandwidth_share)
+
+
+def _duty(figures: WorkloadFigures) -> float | None:
+    """Share of time the GPU has work (GR mean of the busiest GPU); time-slicing cost depends on it only."""
+    if figures.phase_shape is not None:
+        return figures.phase_shape.duty
+    means = [g.busy.mean for g in figures.gpus if g.busy is not None and g.busy_source == "gr_engine_active"]
+    return max(means) if means else None
+
+
+def slice_slowdown(figures: WorkloadFigures, profile: MigProfile, current: MigProfile | None) -> float | None:
+    """Predicted slowdown on `profile` (logic/width.py), or None without a phase shape."""
+    shape = _shape_for(figures)
+    if shape is None:
+        return None
+    bandwidth = profile.memory_fraction / (current.memory_fraction if current else 1.0)
+    return predicted_slowdown(shape, profile.sms, shape.sm_count, min(1.0, bandwidth))
+
+
 def _slice_action(
     figures: WorkloadFigures,
     settings: EngineSettings,
     sharing: SharingStrategy,
     allowed_profiles: Sequence[str] | None,
     reason_prefix: str,
+    memory_peak_gib: float | None = None,
 ) -> PlannedAction | None:
-    """MIG profile (mig strategies) or shared GPU (time-slicing/MPS; advice when the cluster has none)."""
+    """MIG profile (mig strategies) or shared GPU (time-slicing/MPS; advice when the cluster has none).
+
+    Proposed only with positive evidence that the work is narrow: the predicted slowdown on the slice
+    or share (logic/width.py) within the policy's bound. Memory is sized on the look-back's peak.
+    """
     if figures.gpus_per_pod != 1:
         return None  # never MIG or sharing for multi-GPU work
     need = sizing_need(figures, settings)
     if need is None:
         return None
+    memory = max(need.memory_gib, memory_peak_gib or 0.0)
+    bound = _slowdown_bound(figures, settings)
+    current_profile = next((g.profile for g in figures.gpus if g.profile), None)
     current_fraction = _current_fraction(figures)
     product = figures.window.allocation.gpu_model or next(
         (g.observation.model_name for g in figures.gpus if g.observation.model_name), None
     )
-    if sharing in _MIG_STRATEGIES and figures.profiles:
+    shape = figures.phase_shape
+    if sharing in _MIG_STRATEGIES and figures.profiles and shape is not None:
+        slowdowns = {p.name: slice_slowdown(figures, p, current_profile) for p in figures.profiles}
+        narrow_enough = [p for p in figures.profiles if (slowdowns[p.name] or math.inf) <= bound + 1e-12]
         profile: MigProfile | None = smallest_fitting_profile(
-            figures.profiles,
-            SliceNeed(need.memory_gib, need.sm_equivalents, need.dram_fraction_of_full_gpu),
+            narrow_enough,
+            SliceNeed(memory, 0.0, need.dram_fraction_of_full_gpu),
             memory_headroom=settings.memory_headroom,
             sm_target=settings.sm_target_utilisation,
             dram_target=settings.dram_target_utilisation,
@@ -259,6 +327,7 @@ def _slice_action(
         )
         if profile is None or profile.gpu_fraction >= current_fraction:
             return None
+        slowdown = slowdowns[profile.name] or 1.0
         request = mig_request(profile, sharing, product)
         automatic, caveat = _mig_applicable(profile, sharing)
         return PlannedAction(
@@ -267,20 +336,32 @@ def _slice_action(
                 from_value=_current_gpu(figures),
                 to_value=request.describe(),
                 reason=f"{reason_prefix} {profile.name} holds {profile.memory_gib:g} GiB ≥ "
-                f"{settings.memory_headroom:g} × {need.memory_gib:.1f} GiB used (peak) and {profile.sms} SMs "
-                "≥ "
-                f"{need.sm_equivalents:.1f} busy SMs / {settings.sm_target_utilisation:g}.{caveat}",
+                f"{settings.memory_headroom:g} × {memory:.1f} GiB used (peak) and its {profile.sms} SMs "
+                f"predict a slowdown of × {slowdown:.3f} (phases {shape.width_sms:.0f} SMs wide, busy "
+                f"{shape.duty:.0%} of the time; bandwidth term modelled; bound: "
+                f"{_bound_text(figures, settings)}).{caveat}",
                 resource=request.resource,
                 automatic=automatic,
                 target=_gpu_resource_target(figures, request.resource, request.count) if automatic else None,
+                predicted_slowdown=round(slowdown, 4),
             ),
             3,
             max(0.0, 1.0 - profile.gpu_fraction / current_fraction),
+            shrinks=True,
         )
-    if figures.is_mig:
-        return None  # already on a slice and the cluster gives no finer sharing
+    if figures.is_mig or (sharing in _MIG_STRATEGIES and figures.profiles):
+        return None  # on a slice with no finer sharing, or a MIG GPU whose slices none fit narrowly
     share = min(1.0, need.share_of_device)
     if share > settings.oversized_max_device_share:
+        return None
+    replicas_per_gpu = max(2, min(16, math.floor(1.0 / max(share, 1e-6))))
+    duty = 1.0 if serves(figures) else _duty(figures)
+    slowdown = (
+        predicted_time_sliced_slowdown(PhaseShape(duty, 1.0, 1), replicas_per_gpu)
+        if duty is not None
+        else math.inf
+    )
+    if slowdown > bound + 1e-12:
         return None
     request = shared_request(sharing, share)
     automatic = sharing in _SHARING_STRATEGIES
@@ -289,20 +370,22 @@ def _slice_action(
         if automatic
         else " The cluster has no GPU sharing configured: enable MIG or time-slicing on a node pool."
     )
-    replicas_per_gpu = max(2, min(16, math.floor(1.0 / max(share, 1e-6))))
     return PlannedAction(
         Action(
             type=ActionType.GPU_SHARING,
             from_value=_current_gpu(figures),
             to_value=request.describe(),
-            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({need.memory_gib:.1f} GiB used at peak)."
-            + advice,
+            reason=f"{reason_prefix} the work needs about {share:.0%} of a GPU ({memory:.1f} GiB used at "
+            f"peak); sharing with {replicas_per_gpu - 1} others predicts × {slowdown:.3f} when all are busy "
+            f"at once (bound: {_bound_text(figures, settings)})." + advice,
             resource=request.resource,
             automatic=automatic,
             target=_gpu_resource_target(figures, request.resource, request.count) if automatic else None,
+            predicted_slowdown=round(slowdown, 4),
         ),
         3,
         1.0 - 1.0 / replicas_per_gpu,
+        shrinks=True,
     )
 
 
@@ -406,9 +489,11 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                     target=ActionTarget(
                         min_replicas=needed, max_replicas=hpa.max_replicas, gpu_capacity_change=True
                     ),
+                    predicted_slowdown=1.0,
                 ),
                 1,
                 (hpa.min_replicas - needed) / hpa.min_replicas if hpa.min_replicas else 0.0,
+                shrinks=True,
             )
         ]
     return [
@@ -417,49 +502,56 @@ def _over_replicated(figures: WorkloadFigures, settings: EngineSettings) -> list
                 type=ActionType.REPLICAS,
                 from_value=str(replicas),
                 to_value=str(needed),
-                reason=f"{basis[0].upper()}{basis[1:]}, with no queue (the policy's minReplicas still applies).",
+                reason=f"{basis[0].upper()}{basis[1:]}, with no queue (the policy's minReplicas still applies); "
+                "each replica's GPU phases keep their GPU, so their latency stays (predicted × 1.0).",
                 resource="replicas",
                 automatic=True,
                 target=ActionTarget(replicas=needed, gpu_capacity_change=True),
+                predicted_slowdown=1.0,
             ),
             1,
             (replicas - needed) / replicas,
+            shrinks=True,
         )
     ]
-
-
-#: Kinds whose replica count the actuator sets; a release elsewhere (Job, Pod) is advice.
-_SCALABLE_KINDS = frozenset({"Deployment", "StatefulSet"})
 
 
 def release_blockers(figures: WorkloadFigures, settings: EngineSettings, min_replicas: int) -> list[str]:
     """Why an idle allocation may not be released automatically; empty when it may.
 
-    Idle is decided on the window; a release also needs profiling fields (GPU_UTIL's whole percent reads
-    a 0.5 %-duty server as 0), every replica observed, a full day for long-running services (a service
-    idle at night is not idle), and a target above the policy's minReplicas floor.
+    Idle is decided on the window; a release also needs profiling fields or no CUDA context at all
+    (GPU_UTIL's whole percent reads a 0.5 %-duty server as 0), every replica observed, a full day for
+    long-running services (a service idle at night is not idle), positive evidence that no request
+    arrived (a request counter that did not grow, or network receive at probe level), and a target
+    above the policy's minReplicas floor.
     """
     blockers: list[str] = []
     window = figures.window
-    if not figures.profiling_fields:
+    if not figures.profiling_fields and not no_cuda_context(figures, settings):
         blockers.append("no SM_ACTIVE: GPU_UTIL alone cannot tell a light service from an idle one")
-    expected = window.allocation.replicas
-    if expected and figures.pods < expected:
-        blockers.append(f"only {figures.pods} of {expected} replicas were observed")
-    if (
-        window.workload.kind in _SCALABLE_KINDS
-        and window.duration_seconds < settings.release_min_window_seconds
-    ):
-        blockers.append(
-            f"the window is {window.duration_seconds / 3600:.1f} h; a {window.workload.kind} is released only "
-            f"after {settings.release_min_window_seconds / 3600:.0f} h idle (daily cycles)"
-        )
-    if window.workload.kind not in _SCALABLE_KINDS:
+    blockers.extend(
+        m for m in missing_evidence(figures, settings, math.inf) if not m.startswith("no SM_ACTIVE")
+    )
+    if window.workload.kind not in SERVICE_KINDS:
         blockers.append(f"a {window.workload.kind} has no replica count to set: end it by hand")
     if window.allocation.hpa is not None:
         blockers.append(f"the HPA '{window.allocation.hpa.name}' owns the replica count")
     if min_replicas >= max(figures.replicas, 1):
         blockers.append(f"the policy keeps at least {min_replicas} replica(s)")
+    quiet_requests = figures.requests_max is not None and figures.requests_max <= 0.0
+    quiet_network = (
+        figures.net_rx_max is not None and figures.net_rx_max < settings.release_max_network_rx_bytes_per_s
+    )
+    if not (quiet_requests or quiet_network):
+        blockers.append(
+            "no proof that no request arrived: export a request counter, or the pod's network receive "
+            f"must stay below {settings.release_max_network_rx_bytes_per_s / 1024:g} KiB/s (probes only)"
+            + (
+                f"; it reached {figures.net_rx_max / 1024:.1f} KiB/s"
+                if figures.net_rx_max is not None
+                else ""
+            )
+        )
     return blockers
 
 
@@ -485,9 +577,11 @@ def _release(figures: WorkloadFigures, settings: EngineSettings, min_replicas: i
             resource=figures.window.allocation.gpu_resource,
             automatic=automatic,
             target=ActionTarget(replicas=target_replicas, gpu_capacity_change=True) if automatic else None,
+            predicted_slowdown=1.0,
         ),
         1,
         1.0 - target_replicas / max(figures.replicas, 1),
+        shrinks=True,
     )
 
 
@@ -580,140 +674,277 @@ def recommend(
     sharing: SharingStrategy = SharingStrategy.MIG_MIXED,
     allowed_profiles: Sequence[str] | None = None,
     min_replicas: int = 0,
+    memory_lookback: MemoryLookback | None = None,
 ) -> list[PlannedAction]:
-    """Actions for every finding of a diagnosis, cheapest first; none on health or insufficient data."""
+    """Actions for every finding of a diagnosis, cheapest first; none on health or insufficient data.
+
+    Every capacity-reducing action then passes the shrink gate (`_gate`), and every automatic action
+    the confidence gate; one recommendation never carries two changes that fight.
+    """
     codes = {finding.code for finding in diagnosis.findings}
     if codes & HEALTH_CODES or DiagnosisCode.INSUFFICIENT_DATA in codes:
         return []
     figures = diagnosis.figures
     data_path = bool(codes & DATA_PATH_CODES)
+    peak = memory_lookback.max_gib if memory_lookback is not None else None
     planned: list[PlannedAction] = []
     for finding in diagnosis.findings:  # already in rule order: the higher-ranked finding wins a type
-        code = finding.code
-        if code is DiagnosisCode.IDLE_ALLOCATION and not data_path:
-            release = _release(figures, settings, min_replicas)
-            if release is not None:
-                planned.append(release)
-            else:
-                shared = _slice_action(figures, settings, sharing, allowed_profiles, "Idle but not inactive:")
-                if shared is not None:
-                    planned.append(shared)
-        elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND and "cpuPlateauCores" in finding.evidence:
-            cores = int(finding.evidence["cpuPlateauCores"])
-            planned.append(
-                _software(
-                    "more DataLoader workers (num_workers ≈ the cores available - 1, read from "
-                    "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
-                    "prefetching; CUDA Graphs if one loop thread launches every kernel",
-                    f"{cores} process(es) sit at one core each below the CPU limit: the limit is not the "
-                    "bottleneck, the number of busy processes is.",
-                )
+        before = len(planned)
+        _plan_finding(
+            finding, diagnosis, settings, sharing, allowed_profiles, min_replicas, peak, data_path, planned
+        )
+        allowed = BY_CODE[finding.code].actions  # the registry says what a rule may propose
+        planned[before:] = [
+            replace(p, confidence=finding.confidence) for p in planned[before:] if p.action.type in allowed
+        ]
+    planned.extend(_idle_gpu_advice(figures))
+    lookback_seconds = (
+        (figures.window.end - memory_lookback.since).total_seconds()
+        if memory_lookback is not None
+        else figures.window.duration_seconds
+    )
+    gated = [g for item in planned if (g := _gate(item, diagnosis, settings, lookback_seconds)) is not None]
+    return _resolve(gated)
+
+
+def _plan_finding(
+    finding: Finding,
+    diagnosis: Diagnosis,
+    settings: EngineSettings,
+    sharing: SharingStrategy,
+    allowed_profiles: Sequence[str] | None,
+    min_replicas: int,
+    peak: float | None,
+    data_path: bool,
+    planned: list[PlannedAction],
+) -> None:
+    """Append the actions one finding proposes (before the gates)."""
+    figures = diagnosis.figures
+    code = finding.code
+    if finding.evidence.get("suspected"):
+        planned.append(
+            _software(
+                "measure the suspected cause before any change (see the finding)",
+                "A veto named this cause, but no rule's exact signature matched: nothing changes yet.",
             )
-        elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND:
-            planned.append(
-                _software(
-                    "more DataLoader workers together with the CPU raise (size num_workers from "
-                    "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
-                    "prefetching; GPU decoding (DALI) or caching decoded data",
-                    "The GPU waits for CPU-side data preparation; more cores help only with more workers.",
-                )
+        )
+    elif code is DiagnosisCode.CRASH_LOOPING:
+        planned.append(
+            _software(
+                "read the last termination reason and the container log before each restart",
+                "The container restarts; nothing is sized on a window that mixes container lives.",
             )
-            planned.extend(
-                a for a in (_cpu_action(figures, settings), _memory_action(figures, settings)) if a
+        )
+        if figures.oom_killed:
+            planned.extend(a for a in (_memory_action(figures, settings, peak=True),) if a)
+    elif code is DiagnosisCode.SERVING_HOST_BOUND:
+        planned.append(
+            _software(
+                "more tokenizer / pre-processing workers, a larger max batch or more tokens in flight",
+                "Requests wait on the host while the GPU is not saturated.",
             )
-        elif code is DiagnosisCode.INPUT_PIPELINE_IO_BOUND:
-            planned.append(
-                _software(
-                    "cache the data set locally or in RAM; larger prefetch", "The GPU waits for data reads."
-                )
+        )
+        if (figures.cpu_saturation or 0.0) >= settings.cpu_saturation or (
+            figures.cpu_throttled or 0.0
+        ) >= settings.cpu_throttled_ratio:
+            planned.extend(a for a in (_cpu_action(figures, settings),) if a)
+    elif code is DiagnosisCode.LAUNCH_BOUND:
+        planned.append(
+            _software(
+                "CUDA Graphs, torch.compile (fused kernels) or a larger batch per launch",
+                "One thread launches a stream of tiny kernels: fewer, larger launches help; more CPU or "
+                "DataLoader workers do not.",
             )
+        )
+    elif code is DiagnosisCode.HOST_WAIT_BOUND:
+        planned.append(
+            _software(
+                "profile the loop between GPU phases (Nsight Systems, torch.profiler) and overlap the host "
+                "work with the GPU (prefetch, asynchronous copies, CUDA Graphs)",
+                "The GPU phases are wide but rare: the GPU waits on the host.",
+            )
+        )
+    elif code is DiagnosisCode.OVERSIZED_GPU and finding.evidence.get("noSliceFits"):
+        planned.append(
+            _software(
+                "lower the memory the process reserves (a server's memory fraction or KV-cache size)",
+                "No slice holds today's reservation; a smaller one lets a slice or a share fit.",
+            )
+        )
+    elif code is DiagnosisCode.IDLE_ALLOCATION and not data_path:
+        release = _release(figures, settings, min_replicas)
+        if release is not None:
+            planned.append(release)
+        else:
+            shared = _slice_action(
+                figures, settings, sharing, allowed_profiles, "Idle but not inactive:", peak
+            )
+            if shared is not None:
+                planned.append(shared)
+    elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND and "cpuPlateauCores" in finding.evidence:
+        cores = int(finding.evidence["cpuPlateauCores"])
+        planned.append(
+            _software(
+                "more DataLoader workers (num_workers ≈ the cores available - 1, read from "
+                "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+                "prefetching; CUDA Graphs if one loop thread launches every kernel",
+                f"{cores} process(es) sit at one core each below the CPU limit: the limit is not the "
+                "bottleneck, the number of busy processes is.",
+            )
+        )
+    elif code is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND:
+        planned.append(
+            _software(
+                "more DataLoader workers together with the CPU raise (size num_workers from "
+                "os.sched_getaffinity(0) or the cgroup's cpu.max, not os.cpu_count()), pin_memory=True, "
+                "prefetching; GPU decoding (DALI) or caching decoded data",
+                "The GPU waits for CPU-side data preparation; more cores help only with more workers.",
+            )
+        )
+        planned.extend(a for a in (_cpu_action(figures, settings), _memory_action(figures, settings)) if a)
+    elif code is DiagnosisCode.INPUT_PIPELINE_IO_BOUND:
+        planned.append(
+            _software(
+                "cache the data set locally or in RAM; larger prefetch", "The GPU waits for data reads."
+            )
+        )
+        planned.append(
+            _infrastructure(
+                "current storage",
+                "faster storage class or local NVMe cache",
+                "Reads, not CPU, stall the input pipeline.",
+            )
+        )
+    elif code is DiagnosisCode.HOST_TRANSFER_BOUND:
+        planned.append(
+            _software(
+                "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the "
+                "GPU, "
+                "larger batches",
+                "Host↔device copies dominate.",
+            )
+        )
+    elif code is DiagnosisCode.COMMUNICATION_BOUND:
+        planned.append(
+            _software(
+                "overlap communication with compute, gradient accumulation or a larger per-GPU batch",
+                "GPUs wait on collective communication.",
+            )
+        )
+        planned.append(
+            _infrastructure(
+                "pods spread over nodes / links",
+                "topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
+                "Interconnect traffic is high while SMs idle; MIG is never suitable here.",
+            )
+        )
+    elif code is DiagnosisCode.LOW_OCCUPANCY:
+        planned.append(
+            _software(
+                "larger (micro-)batch; CUDA Graphs or torch.compile to fuse small kernels",
+                "Kernels keep most SMs idle.",
+            )
+        )
+    elif code is DiagnosisCode.MEMORY_BANDWIDTH_BOUND:
+        planned.append(
+            _software(
+                "continuous batching / larger batches; quantise weights or KV cache",
+                "Memory bandwidth limits throughput.",
+            )
+        )
+        upgrade = _next_model(BANDWIDTH_UPGRADE_PATH, figures.spec.key if figures.spec else None, "bandwidth")
+        if upgrade is not None:
             planned.append(
                 PlannedAction(
                     Action(
-                        type=ActionType.INFRASTRUCTURE,
-                        from_value="current storage",
-                        to_value="faster storage class or local NVMe cache",
-                        reason="Reads, not CPU, stall the input pipeline.",
+                        type=ActionType.GPU_MODEL,
+                        from_value=figures.spec.display_name if figures.spec else "current GPU",
+                        to_value=GPU_MODELS[upgrade].display_name,
+                        reason="A higher-bandwidth GPU; do not shrink to a MIG slice (bandwidth scales with "
+                        "memory slices).",
+                        resource="nvidia.com/gpu.product",
                     ),
-                    2,
+                    4,
                 )
             )
-        elif code is DiagnosisCode.HOST_TRANSFER_BOUND:
-            planned.append(
-                _software(
-                    "pinned memory with asynchronous copies (non_blocking=True), keep data resident on the "
-                    "GPU, "
-                    "larger batches",
-                    "Host↔device copies dominate.",
-                )
+    elif code is DiagnosisCode.NO_TENSOR_CORES:
+        planned.append(
+            _software(
+                "mixed precision (torch.autocast with BF16/FP16) or TF32 matmuls",
+                "The tensor cores sit unused while FP32 pipes work.",
             )
-        elif code is DiagnosisCode.COMMUNICATION_BOUND:
-            planned.append(
-                _software(
-                    "overlap communication with compute, gradient accumulation or a larger per-GPU batch",
-                    "GPUs wait on collective communication.",
-                )
-            )
-            planned.append(
-                PlannedAction(
-                    Action(
-                        type=ActionType.INFRASTRUCTURE,
-                        from_value="pods spread over nodes / links",
-                        to_value="topology-aware placement on one node or NVLink domain; fewer, larger GPUs",
-                        reason="Interconnect traffic is high while SMs idle; MIG is never suitable here.",
-                    ),
-                    2,
-                )
-            )
-        elif code is DiagnosisCode.LOW_OCCUPANCY:
-            planned.append(
-                _software(
-                    "larger (micro-)batch; CUDA Graphs or torch.compile to fuse small kernels",
-                    "Kernels keep most SMs idle.",
-                )
-            )
-        elif code is DiagnosisCode.MEMORY_BANDWIDTH_BOUND:
-            planned.append(
-                _software(
-                    "continuous batching / larger batches; quantise weights or KV cache",
-                    "Memory bandwidth limits throughput.",
-                )
-            )
-            upgrade = _next_model(
-                BANDWIDTH_UPGRADE_PATH, figures.spec.key if figures.spec else None, "bandwidth"
-            )
-            if upgrade is not None:
-                planned.append(
-                    PlannedAction(
-                        Action(
-                            type=ActionType.GPU_MODEL,
-                            from_value=figures.spec.display_name if figures.spec else "current GPU",
-                            to_value=GPU_MODELS[upgrade].display_name,
-                            reason="A higher-bandwidth GPU; do not shrink to a MIG slice (bandwidth scales with "
-                            "memory slices).",
-                            resource="nvidia.com/gpu.product",
-                        ),
-                        4,
-                    )
-                )
-        elif code is DiagnosisCode.NO_TENSOR_CORES:
-            planned.append(
-                _software(
-                    "mixed precision (torch.autocast with BF16/FP16) or TF32 matmuls",
-                    "The tensor cores sit unused while FP32 pipes work.",
-                )
-            )
-        elif code is DiagnosisCode.OVERSIZED_GPU and not data_path:
-            action = _slice_action(figures, settings, sharing, allowed_profiles, "Oversized:")
-            if action is not None:
-                planned.append(action)
-        elif code is DiagnosisCode.MEMORY_CAPACITY_BOUND:
-            planned.extend(_memory_capacity(figures, settings, sharing))
-        elif code is DiagnosisCode.UNDER_REPLICATED:
-            planned.extend(_under_replicated(figures, settings))
-        elif code is DiagnosisCode.OVER_REPLICATED and not data_path:
-            planned.extend(_over_replicated(figures, settings))
-    return _resolve(planned)
+        )
+    elif code is DiagnosisCode.OVERSIZED_GPU and not data_path:
+        action = _slice_action(figures, settings, sharing, allowed_profiles, "Oversized:", peak)
+        if action is not None:
+            planned.append(action)
+    elif code is DiagnosisCode.MEMORY_CAPACITY_BOUND:
+        planned.extend(_memory_capacity(figures, settings, sharing))
+    elif code is DiagnosisCode.UNDER_REPLICATED:
+        planned.extend(_under_replicated(figures, settings))
+    elif code is DiagnosisCode.OVER_REPLICATED and not data_path:
+        planned.extend(_over_replicated(figures, settings))
+
+
+def _idle_gpu_advice(figures: WorkloadFigures) -> list[PlannedAction]:
+    """Per GPU first: a GPU of a multi-GPU pod that ran no kernel all window gives gpuCount advice."""
+    idle = figures.no_kernel_gpus
+    if not idle or figures.pods < 1:
+        return []
+    per_pod = max(1, figures.gpus_per_pod)
+    idle_per_pod = max(1, len(idle) // max(1, figures.pods))
+    return [
+        PlannedAction(
+            Action(
+                type=ActionType.GPU_COUNT,
+                from_value=str(per_pod),
+                to_value=str(max(1, per_pod - idle_per_pod)),
+                reason=f"GPU(s) {', '.join(idle)} ran no kernel in the window (SM activity 0 in every sample) "
+                "while the pod's other GPUs worked: the code uses fewer GPUs than it holds. Check the device "
+                "list the program sees (CUDA_VISIBLE_DEVICES, the launcher's world size).",
+                resource=figures.window.allocation.gpu_resource,
+                predicted_slowdown=1.0,
+            ),
+            5,
+            idle_per_pod / per_pod,
+            shrinks=True,
+        )
+    ]
+
+
+def _gate(
+    item: PlannedAction, diagnosis: Diagnosis, settings: EngineSettings, lookback_seconds: float
+) -> PlannedAction | None:
+    """The shrink gate and the confidence gate (logic/vetoes.py).
+
+    A capacity-reducing action is dropped while a veto or a breaking finding holds, and is advice only
+    while the evidence is incomplete. Any automatic action below `minConfidence` is advice.
+    """
+    codes = {f.code for f in diagnosis.findings}
+    if item.shrinks and (diagnosis.vetoes or codes & BREAKING_CODES):
+        return None
+    withheld: list[str] = []
+    if item.shrinks and item.action.automatic and item.action.type is not ActionType.RELEASE_IDLE:
+        lookback = (
+            lookback_seconds
+            if item.action.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING)
+            else math.inf
+        )
+        withheld.extend(missing_evidence(diagnosis.figures, settings, lookback))
+    if item.action.automatic and item.confidence < settings.min_confidence:
+        withheld.append(
+            f"confidence {item.confidence:.2f} is below the policy's minConfidence {settings.min_confidence:g}"
+        )
+    if not withheld:
+        return item
+    action = item.action.model_copy(
+        update={
+            "automatic": False,
+            "target": None,
+            "reason": f"{item.action.reason} Not applied automatically: {'; '.join(withheld)}.",
+        }
+    )
+    return replace(item, action=action, freed_share=item.freed_share if item.shrinks else 0.0)
 
 
 def _is_capacity_change(item: PlannedAction) -> bool:
@@ -734,8 +965,22 @@ def _defer(item: PlannedAction, applied: PlannedAction) -> PlannedAction:
     return PlannedAction(action, item.tier, 0.0)
 
 
+#: Host-resource changes: applied with a GPU-capacity change in one cycle, neither could be verified.
+_HOST_RESOURCE_TYPES = frozenset({ActionType.CPU, ActionType.MEMORY})
+
+
 def _resolve(planned: list[PlannedAction]) -> list[PlannedAction]:
-    """Drop duplicates and conflicts (first wins), keep one GPU-capacity change, order cheapest first."""
+    """Drop duplicates and conflicts (first wins), keep one GPU-capacity change, order cheapest first.
+
+    No two changes that fight: an automatic CPU or memory change goes first, and a GPU-capacity
+    change (replicas, slice, share) waits for the next verified cycle (replicas sized on a CPU-starved
+    GPU are wrong once it is fed).
+    """
+    host_change = next(
+        (p for p in planned if p.action.automatic and p.action.type in _HOST_RESOURCE_TYPES), None
+    )
+    if host_change is not None:
+        planned = [_defer(p, host_change) if _is_capacity_change(p) else p for p in planned]
     kept: list[PlannedAction] = []
     seen_types: set[ActionType] = set()
     seen_texts: set[tuple[ActionType, str]] = set()

@@ -139,6 +139,8 @@ def analysed_status(
         ),
         actions=analysis.actions,
         savings=analysis.savings,
+        vetoes=analysis.vetoes,
+        memory_lookback=analysis.memory_lookback,
         apply=apply
         or ApplyStatus(
             state=ApplyState.SKIPPED if not analysis.actions else ApplyState.PENDING,

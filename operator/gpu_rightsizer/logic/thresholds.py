@@ -138,32 +138,6 @@ class EngineSettings(BaseModel):
         ge=0,
         description="Idle over a shorter window lowers confidence. Heur (rule R1: ≥ 1 h).",
     )
-    idle_sm_p99: float = Field(
-        default=0.00002,
-        ge=0,
-        le=1,
-        description="Idle means no kernels: the busiest GPU's SM activity p99 at or below this (effectively "
-        "zero). Measured on an H200 (tests/fixtures/h200), at 1 s and at 30 s averages alike: an idle holder "
-        "reads exactly 0; a live server at 5 req/s with no request metric 0.00018 (9× the line), one at "
-        "200 req/s 0.007. Neither CPU (0.005 vs 0.01 core) nor PCIe (≈ 0.6-1 MB/s) separates the first "
-        "two: only kernels do. Heur, measured.",
-    )
-    idle_gr_p99: float = Field(
-        default=0.0002,
-        ge=0,
-        le=1,
-        description="Without SM fields: GR_ENGINE_ACTIVE p99 at or below this = no kernels. Measured on an "
-        "H200: idle holder 0.00006 (a constant floor), live server at 5 req/s 0.00042, at 200 req/s "
-        "0.016. Heur, measured.",
-    )
-    idle_activity_max: float = Field(
-        default=0.01,
-        ge=0,
-        le=1,
-        description="Idle also needs every sample of SM activity (else GR) at or below this: the p99 line "
-        "lets 1 % of the window through, and 1 % of a day is a 14-minute job. A 1 s burst at SM 0.5 still "
-        "reads 0.017 in a 30 s average. Heur.",
-    )
     idle_cpu_cores: float = Field(
         default=0.05,
         ge=0,
@@ -177,12 +151,6 @@ class EngineSettings(BaseModel):
         "GPU work that the busy signal does not count. Measured: an idle H200 moves ≈ 0.8-1.2 MB/s over "
         "PCIe, a live server with a 1.3 GiB model 7.5 MB/s, a pageable copy loop ≈ 9 GB/s "
         "(tests/fixtures/h200; review Q2). Heur, measured.",
-    )
-    release_min_window_seconds: float = Field(
-        default=86400.0,
-        ge=0,
-        description="A Deployment or StatefulSet is released automatically only after a window this long: a "
-        "service idle at night is busy by day. Heur (one diurnal cycle; review Q2).",
     )
     release_max_busy: float = Field(
         default=0.01,
@@ -515,6 +483,139 @@ class EngineSettings(BaseModel):
     )
     min_replica_delta: int = Field(
         default=1, ge=1, description="Replica changes smaller than this are not proposed. Heur (SPEC §6)."
+    )
+    # --- the shrink gate: a capacity-reducing action needs proof that it is safe ----------------------
+    min_confidence: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="Every automatic action needs the confidence of the finding that proposes it at or "
+        "above this; below, it is advice. Review engine-review-2 H10 (a 0.243-confidence slice was "
+        "automatic). Heur 0.6.",
+    )
+    shrink_min_window_job_seconds: float = Field(
+        default=1800.0,
+        ge=0,
+        description="A Job, a training CRD or a bare Pod gets a capacity-reducing action only on a window "
+        "at least this long. Heur: the 30 min minimum the rule set asks of training windows.",
+    )
+    shrink_min_window_service_seconds: float = Field(
+        default=86400.0,
+        ge=0,
+        description="A Deployment or StatefulSet gets a capacity-reducing action (slice, share, scale-in, "
+        "release) only on a window at least this long: a service quiet at night is busy by day. Heur "
+        "(one diurnal cycle; review Q2, engine-review-2 H1).",
+    )
+    memory_lookback_min_seconds: float = Field(
+        default=86400.0,
+        ge=0,
+        description="Slice memory is sized on the GPU-memory high-water mark of a look-back at least this "
+        "long (kept in status across cycles); a shorter look-back leaves a shrink as advice. "
+        "engine-review-2 H7: an eval peak every 2 h lay outside a 1 h window. Heur (one day).",
+    )
+    max_slowdown: float = Field(
+        default=0.05,
+        ge=0,
+        description="A batch or training workload is shrunk only when the predicted slowdown of its step "
+        "(logic/width.py: (1 - d) + d · max(1, w / s) plus the bandwidth term) is at most 1 + this. Heur "
+        "5 % (issue 18 defaults).",
+    )
+    max_serving_latency_ratio: float = Field(
+        default=1.25,
+        ge=1,
+        description="A serving workload is shrunk only when the predicted GPU-phase latency is at most this "
+        "× today's (max(1, w / s) plus the bandwidth term). Heur 1.25× (issue 18 defaults).",
+    )
+    narrow_phase_ratio: float = Field(
+        default=0.35,
+        ge=0,
+        le=1,
+        description="SM_ACTIVE / GR_ENGINE_ACTIVE (the share of SMs busy while the engine is busy) below "
+        "this = narrow GPU phases: a loop of tiny kernels. Measured (engine-review-2 §4): the starved "
+        "loaders read 0.89, host-wait 0.825, tiny-inference 0.50, tiny-server 0.43; synthetic "
+        "launch-bound loops 0.15-0.17. Heur.",
+    )
+    wide_phase_ratio: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="SM_ACTIVE / GR_ENGINE_ACTIVE at or above this = wide GPU phases; at low duty with no "
+        "named cause, the GPU waits on the host (unknown host wait veto). Measured: host-wait 0.825, "
+        "loaders 0.89. Heur.",
+    )
+    veto_cpu_near_limit_cores: float = Field(
+        default=0.5,
+        ge=0,
+        description="CPU veto: CPU p95 within max(this many cores, veto_cpu_near_limit_share × limit) of "
+        "the limit while the GPU waits. engine-review-2 H2 (the dead zone between R2 and R2c). Heur.",
+    )
+    veto_cpu_near_limit_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="CPU veto: see veto_cpu_near_limit_cores. Heur (engine-review-2 H2).",
+    )
+    veto_cpu_throttled: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="CPU veto: CFS throttled periods at or above this share while the GPU waits. Heur "
+        "(engine-review-2 H2: 8 % throttling was sliced).",
+    )
+    veto_plateau_min_cores: float = Field(
+        default=1.0,
+        ge=0,
+        description="CPU veto, noisy plateau: container CPU p50 at or above this many cores, below the "
+        "limit, with p95 - p50 at most veto_plateau_max_spread. Heur (issue 18 defaults; "
+        "engine-review-2 H3: scrape-stamped cAdvisor spreads a flat 1.1-core loader to p95 1.79).",
+    )
+    veto_plateau_max_spread: float = Field(
+        default=1.0,
+        ge=0,
+        description="CPU veto, noisy plateau: see veto_plateau_min_cores. Heur (issue 18 defaults).",
+    )
+    veto_io_bytes_per_s: float = Field(
+        default=5.0 * 1024 * 1024,
+        ge=0,
+        description="I/O veto: file-system reads + network receive p50 at or above this while the GPU "
+        "starves (a serving pod's network receive is its requests, so fs reads only). engine-review-2 H4: "
+        "a 60 MiB/s FUSE loader was sliced. Heur (issue 18 defaults: a few MiB/s).",
+    )
+    veto_pressure_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="I/O or CPU pressure veto: PSI stall time (container_pressure_*_stalled_seconds_total "
+        "rate, google/cadvisor#3649) at or above this share of wall time while the GPU waits. Heur.",
+    )
+    crash_loop_restarts: int = Field(
+        default=1,
+        ge=1,
+        description="Container restarts in the window at or above this (or any OOM kill) = CrashLooping, "
+        "and a veto on every shrink: the window mixes container lives and undercounts the work. Heur "
+        "(issue 18: restarts veto).",
+    )
+    idle_fb_mib: float = Field(
+        default=64.0,
+        ge=0,
+        description="Framebuffer below this on every device for the whole window = no CUDA context = idle, "
+        "whatever the activity counters read (a CUDA context alone holds a few hundred MiB). Heur "
+        "(issue 18).",
+    )
+    idle_gr_floor: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Without SM fields, GR_ENGINE_ACTIVE's idle floor learned on GPUs no pod holds (same "
+        "node and model): GR max at or below it = no kernels. Absent: GR alone never says idle (an idle "
+        "RTX 4000 Ada reads 15-20× above the H200 floor). An input learned per node and model; Heur.",
+    )
+    release_max_network_rx_bytes_per_s: float = Field(
+        default=10.0 * 1024,
+        ge=0,
+        description="An automatic release needs proof of no traffic: a request counter that did not grow, "
+        "or the pod's network receive max below this (kubelet probes only). Heur (issue 18 defaults; "
+        "engine-review-2 H1: a 0.3 req/s server was released).",
     )
     # --- confidence --------------------------------------------------------------------------------
     shared_gpu_confidence: float = Field(

@@ -28,6 +28,10 @@ class DiagnosisCode(StrEnum):
     THROTTLED = "Throttled"
     HARDWARE_FAULT = "HardwareFault"
     INSUFFICIENT_DATA = "InsufficientData"
+    CRASH_LOOPING = "CrashLooping"
+    SERVING_HOST_BOUND = "ServingHostBound"
+    HOST_WAIT_BOUND = "HostWaitBound"
+    LAUNCH_BOUND = "LaunchBound"
 
 
 #: Codes that describe the health of the hardware: they block every sizing action (SPEC §6).

@@ -26,7 +26,7 @@ from gpu_rightsizer.model.codes import (
     PolicyMode,
     SharingStrategy,
 )
-from gpu_rightsizer.model.result import Action, CamelModel, Finding, Savings
+from gpu_rightsizer.model.result import Action, CamelModel, Finding, MemoryLookback, Savings, Veto
 
 GROUP = "gpurightsizer.io"
 VERSION = "v1alpha1"
@@ -353,6 +353,9 @@ class GPURecommendationStatus(CamelModel):
     savings: Savings | None = None
     apply: ApplyStatus | None = None
     summary: RecommendationSummary | None = None
+    # The shrink gate's record: why nothing shrinks, and the memory peak slices are sized on.
+    vetoes: list[Veto] = Field(default_factory=list, json_schema_extra={"x-kubernetes-list-type": "atomic"})
+    memory_lookback: MemoryLookback | None = None
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_CONDITIONS_EXTRA)
 
 
@@ -424,6 +427,25 @@ class Thresholds(CamelModel):
         ge=0.0,
         le=1.0,
         description="CPU/memory changes smaller than this share are not proposed.",
+    )
+    # The shrink gate (logic/vetoes.py): who may lower what, and how sure an automatic action must be.
+    min_confidence: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Automatic actions need at least this confidence (0.6)."
+    )
+    max_slowdown: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Largest predicted step slowdown of a shrink (0.05)."
+    )
+    max_serving_latency_ratio: float | None = Field(
+        default=None, ge=1.0, le=10.0, description="Largest predicted GPU-phase latency ratio (1.25)."
+    )
+    shrink_min_window_job_seconds: float | None = Field(
+        default=None, ge=0.0, description="Shortest window for shrinking a Job or training CRD (1800)."
+    )
+    shrink_min_window_service_seconds: float | None = Field(
+        default=None, ge=0.0, description="Shortest window for shrinking a Deployment/StatefulSet (86400)."
+    )
+    memory_lookback_min_seconds: float | None = Field(
+        default=None, ge=0.0, description="Shortest GPU-memory look-back a slice is sized on (86400)."
     )
 
     @model_validator(mode="after")

@@ -47,6 +47,8 @@ class Signal(StrEnum):
     FS_WRITE_BYTES_PER_S = "fs_write_bytes_per_s"  # rate(container_fs_writes_bytes_total)
     NET_RX_BYTES_PER_S = "net_rx_bytes_per_s"  # rate(container_network_receive_bytes_total)
     NET_TX_BYTES_PER_S = "net_tx_bytes_per_s"  # rate(container_network_transmit_bytes_total)
+    CPU_PRESSURE_RATIO = "cpu_pressure_ratio"  # rate(container_pressure_cpu_stalled_seconds_total), PSI
+    IO_PRESSURE_RATIO = "io_pressure_ratio"  # rate(container_pressure_io_stalled_seconds_total), PSI
     # Pod (node agent, /proc): the container's busiest process in cores, and how many sit at one core
     PROCESS_CPU_MAX_CORES = "process_cpu_max_cores"  # gpu_rightsizer_container_process_cpu_max_cores
     PROCESSES_PINNED = "processes_pinned"  # gpu_rightsizer_container_processes_pinned

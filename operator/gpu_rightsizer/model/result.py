@@ -6,6 +6,8 @@ The same models appear in `GPURecommendation.status` (serialised by alias, camel
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -82,6 +84,28 @@ class Action(CamelModel):
         default=None,
         description="Machine-readable values the actuator sets; present on every automatic action.",
     )
+    predicted_slowdown: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Capacity-reducing actions: predicted step time (training) or GPU-phase latency "
+        "(serving) after the change, as a multiple of today's (logic/width.py).",
+    )
+
+
+class Veto(CamelModel):
+    """Why no capacity-reducing action is proposed: a signature of a GPU that waits or breaks."""
+
+    name: str = Field(description="e.g. cpuNearLimit, ioReads, hostWait, crashLoop.")
+    cause: DiagnosisCode = Field(description="The suspected cause the veto points at.")
+    reason: str = Field(description="What was seen, with numbers.")
+    measure_next: str = Field(description="What to measure to confirm or clear the cause.")
+
+
+class MemoryLookback(CamelModel):
+    """The GPU-memory high-water mark over a long look-back; slices are sized on it, not on one window."""
+
+    max_gib: float = Field(ge=0.0, description="Highest GPU memory used on any device since `since`.")
+    since: datetime = Field(description="Start of the look-back (the first window that saw the workload).")
 
 
 class Savings(CamelModel):
@@ -103,6 +127,12 @@ class Analysis(CamelModel):
     gpu_busy_p95: float | None = Field(default=None, description="p95 of GPU busy over the window, 0..1.")
     samples: int = 0
     summary: str = Field(default="", description="One sentence for tables and Events.")
+    vetoes: list[Veto] = Field(
+        default_factory=list, description="Why capacity-reducing actions are denied in this window."
+    )
+    memory_lookback: MemoryLookback | None = Field(
+        default=None, description="GPU-memory high-water mark to carry into the next cycle."
+    )
 
     @property
     def main_action(self) -> Action | None:

@@ -5,7 +5,8 @@ its expected code plus its window. The kinds:
 
 - `release-on-live-work`: an automatic releaseIdle where the label is not IdleAllocation;
 - `shrink-on-starved`: an automatic action that shrinks GPU capacity (slice, sharing, fewer replicas, a
-  lower HPA minimum, release) where the label is a data-path, memory-capacity, queueing or health code;
+  lower HPA minimum, release) where the label is a data-path, breaking (memory capacity, crash loop,
+  queueing) or health code (the registry's families);
 - `second-capacity-change`: more than one automatic GPU-capacity change in one recommendation;
 - `action-on-bad-data`: any automatic action where the label is a health code or InsufficientData;
 - `cpu-limit-added`: an automatic CPU change that sets a limit on a pod that had none;
@@ -14,24 +15,34 @@ its expected code plus its window. The kinds:
 
 from __future__ import annotations
 
-from gpu_rightsizer.logic.rules.registry import DATA_PATH_CODES, HEALTH_CODES
+from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, DATA_PATH_CODES, HEALTH_CODES
 from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
 
-#: Labels under which shrinking GPU capacity hurts: the work needs more (or cannot be judged).
-_NO_SHRINK: frozenset[DiagnosisCode] = (
-    DATA_PATH_CODES
-    | HEALTH_CODES
-    | {
-        DiagnosisCode.MEMORY_CAPACITY_BOUND,
-        DiagnosisCode.UNDER_REPLICATED,
-        DiagnosisCode.INSUFFICIENT_DATA,
+#: Codes that name why the GPU waits: an advice-only result that names one withholds a shrink rightly
+#: (by their strings, so the robustness bench and the safety tests can name codes an engine lacks).
+WAITING_CAUSES: frozenset[str] = frozenset(
+    {
+        "InputPipelineCPUBound",
+        "InputPipelineIOBound",
+        "HostTransferBound",
+        "CommunicationBound",
+        "ServingHostBound",
+        "LaunchBound",
+        "HostWaitBound",
     }
 )
 
+#: Labels under which shrinking GPU capacity hurts: the work needs more (or cannot be judged).
+_NO_SHRINK: frozenset[DiagnosisCode] = (
+    DATA_PATH_CODES | HEALTH_CODES | BREAKING_CODES | {DiagnosisCode.INSUFFICIENT_DATA}
+)
 
-def _shrinks(action: Action, window: WorkloadWindow) -> bool:
+
+def shrinks(action: Action, window: WorkloadWindow) -> bool:
+    """True when the action takes GPU capacity away (slice, sharing, release, fewer replicas or a lower
+    HPA minimum than the window shows)."""
     target = action.target
     if action.type in (ActionType.RELEASE_IDLE, ActionType.GPU_SHARING):
         return True
@@ -57,7 +68,7 @@ def harms(analysis: Analysis, expected: DiagnosisCode, window: WorkloadWindow) -
             found.append(f"release-on-live-work: {text}")
         elif (
             expected in _NO_SHRINK
-            and _shrinks(action, window)
+            and shrinks(action, window)
             and not (
                 expected is DiagnosisCode.MEMORY_CAPACITY_BOUND and action.type is ActionType.MIG_PROFILE
             )

@@ -388,12 +388,51 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
                                                                     "tensor": 0.35}, expected_code=code.HEALTHY),
         t("h-cpu-just-enough", Shape.INPUT_CPU_BOUND, 364, "12.5 cores for a 12-core pipeline: GPU 92 % "
           "busy, CPU not throttled", cpu_limit=12.5, expected_code=code.HEALTHY),
-        t("h-busy-just-over-idle", Shape.IDLE, 365, "busy 7 % (over the 5 % floor) with 3 % memory: small "
-          "but real work on a whole GPU, a slice or shared GPU fits it",
-          level_overrides={"busy": 0.07, "sm": 0.05, "occupancy": 0.1}, memory_share=0.1,
-          expected_code=code.OVERSIZED_GPU),
+        t("h-busy-just-over-idle", Shape.IDLE, 365, "busy 7 % (over the 5 % floor) with 3 % memory, but SM/GR "
+          "0.71: real work in wide phases at low duty with no named cause, so the GPU waits on the host; "
+          "not idle, and no slice", level_overrides={"busy": 0.07, "sm": 0.05, "occupancy": 0.1},
+          memory_share=0.1, expected_code=code.HOST_WAIT_BOUND),
         t("h-oom-at-93", Shape.MEMORY_CAPACITY_BOUND, 366, "memory p99 ≈ 93 % (under 95 %) but an OOM restart "
           "every 30 min: capacity-bound all the same", level_overrides={"memory_share": 0.93}),
+        # --- CrashLooping, ServingHostBound, LaunchBound, HostWaitBound (engine v3) -----------------
+        t("h-crash-loop-small-gpu", Shape.OVERSIZED, 371, "a restart every 20 min with 10 % of GPU memory: the "
+          "container fails for its own reasons; a slice sized on a window of crashes would be a guess",
+          level_overrides={"restarts_per_hour": 3.0}, expected_code=code.CRASH_LOOPING),
+        t("h-crash-loop-busy", Shape.HEALTHY, 372, "a busy trainer that restarts every 30 min: the window mixes "
+          "container lives, nothing is sized on it", level_overrides={"restarts_per_hour": 2.0}, expected_code=code.CRASH_LOOPING),
+        v("h-crash-loop-service", Shape.OVERSIZED, 373, "a small service restarting twice an hour: a live "
+          "crash loop, never scaled in or sliced", level_overrides={"restarts_per_hour": 2.0}, expected_code=code.CRASH_LOOPING),
+        v("h-queue-cpu-bound-server", Shape.UNDER_REPLICATED, 374, "requests queue all the time while SM "
+          "activity is 25 %: the tokenizer or the batch settings hold them, not the GPU",
+          level_overrides={"busy": 0.35, "sm": 0.25, "queue": 8.0, "queue_ms": 480.0}, expected_code=code.SERVING_HOST_BOUND),
+        v("h-queue-small-batches", Shape.UNDER_REPLICATED, 375, "a queue of ~5 with the GPU at 40 %: the "
+          "server's max batch keeps the GPU underfed; more replicas would not help",
+          level_overrides={"busy": 0.45, "sm": 0.3, "queue": 5.0, "queue_ms": 300.0}, expected_code=code.SERVING_HOST_BOUND),
+        v("h-queue-no-saturation-h200", Shape.UNDER_REPLICATED, 376, "an H200 server queueing at 20 % SM "
+          "activity: the wait is on the host side", gpu_model=H200,
+          level_overrides={"busy": 0.3, "sm": 0.2, "queue": 12.0, "queue_ms": 700.0}, expected_code=code.SERVING_HOST_BOUND),
+        t("h-launch-bound-loop", Shape.IDLE, 377, "busy 0.30 with SM 0.05 (SM/GR 0.17) and the container flat at "
+          "one core: one thread launches tiny kernels; CUDA Graphs, not more workers", kind="Job",
+          cpu_limit=4.0, cpu_request=4.0, noise_amplitude=0.02,
+          level_overrides={"busy": 0.3, "sm": 0.05, "cpu_cores": 1.05, "throttled_ratio": 0.0,
+                           "memory_share": 0.1, "fs_read": 0.0, "net_rx": 0.0}, expected_code=code.LAUNCH_BOUND),
+        t("h-launch-bound-h200", Shape.IDLE, 378, "an H200 loop of small kernels: busy 0.4, SM 0.06, one core "
+          "busy: launch overhead, not data", kind="Job", gpu_model=H200, cpu_limit=8.0, cpu_request=8.0,
+          noise_amplitude=0.02, level_overrides={"busy": 0.4, "sm": 0.06, "cpu_cores": 1.1,
+                                                 "throttled_ratio": 0.0, "memory_share": 0.05,
+                                                 "fs_read": 0.0, "net_rx": 0.0}, expected_code=code.LAUNCH_BOUND),
+        t("h-launch-bound-small-batch", Shape.IDLE, 379, "batch-1 inference loop in a Job: busy 0.25, SM 0.04, "
+          "one thread at a core", kind="Job", cpu_limit=2.0, cpu_request=2.0, noise_amplitude=0.02,
+          level_overrides={"busy": 0.25, "sm": 0.04, "cpu_cores": 1.0, "throttled_ratio": 0.0,
+                           "memory_share": 0.1, "fs_read": 0.0, "net_rx": 0.0}, expected_code=code.LAUNCH_BOUND),
+        t("h-host-wait-wide-phases", Shape.IDLE, 380, "a training Job busy 10 % in phases 80 % of the SMs wide, "
+          "with idle CPU and no reads: the GPU waits on the host for an unnamed reason", kind="Job",
+          level_overrides={"busy": 0.1, "sm": 0.08, "cpu_cores": 0.05, "memory_share": 0.1,
+                           "fs_read": 0.0, "net_rx": 0.0}, expected_code=code.HOST_WAIT_BOUND),
+        t("h-host-wait-h200", Shape.IDLE, 381, "an H200 Job busy 5 % with SM/GR 0.9: wide, rare GPU phases; a "
+          "slice would stretch each one", kind="Job", gpu_model=H200,
+          level_overrides={"busy": 0.05, "sm": 0.045, "cpu_cores": 0.04, "memory_share": 0.05,
+                           "fs_read": 0.0, "net_rx": 0.0}, expected_code=code.HOST_WAIT_BOUND),
         v("h-queue-at-peaks", Shape.UNDER_REPLICATED, 367, "queue only at each peak (~⅓ of the hour) with the "
           "GPU saturated then: latency spikes at peak = too few replicas (SPEC §1)", traffic_qps=31.0,
           replicas=2, memory_share=0.6, traffic_amplitude=0.3, traffic_period_seconds=3600.0),
@@ -424,9 +463,10 @@ def review_scenario_library(namespace: str = "sim-review") -> list[Scenario]:
                                            "memory_share": 0.1},
           expected_code=code.OVERSIZED_GPU),
         t("r-host-wait-loop", Shape.IDLE, 402, "a loop that waits 50 ms on the host per step: busy 2 %, "
-          "kernels in every sample: tiny live work, never idle", kind="Job", gpu_model=H200,
+          "kernels in every sample, phases 82 % of the SMs wide: live work that waits on the host, never "
+          "idle and never a slice", kind="Job", gpu_model=H200,
           level_overrides={"busy": 0.022, "sm": 0.018, "cpu_cores": 0.03, "pcie_rx": 2e6,
-                           "memory_share": 0.02}, expected_code=code.OVERSIZED_GPU),
+                           "memory_share": 0.02}, expected_code=code.HOST_WAIT_BOUND),
         t("r-one-worker-loader", Shape.IDLE, 403, "one loader process pinned at a core under a 2-core "
           "limit: CPU flat at 1.1, never throttled, busy 0.16: starved, a slice would starve it for good",
           kind="Job", gpu_model=H200, cpu_limit=2.0, cpu_request=2.0,
@@ -499,9 +539,10 @@ RECORDING_LABELS: dict[str, tuple[DiagnosisCode, str]] = {
         "resident; a slice fits, a release would cause an outage",
     ),
     "host-wait": (
-        DiagnosisCode.OVERSIZED_GPU,
-        "a loop that waits 50 ms on the host each step: busy 0.02 with kernels in every sample, "
-        "under 1 GiB: live, tiny work, never idle",
+        DiagnosisCode.HOST_WAIT_BOUND,
+        "a loop that waits 50 ms on the host each step: busy 0.02 with kernels in every sample and "
+        "phases 82 % of the SMs wide (SM/GR 0.825): live work that waits on the host, never idle; a "
+        "16-SM slice would stretch each phase 6.8×",
     ),
     "bf16-trainer": (DiagnosisCode.HEALTHY, "BF16 training at 61.5 steps/s, SM 0.95, tensor 0.67"),
 }

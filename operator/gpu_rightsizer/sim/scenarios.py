@@ -944,9 +944,9 @@ def cluster_series(
         for metric, resource, unit, amount in resources:
             if amount is not None:
                 out.append((metric, {**container, "resource": resource, "unit": unit}, amount, False))
-        restarts = 0.0
-        if scenario.shape is Shape.MEMORY_CAPACITY_BOUND:
-            restarts = math.floor((t - ctx.started_at) / 1800.0)
+        default_rate = 2.0 if scenario.shape is Shape.MEMORY_CAPACITY_BOUND else 0.0
+        rate = scenario.level_overrides.get("restarts_per_hour", default_rate)
+        restarts = float(math.floor((t - ctx.started_at) * rate / 3600.0))
         out.append(
             (
                 mn.KSM_POD_RESTARTS,

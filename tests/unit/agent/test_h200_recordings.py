@@ -90,10 +90,13 @@ def test_starved_loader_gets_more_cpu_and_it_pays_off(tmp_path: Path) -> None:
 
 
 def test_starved_loader_cpu_is_sized_from_the_busy_deficit(tmp_path: Path) -> None:
-    """2.03 cores used at busy p95 0.22 → 2.03 × 0.8 / 0.22 ≈ 7.4 → 8 cores, which measured 4× faster."""
+    """2.0 cores used at busy p95 0.22 → 2.0 × 0.8 / 0.22 ≈ 7.3 → 8 cores, which measured 4× faster.
+
+    CPU is the counter's rate over the Prometheus source's window (3 min), so the 1 s jitter of the
+    recording (2.03 at p95 between consecutive samples) is averaged out as a range query would."""
     window, analysis = _analyze("starved-loader", tmp_path)
     assert 0.2 < _gpu_p95(window, Signal.GR_ENGINE_ACTIVE) < 0.24
-    assert 2.0 <= window.pods[0].stats[Signal.CPU_USAGE_CORES].p95 <= 2.1
+    assert 1.95 <= window.pods[0].stats[Signal.CPU_USAGE_CORES].p95 <= 2.1
     cpu = next(a for a in analysis.actions if a.type is ActionType.CPU)
     assert cpu.to_value == "8 cores (request and limit)"
     summary = json.loads((FIXTURES / "summary.json").read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.observation import (
     Allocation,
     GPUObservation,
@@ -20,6 +21,16 @@ H100 = "NVIDIA H100 80GB HBM3"
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 H100_MIB = 81559.0
 MIB_PER_GIB = 1024.0
+
+
+#: The shrink gate's minimum windows and memory look-back lowered, as a policy may: the builders' windows
+#: last hours, not the day a Deployment needs (tests/unit/logic/test_shrink_gate.py proves the defaults
+#: block). Everything else about the gate (vetoes, width, confidence) stays as shipped.
+PROVEN = EngineSettings(
+    shrink_min_window_service_seconds=0.0,
+    shrink_min_window_job_seconds=0.0,
+    memory_lookback_min_seconds=0.0,
+)
 
 
 def stat(

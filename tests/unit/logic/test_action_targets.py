@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.logic.logic_builders import allocation, busy_gpu, gpu, hpa, pod, stat, window
+from tests.unit.logic.logic_builders import PROVEN, allocation, busy_gpu, gpu, hpa, pod, stat, window
 from tests.unit.logic.test_diagnose import CASES, cpu_bound, oversized, under_replicated
+from tests.unit.logic.test_recommend import rare_job
 
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.mig import GPU_MODELS, MigProfile
@@ -17,6 +18,7 @@ _DAY = 24.0
 
 
 def _action(w: WorkloadWindow, kind: ActionType, **kwargs: object) -> Action:
+    kwargs.setdefault("settings", PROVEN)
     analysis = analyze_window(w, **kwargs)  # type: ignore[arg-type]
     return next(a for a in analysis.actions if a.type is kind)
 
@@ -103,7 +105,7 @@ def test_an_estimated_mig_row_never_drives_an_automatic_change() -> None:
 
 
 def test_sharing_target_under_time_slicing() -> None:
-    shared = _action(oversized(), ActionType.GPU_SHARING, sharing=SharingStrategy.TIME_SLICING)
+    shared = _action(rare_job(), ActionType.GPU_SHARING, sharing=SharingStrategy.TIME_SLICING)
     assert shared.automatic and shared.target is not None
     assert shared.target.limits == {"nvidia.com/gpu.shared": "1"}
     assert shared.target.remove_resources == ["nvidia.com/gpu"]
@@ -127,7 +129,7 @@ def _day_idle(kind: str = "Deployment") -> WorkloadWindow:
         sm_active=stat(0.0, samples=720),
         fb_used_mib=stat(3000, samples=720),
     )
-    return window([pod(gpus=[quiet])], hours=_DAY, kind=kind)
+    return window([pod(gpus=[quiet], net_rx_bytes_per_s=stat(600, 200))], hours=_DAY, kind=kind)
 
 
 def test_release_target_scales_to_the_policy_floor() -> None:

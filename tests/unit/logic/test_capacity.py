@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.unit.logic.logic_builders import allocation
+from tests.unit.logic.logic_builders import PROVEN, allocation
 from tests.unit.logic.test_diagnose import cpu_bound, oversized
+from tests.unit.logic.test_recommend import rare_job
 
 from gpu_rightsizer.logic.capacity import ClusterCapacity, capacity_from_nodes, constrain_to_capacity
 from gpu_rightsizer.logic.engine import analyze_window
@@ -109,7 +110,7 @@ def test_mig_single_advice_needs_a_pool_with_that_product_label() -> None:
 
 
 def test_gpu_shared_is_advice_unless_a_pool_renames_shared_gpus() -> None:
-    analysis = analyze_window(oversized(), sharing=SharingStrategy.TIME_SLICING)
+    analysis = analyze_window(rare_job(), PROVEN, sharing=SharingStrategy.TIME_SLICING)
     sharing = next(a for a in analysis.actions if a.type is ActionType.GPU_SHARING)
     assert sharing.automatic and sharing.resource == "nvidia.com/gpu.shared"
     not_renamed = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE, TIME_SLICED]))
@@ -202,7 +203,7 @@ def test_a_share_of_another_gpu_model_does_not_count() -> None:
         },
         "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "16"}},
     }
-    analysis = analyze_window(oversized(), sharing=SharingStrategy.TIME_SLICING)  # an H100 workload
+    analysis = analyze_window(rare_job(), PROVEN, sharing=SharingStrategy.TIME_SLICING)  # an H100 workload
     # RENAMED is an H100 pool publishing nvidia.com/gpu.shared: the H100 workload can move there
     assert constrain_to_capacity(analysis, capacity_from_nodes([RENAMED, l4_shared]), H100) == analysis
     renamed_a100 = {
@@ -226,7 +227,9 @@ def test_the_slice_is_chosen_among_the_profiles_the_pool_offers() -> None:
     assert capacity.mig_profiles(H100) == ["3g.40gb"]
 
     def run(profiles: list[str] | None) -> Analysis:
-        return analyze_window(window, sharing=SharingStrategy.MIG_MIXED, allowed_mig_profiles=profiles)
+        return analyze_window(
+            window, PROVEN, sharing=SharingStrategy.MIG_MIXED, allowed_mig_profiles=profiles
+        )
 
     unrestricted = constrain_to_capacity(run(None), capacity, H100)
     assert not next(a for a in unrestricted.actions if a.type is ActionType.MIG_PROFILE).automatic  # 2g.20gb

@@ -65,3 +65,17 @@ def test_every_action_type_is_documented() -> None:
     text = DOC.read_text()
     for action in ActionType:
         assert re.search(rf"`{action.value}`", text), action.value
+
+
+def test_actions_and_vetoes_table_matches_the_registry() -> None:
+    table = {
+        row[1].strip("`"): (row[3], row[4])
+        for row in _rows()
+        if len(row) == 5 and row[1].startswith("`") and not row[0].isdigit()
+    }
+    for entry in RULES:
+        actions, vetoes = table[entry.code.value]
+        assert {a.strip().strip("`") for a in actions.split(",")} - {"nothing"} == {
+            a.value for a in entry.actions
+        }, entry.code
+        assert {v.strip().strip("`") for v in vetoes.split(",")} - {"—"} == set(entry.vetoes), entry.code

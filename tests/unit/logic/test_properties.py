@@ -11,6 +11,7 @@ from tests.unit.logic.logic_builders import START
 
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.mig import MigProfile, find_profile, profiles_for, spec_for_product
+from gpu_rightsizer.logic.width import PhaseShape, predicted_slowdown
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.observation import (
     Allocation,
@@ -323,19 +324,30 @@ def small_single_gpu_windows(draw: st.DrawFn) -> WorkloadWindow:
 @COMMON
 @given(small_single_gpu_windows(), st.sampled_from([SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE]))
 def test_chosen_slice_is_the_smallest_that_fits(window: WorkloadWindow, sharing: SharingStrategy) -> None:
+    """The width model (logic/width.py), not time-averaged SM: the smallest profile within the bound."""
     analysis = analyze_window(window, sharing=sharing)
     spec = spec_for_product(window.allocation.gpu_model)
     assert spec is not None
     device = window.pods[0].gpus[0].stats
-    used_gib = device[Signal.FB_USED_MIB].p99 / 1024.0
-    sm_share = (device.get(Signal.SM_ACTIVE) or device[Signal.GR_ENGINE_ACTIVE]).p95
+    used_gib = device[Signal.FB_USED_MIB].max / 1024.0
     dram = device[Signal.DRAM_ACTIVE].p95 if Signal.DRAM_ACTIVE in device else 0.0
+    sm = device.get(Signal.SM_ACTIVE)
+    gr = device[Signal.GR_ENGINE_ACTIVE]
+    dram_mean = device[Signal.DRAM_ACTIVE].mean if Signal.DRAM_ACTIVE in device else None
+    measured = PhaseShape.from_means(gr.mean, sm.mean if sm else None, spec.sms, dram_mean)
+    # a Deployment not labelled training is held to the serving bound: GPU-phase latency (duty 1)
+    shape = (
+        PhaseShape(1.0, measured.width_fraction, measured.sm_count, measured.bandwidth_share)
+        if measured is not None
+        else None
+    )
 
     def fits(p: MigProfile) -> bool:
         return (
-            p.memory_gib >= 1.2 * used_gib
-            and p.sms >= sm_share * spec.sms / 0.8 - 1e-9
+            shape is not None
+            and p.memory_gib >= 1.2 * used_gib
             and dram <= p.memory_fraction * 0.8 + 1e-9
+            and predicted_slowdown(shape, p.sms, spec.sms, p.memory_fraction) <= 1.25 + 1e-9
         )
 
     migs = [a for a in analysis.actions if a.type is ActionType.MIG_PROFILE]

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+from tests.unit.logic.logic_builders import window
 from tests.unit.logic.test_capacity import MIG_MIXED, TIME_SLICED, WHOLE
-from tests.unit.logic.test_diagnose import oversized
+from tests.unit.logic.test_diagnose import oversized as narrow_oversized
+from tests.unit.logic.test_recommend import rare_job
 
 from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.logic.capacity import capacity_from_nodes
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import ActionType
+from gpu_rightsizer.model.observation import WorkloadWindow
+
+
+def oversized() -> WorkloadWindow:
+    """The narrow oversized Deployment watched for a day: what a shrink needs under the default policy."""
+    return window(narrow_oversized().pods, hours=25.0, step=1500.0)
+
+
+def rare_day_job() -> WorkloadWindow:
+    """A 1 %-duty training Job watched for a day: a time-sliced share is within its slowdown bound."""
+    job = rare_job()
+    return window(job.pods, alloc=job.allocation, hours=25.0, step=1500.0, kind="Job")
+
 
 NOW = oversized().end
 
@@ -27,7 +42,7 @@ def test_no_mig_on_the_nodes_means_no_automatic_mig_advice_and_no_savings() -> N
 
 def test_a_time_slicing_pool_without_renaming_gives_advice_naming_what_it_needs() -> None:
     settings = settings_for_workload([], {}, {}, {})
-    analysis = cycle.analyse(oversized(), settings, NOW, None, capacity_from_nodes([WHOLE, TIME_SLICED]))
+    analysis = cycle.analyse(rare_day_job(), settings, NOW, None, capacity_from_nodes([WHOLE, TIME_SLICED]))
     sharing = next(a for a in analysis.actions if a.type is ActionType.GPU_SHARING)
     assert not sharing.automatic and "renameByDefault" in sharing.reason
 

@@ -10,6 +10,18 @@ from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.result import Finding
 
+#: R14 LaunchBound's base: two signals agree (narrow phases, one pinned thread). Heur.
+LAUNCH_BOUND_CONFIDENCE = 0.75
+#: A cause named only by a veto (no rule claimed it exactly): suspected, advice only. Heur.
+SUSPECTED_CAUSE_CONFIDENCE = 0.5
+#: R12 CrashLooping: restarts are counted by the kubelet, not inferred. Heur.
+CRASH_LOOPING_CONFIDENCE = 0.85
+#: R13 ServingHostBound: a queue with the GPU unsaturated; where the host spends the time is inferred. Heur.
+SERVING_HOST_BOUND_CONFIDENCE = 0.7
+
+#: R8b OversizedGPU where no slice holds the memory: the compute is measured, the advice is indirect. Heur.
+NO_SLICE_FITS_CONFIDENCE = 0.7
+
 #: No finding claims certainty: window statistics can always miss what happened between samples.
 MAX_CONFIDENCE = 0.95
 

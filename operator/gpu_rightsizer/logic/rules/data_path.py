@@ -10,6 +10,7 @@ import math
 
 from gpu_rightsizer.logic.figures import WorkloadFigures
 from gpu_rightsizer.logic.rules.common import (
+    LAUNCH_BOUND_CONFIDENCE,
     FindingBuilder,
     base_confidence,
     compute_is_low,
@@ -32,15 +33,15 @@ def cpu_plateau_cores(figures: WorkloadFigures, settings: EngineSettings) -> int
     usage_p50, usage_p95 = figures.cpu_usage_p50, figures.cpu_usage_p95
     if usage_p50 is None or usage_p95 is None:
         return None
+    process = figures.process_cpu_max_p50
+    if process is not None and process >= settings.cpu_process_pinned_cores:
+        return max(1, math.floor(usage_p50 + 0.05))  # the agent sees the pinned process: no headroom test
     limit = figures.window.allocation.cpu_limit_cores
     if limit is not None and limit - usage_p95 < settings.cpu_plateau_min_headroom:
         return None  # at the limit: the saturation/throttling rule speaks
     throttled = figures.cpu_throttled
     if throttled is not None and throttled >= settings.cpu_plateau_max_throttled:
         return None
-    process = figures.process_cpu_max_p50
-    if process is not None and process >= settings.cpu_process_pinned_cores:
-        return max(1, math.floor(usage_p50 + 0.05))
     cores = math.floor(usage_p50 + 0.05)
     if cores < 1 or usage_p50 - cores > settings.cpu_plateau_max_excess:
         return None
@@ -59,8 +60,16 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
     clearly_low = busy < settings.low_busy
     pcie = figures.pcie_utilisation
     cpu_sat, thr = figures.cpu_saturation, figures.cpu_throttled
-    # Without a limit, use above the request is bursting, not saturation: only a limit can starve.
-    saturated = figures.cpu_reference_is_limit and cpu_sat is not None and cpu_sat >= settings.cpu_saturation
+    # Without a limit, use above the request is bursting, not saturation: only a limit can starve. The
+    # saturation line meets the plateau's headroom test (min of the two), so no CPU use between them
+    # is claimed by neither rule (engine-review-2 H2).
+    limit = figures.window.allocation.cpu_limit_cores
+    saturated = (
+        limit is not None
+        and figures.cpu_usage_p95 is not None
+        and figures.cpu_usage_p95
+        >= min(settings.cpu_saturation * limit, limit - settings.cpu_plateau_min_headroom)
+    )
     cpu_bound = saturated or (thr is not None and thr >= settings.cpu_throttled_ratio)
     sawtooth = figures.busy_sawtooth is not None and figures.busy_sawtooth >= settings.sawtooth_strong
     anti = figures.gpu_cpu_correlation is not None and figures.gpu_cpu_correlation <= -0.3
@@ -73,11 +82,49 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
     link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
     copying = pcie is not None and (link_saturated or (sustained_transfer and clearly_low)) and compute_low
     reading = figures.io_bytes_p50 is not None and figures.io_bytes_p50 >= settings.io_bytes_per_s
+    kernels = not no_kernels(figures, settings)
     plateau = (
         cpu_plateau_cores(figures, settings)
-        if not cpu_bound and clearly_low and not copying and not reading and not no_kernels(figures, settings)
+        if not cpu_bound and clearly_low and not copying and not reading and kernels
         else None
     )
+    # R14: narrow GPU phases with one thread pinned at a core: a loop of tiny kernels that one thread
+    # launches. More workers or more cores do not help it; fewer, larger launches do.
+    ratio = figures.phase_width_ratio
+    one_thread = (
+        figures.process_cpu_max_p50 is not None
+        and figures.process_cpu_max_p50 >= settings.cpu_process_pinned_cores
+    ) or plateau == 1
+    launch_bound = (
+        ratio is not None
+        and ratio < settings.narrow_phase_ratio
+        and one_thread
+        and busy < settings.high_busy
+        and not cpu_bound
+        and not copying
+        and not reading
+        and kernels
+    )
+    if launch_bound and ratio is not None:
+        plateau = None
+        out.add(
+            DiagnosisCode.LAUNCH_BOUND,
+            Severity.WARNING,
+            base * LAUNCH_BOUND_CONFIDENCE,
+            f"Seen: GPU busy p50 {pct(busy)} but only {pct(ratio)} of the SMs busy while the GPU is "
+            f"(SM/GR), and one thread at a core (busiest process "
+            f"{figures.process_cpu_max_p50 or figures.cpu_usage_p50 or 0.0:.2f} cores). Meaning: one thread "
+            "launches a stream of tiny kernels; the GPU waits on launch overhead, not on data. Change: CUDA "
+            "Graphs, torch.compile (fused kernels) or a larger batch per launch; more CPU or DataLoader "
+            "workers will not help. Shrinking the GPU is withheld: a launch-bound loop runs no faster on "
+            "fewer SMs.",
+            {
+                "gpuBusyP50": busy,
+                "phaseWidthRatio": ratio,
+                "processCpuMaxP50": figures.process_cpu_max_p50,
+                "cpuUsageP50": figures.cpu_usage_p50,
+            },
+        )
 
     # R2: input pipeline CPU-bound (at the limit), or R2c: a CPU plateau below it
     if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_utilisation):

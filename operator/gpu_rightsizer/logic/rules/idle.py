@@ -17,23 +17,29 @@ from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import Signal
 
 
+def no_cuda_context(figures: WorkloadFigures, settings: EngineSettings) -> bool:
+    """Framebuffer below `idle_fb_mib` on every device through the window: no CUDA context exists."""
+    used = [s.max for g in figures.gpus if (s := g.stat(Signal.FB_USED_MIB)) is not None]
+    return bool(figures.gpus) and len(used) == len(figures.gpus) and max(used) < settings.idle_fb_mib
+
+
 def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
     """True when no kernel ran on any GPU through the window.
 
-    SM activity (else GR, else GPU_UTIL) sits at its noise floor (p99), and no sample rises above
-    `idle_activity_max`: a job that ran for 1 % of a day is not idle, whatever its p99 says.
+    SM activity exactly 0 in every sample of every GPU: the idle holder reads 0 at every resolution,
+    while a server at 0.3 requests/s averages 2e-5 over 30 s (engine-review-2 H1), so no line above 0
+    separates them. Without SM fields, GR at or below the idle floor learned for the node and model
+    (`idle_gr_floor`; without one, only a GR of exactly 0 says idle), or GPU_UTIL 0 in every sample. No CUDA
+    context (framebuffer below `idle_fb_mib` on every device) suffices on its own.
     """
-    if figures.sm_p99_max is not None:
-        return (
-            figures.sm_p99_max <= settings.idle_sm_p99
-            and (figures.sm_max or 0.0) <= settings.idle_activity_max
-        )
-    if figures.gr_p99_max is not None:
-        return (
-            figures.gr_p99_max <= settings.idle_gr_p99
-            and (figures.gr_max or 0.0) <= settings.idle_activity_max
-        )
-    return figures.busy_max is not None and figures.busy_max <= settings.release_max_busy
+    if no_cuda_context(figures, settings):
+        return True
+    if figures.sm_max is not None:
+        return figures.sm_max <= 0.0
+    if figures.gr_max is not None:
+        floor = settings.idle_gr_floor
+        return figures.gr_max <= 0.0 or (floor is not None and figures.gr_max <= floor)
+    return figures.busy_max is not None and figures.busy_max <= 0.0
 
 
 def check_idle(figures: WorkloadFigures, settings: EngineSettings, out: FindingBuilder) -> None:

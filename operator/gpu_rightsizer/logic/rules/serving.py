@@ -7,6 +7,7 @@ from gpu_rightsizer.logic.figures import (
     fleet_replicas_needed,
 )
 from gpu_rightsizer.logic.rules.common import (
+    SERVING_HOST_BOUND_CONFIDENCE,
     FindingBuilder,
     base_confidence,
     pct,
@@ -52,6 +53,30 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
                 "queueActiveFraction": queue_active,
                 "saturationP95": saturation,
                 "replicas": float(figures.replicas),
+            },
+        )
+        return
+    if sustained and saturation is not None:
+        cpu_text = (
+            f"; CPU p95 {figures.cpu_usage_p95:.2f} of {figures.cpu_reference_cores:g} cores"
+            if figures.cpu_usage_p95 is not None and figures.cpu_reference_cores
+            else ""
+        )
+        out.add(
+            DiagnosisCode.SERVING_HOST_BOUND,
+            Severity.WARNING,
+            base * SERVING_HOST_BOUND_CONFIDENCE,
+            f"Seen: requests queue for {pct(queue_active) if queue_active is not None else 'most'} of the "
+            f"window (queue p50 {queue_p50 or 0:.1f}) while {saturation_name} p95 is only {pct(saturation)}"
+            f"{cpu_text}. Meaning: requests wait on the host side, not on the GPU: tokenisation or "
+            "pre/post-processing on too little CPU, or batch settings that keep the GPU underfed. Change: "
+            "more CPU or tokenizer workers, larger max batch / tokens in flight; more replicas or a larger "
+            "GPU would not help. Nothing is shrunk while requests queue.",
+            {
+                "queueP50": queue_p50,
+                "queueActiveFraction": queue_active,
+                "saturationP95": saturation,
+                "cpuSaturation": figures.cpu_saturation,
             },
         )
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpu_rightsizer.logic.figures import SizingNeed, WorkloadFigures, sizing_need
 from gpu_rightsizer.logic.mig import SliceNeed, smallest_fitting_profile
 from gpu_rightsizer.logic.rules.common import (
+    NO_SLICE_FITS_CONFIDENCE,
     FindingBuilder,
     base_confidence,
     pct,
@@ -72,15 +73,24 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
                 "deviceShareNeeded": need.share_of_device,
             },
         )
+    elif need is not None:
+        check_no_slice_fits(figures, settings, out)
     # R9: memory capacity. gpu-signals §4.3 R9: "p99 FB need ≥ 0.95 × capacity WITH OOM restarts". A pod
     # that crashes is killed before its allocation peaks in the samples, so restarts / OOM kills with
     # memory high (≥ memory_crash_share) are capacity evidence on their own; memory full with forced small
     # batches (busy high, SM low) still needs the full line.
     crashed = figures.restarts > 0 or figures.oom_killed
+    peak_share = (
+        figures.fb_used_max_gib / figures.capacity_gib
+        if figures.fb_used_max_gib is not None and figures.capacity_gib
+        else None
+    )
     if share is not None and (
-        share >= settings.memory_full_share or (crashed and share >= settings.memory_crash_share)
+        share >= settings.memory_full_share or (crashed and gpu_oom_suspected(figures, settings))
     ):
-        full = share >= settings.memory_full_share
+        full = share >= settings.memory_full_share or (
+            crashed and (peak_share or 0.0) >= settings.memory_full_share
+        )
         tiny_batch = (
             full
             and figures.busy_p50 is not None
@@ -112,6 +122,52 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
                     "oomKilled": 1.0 if figures.oom_killed else 0.0,
                 },
             )
+
+
+def gpu_oom_suspected(figures: WorkloadFigures, settings: EngineSettings) -> bool:
+    """Restarts with GPU memory near full at its peak: a crashing pod dies before its p99 shows the peak."""
+    capacity = figures.capacity_gib
+    peak = figures.fb_used_max_gib if figures.fb_used_max_gib is not None else figures.fb_used_p99_gib
+    return (
+        (figures.restarts > 0 or figures.oom_killed)
+        and peak is not None
+        and bool(capacity)
+        and peak >= settings.memory_crash_share * (capacity or 0.0)
+    )
+
+
+def check_no_slice_fits(figures: WorkloadFigures, settings: EngineSettings, out: FindingBuilder) -> None:
+    """R8b: little compute with a lot of memory held: oversized, but no slice holds the memory.
+
+    The advice lowers the reservation first (a server's KV-cache or memory fraction); it frees nothing
+    until that lands, so it counts no savings and proposes no slice.
+    """
+    share, capacity = figures.memory_share_p99, figures.capacity_gib
+    compute = figures.sm_p95
+    if (
+        share is None
+        or compute is None
+        or capacity is None
+        or figures.gpus_per_pod != 1
+        or (figures.is_serving and figures.replicas >= 2)  # a fleet consolidates first (R11)
+        or share <= settings.oversized_max_memory_share
+        or share >= settings.memory_full_share
+        or compute / settings.sm_target_utilisation > settings.oversized_max_device_share
+        or figures.sm_max is None
+        or figures.sm_max <= 0.0
+    ):
+        return
+    out.add(
+        DiagnosisCode.OVERSIZED_GPU,
+        Severity.WARNING,
+        base_confidence(figures, settings) * NO_SLICE_FITS_CONFIDENCE,
+        f"Seen: SM activity p95 {pct(compute)} but GPU memory p99 {figures.fb_used_p99_gib or 0.0:.1f} of "
+        f"{capacity:.0f} GiB ({pct(share)}). Meaning: the work needs little of the GPU's compute, but holds "
+        "more memory than any slice that small. Change: lower the memory the process reserves (a "
+        "server's memory fraction or KV-cache size, e.g. vLLM --gpu-memory-utilization, or a framework's "
+        "caching allocator); once it holds less, a slice or a share fits. Nothing is freed until then.",
+        {"memoryShareP99": share, "smActiveP95": compute, "noSliceFits": 1.0},
+    )
 
 
 def _slice_advice(figures: WorkloadFigures, settings: EngineSettings, need: SizingNeed) -> str:
