@@ -19,13 +19,13 @@ parameters (and the simulator's source), so a re-run skips all that and says so.
 Then Prometheus (127.0.0.1, `--query.timeout` the operator's default client timeout) serves the
 cached TSDB, and this process runs what every operator cycle runs, in process:
 
-* the windows from `handlers.cycle.window_sources` (one `IncrementalSource` per window, at most half
+* the windows from `adapters.windows.sources_for` (one `IncrementalSource` per window, at most half
   an interval of backfill queries per cycle), plus the node capacity from kube-state-metrics;
-* `handlers.cycle.analyse` (the engine with the policy-less settings) on every workload window.
+* `recommender.cycle.analyse` (the engine with the policy-less settings) on every workload window.
 
 The cold start is read as back-to-back operator cycles at one simulated "now" (the end of the
 window) until the backfill is complete, then the engine runs on every workload: its wall time is
-"cold start"; a live operator pauses `handlers.cycle.BACKFILL_PAUSE_SECONDS` between backfill
+"cold start"; a live operator pauses `recommender.cycle.BACKFILL_PAUSE_SECONDS` between backfill
 cycles, so the script also prints that time. Then `--cycles` steady cycles, "now" advanced by `--interval` each. For every
 cycle it prints the wall time, the read and engine parts, the queries, the samples Prometheus
 touched (`prometheus_engine_query_samples_total`, when exported) and its CPU-seconds
@@ -64,15 +64,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import http_text, samples
 from window_flatness import END, cost
 
-from gpu_rightsizer.adapters.incremental import Chunk, CycleReport
+from gpu_rightsizer.adapters.incremental import Chunk
 from gpu_rightsizer.adapters.prometheus import source_for
+from gpu_rightsizer.adapters.source import CycleReport
+from gpu_rightsizer.adapters.windows import WindowSources, sources_for
 from gpu_rightsizer.config import OperatorConfig, parse_duration
-from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, analyse, window_sources
-from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.recommender.cycle import BACKFILL_PAUSE_SECONDS, analyse
 from gpu_rightsizer.sim import backfill, library, scenarios
 from gpu_rightsizer.sim.backfill import write_openmetrics
 from gpu_rightsizer.sim.library import scenario_library
@@ -409,8 +410,7 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
     )
     try:
         cfg = dataclasses.replace(cfg, prometheus_url=server.url)
-        sources = window_sources(cfg)
-        assert sources is not None
+        sources = sources_for(cfg)
         expected = expected_diagnoses(fleet_)
         last_print = [0.0]
 
@@ -439,7 +439,7 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
         cold_wall = sum(c.wall for c in cold)
         real, should, matches = tally(cold[-1].diagnoses, expected)
         # a live operator starts the next cycle BACKFILL_PAUSE_SECONDS after one that left a window
-        # still backfilling (handlers.cycle.next_delay)
+        # still backfilling (recommender.cycle.next_delay)
         live = cold_wall + (len(cold) - 1) * min(BACKFILL_PAUSE_SECONDS, args.interval)
         steady: list[Cycle] = []
         for k in range(1, args.cycles + 1):

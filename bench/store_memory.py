@@ -54,7 +54,7 @@ from gpu_rightsizer.sim.library import scenario_library
 END = 1_767_225_600.0
 FLOOR_IMPORTS = (
     "import kopf, kubernetes, prometheus_client, prometheus_api_client, gpu_rightsizer.cli, "
-    "gpu_rightsizer.handlers.cycle, gpu_rightsizer.handlers.recommender, gpu_rightsizer.handlers.actuator, "
+    "gpu_rightsizer.recommender.cycle, gpu_rightsizer.recommender.wiring, gpu_rightsizer.actuator.wiring, "
     "gpu_rightsizer.adapters.incremental"
 )
 #: Families whose values are 0..1 ratios (the jitter keeps them inside).

@@ -88,6 +88,8 @@ class OperatorConfig:
     #: Extra label matchers for every query (`cluster="prod"`), for multi-cluster stores.
     prometheus_matchers: tuple[str, ...] = ()
     interval_seconds: float = 300.0
+    #: The actuator loop's own interval (env GPURS_ACTUATOR_INTERVAL); None: `interval_seconds`.
+    actuator_interval_seconds: float | None = None
     window_seconds: float = 3600.0
     #: Re-read every window whole each cycle instead of incrementally (for comparison and debugging).
     full_window_reads: bool = False
@@ -140,6 +142,9 @@ class OperatorConfig:
                 or [m for m in env.get("GPURS_PROMETHEUS_LABELS", "").split(";") if m.strip()]
             ),
             interval_seconds=parse_duration(args.interval or env.get("GPURS_INTERVAL", "5m")),
+            actuator_interval_seconds=(
+                parse_duration(env["GPURS_ACTUATOR_INTERVAL"]) if env.get("GPURS_ACTUATOR_INTERVAL") else None
+            ),
             window_seconds=parse_duration(args.window or env.get("GPURS_WINDOW", "1h")),
             full_window_reads=bool(
                 getattr(args, "full_window_reads", False) or env.get("GPURS_FULL_WINDOW_READS") == "true"

@@ -16,6 +16,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from gpu_rightsizer.model.change import (
+    GPURightsizingChange,
+    GPURightsizingChangeSpec,
+    GPURightsizingChangeStatus,
+)
 from gpu_rightsizer.model.crd import (
     GROUP,
     VERSION,
@@ -198,7 +203,7 @@ def _root_schema(spec: type[BaseModel], status: type[BaseModel], *, spec_require
 
 
 def _crd(
-    model: type[GPURecommendation] | type[GPURightsizingPolicy],
+    model: type[GPURecommendation] | type[GPURightsizingPolicy] | type[GPURightsizingChange],
     schema: JSONSchema,
     columns: list[dict[str, Any]],
 ) -> dict[str, Any]:
@@ -263,9 +268,18 @@ POLICY_COLUMNS = [
     _column("Overlaps", ".status.overlaps", "Policies that can select the same workloads.", priority=1),
 ]
 
+CHANGE_COLUMNS = [
+    _column("Workload", ".spec.targetRef.name", "Name of the workload the changes are made to."),
+    _column("Phase", ".status.phase", "Where the current or last change is in its life."),
+    _column("State", ".status.state", "Pending, Applied, Verified, RolledBack, Skipped or Blocked."),
+    _column("Change", ".status.changeId", "The change this state is about."),
+    _column("Age", ".metadata.creationTimestamp", "Time since the record was created.", kind="date"),
+    _column("Rollbacks", ".status.rollbacks", "Changes rolled back so far.", kind="integer", priority=1),
+]
+
 
 def build_crds() -> dict[str, dict[str, Any]]:
-    """File name -> CustomResourceDefinition manifest, for both resources."""
+    """File name -> CustomResourceDefinition manifest, for every resource."""
     recommendation = _crd(
         GPURecommendation,
         _root_schema(GPURecommendationSpec, GPURecommendationStatus, spec_required=True),
@@ -276,9 +290,15 @@ def build_crds() -> dict[str, dict[str, Any]]:
         _root_schema(GPURightsizingPolicySpec, GPURightsizingPolicyStatus, spec_required=False),
         POLICY_COLUMNS,
     )
+    change = _crd(
+        GPURightsizingChange,
+        _root_schema(GPURightsizingChangeSpec, GPURightsizingChangeStatus, spec_required=True),
+        CHANGE_COLUMNS,
+    )
     return {
         f"{GROUP}_{GPURecommendation.PLURAL}.yaml": recommendation,
         f"{GROUP}_{GPURightsizingPolicy.PLURAL}.yaml": policy,
+        f"{GROUP}_{GPURightsizingChange.PLURAL}.yaml": change,
     }
 
 

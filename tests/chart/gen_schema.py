@@ -248,7 +248,6 @@ def build() -> JsonSchema:
                         "namespaces": namespace_list,
                         "clusterWide": boolean("grant patch rights in every namespace"),
                         "patchHorizontalPodAutoscalers": boolean("allow patching HPAs"),
-                        "inPlaceResize": boolean("allow pods/resize"),
                         "serviceAccountName": service_account_name,
                         "workloadKinds": {
                             "type": "array",

@@ -98,7 +98,11 @@ def test_default_render_is_recommend_only(default_render: HelmResult) -> None:
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     # the chart's CRDs are part of the render (crds/), and no other CRD
     crds = {doc["metadata"]["name"] for doc in default_render.of_kind("CustomResourceDefinition")}
-    assert crds == {"gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io"}
+    assert crds == {
+        "gpurecommendations.gpurightsizer.io",
+        "gpurightsizingchanges.gpurightsizer.io",
+        "gpurightsizingpolicies.gpurightsizer.io",
+    }
 
 
 def test_full_render_has_every_optional_part(full_render: HelmResult) -> None:
@@ -503,6 +507,9 @@ def test_recommender_reads_and_writes_only_recommendations(
             assert not can(grants, "patch", group, resource, namespace), (group, resource, namespace)
         for group, resource, verb in WORKLOAD_WRITES + FORBIDDEN_EVERYWHERE:
             assert not can(grants, verb, group, resource, namespace), (verb, group, resource, namespace)
+        for resource in ("gpurightsizingchanges", "gpurightsizingchanges/status"):  # the actuator's alone
+            for verb in ("create", "patch", "update", "delete"):
+                assert not can(grants, verb, "gpurightsizer.io", resource, namespace), (verb, resource)
     assert can(grants, "list", "", "nodes", None)
     assert can(grants, "watch", "gpurightsizer.io", "gpurightsizingpolicies", None)
     assert not can(grants, "patch", "gpurightsizer.io", "gpurightsizingpolicies", None)
@@ -520,8 +527,10 @@ def test_actuator_patches_only_its_namespaces(full_render: HelmResult) -> None:
             assert not can(grants, "create", "apps", resource, namespace)
             assert not can(grants, "delete", "apps", resource, namespace)
         assert can(grants, "patch", "autoscaling", "horizontalpodautoscalers", namespace)
-        assert can(grants, "patch", "", "pods/resize", namespace)
+        assert not can(grants, "patch", "", "pods/resize", namespace)  # no code resizes pods in place yet
         assert can(grants, "patch", "gpurightsizer.io", "gpurecommendations/status", namespace)
+        assert can(grants, "create", "gpurightsizer.io", "gpurightsizingchanges", namespace)
+        assert can(grants, "patch", "gpurightsizer.io", "gpurightsizingchanges/status", namespace)
         assert can(grants, "list", "policy", "poddisruptionbudgets", namespace)  # availability gate
         assert can(grants, "delete", "", "pods", namespace)  # a StatefulSet's stuck pod after a rollback
         # CronJob is in values-full's workloadKinds; ReplicaSet is not
@@ -560,7 +569,6 @@ def test_optional_grants_can_be_removed(helm: Path) -> None:
             "actuator.enabled": True,
             "actuator.namespaces": ["team-a"],
             "actuator.patchHorizontalPodAutoscalers": False,
-            "actuator.inPlaceResize": False,
         },
     )
     grants = effective_grants(rendered.docs, f"{FULLNAME}-actuator")

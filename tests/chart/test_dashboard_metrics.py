@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.metrics import MetricWrapperBase
 
-from gpu_rightsizer.handlers import metrics
+from gpu_rightsizer.runtime import metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "gpu-rightsizer" / "files" / "dashboard.json"
 

@@ -81,6 +81,12 @@ def apply_state(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return (recommendation(kube, namespace, name).get("status") or {}).get("apply") or {}
 
 
+def change_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    """The actuator's own record (GPURightsizingChange status: patch, rollback, history); {} when none."""
+    found = kube.kubectl("get", "gpurightsizingchange", "-n", namespace, name, "-o", "json", check=False)
+    return (json.loads(found.stdout).get("status") or {}) if found.returncode == 0 else {}
+
+
 def container_resources(kube: Kube, namespace: str, deployment: str) -> dict[str, Any]:
     obj = kube.get_json("deployment", "-n", namespace, deployment)
     resources: dict[str, Any] = obj["spec"]["template"]["spec"]["containers"][0]["resources"]

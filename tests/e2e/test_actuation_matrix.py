@@ -11,11 +11,12 @@ The printed table has one row per case: (case, expected, seen); the test fails u
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +86,9 @@ def apply_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return (recommendation(kube, namespace, name).get("status") or {}).get("apply") or {}
 
 
-def policy(kube: Kube, namespace: str, *, mode: str = "Apply", **safety: Any) -> None:
+def policy(
+    kube: Kube, namespace: str, *, mode: str = "Apply", actions: tuple[str, ...] = ("cpu",), **safety: Any
+) -> None:
     settings = {
         "cooldown": "1h", "verifyFor": "30s", "allowSingleReplica": True,
         "maxChangesPerHour": {"cluster": 100, "perNamespace": 20}, **safety,
@@ -98,7 +101,7 @@ def policy(kube: Kube, namespace: str, *, mode: str = "Apply", **safety: Any) ->
             "spec": {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                 "mode": mode,
-                "actions": ["cpu"],
+                "actions": list(actions) if mode != "Off" else [],
                 "observation": {"minSamples": 10},
                 "safety": {k: v for k, v in settings.items() if v is not None},
             },
@@ -176,15 +179,21 @@ def fail_image_pull(kube: Kube, namespace: str, label: str, value: str) -> int:
     return failed
 
 
+def change_record(kube: Kube, namespace: str, name: str = "deployment-trainer") -> dict[str, Any]:
+    """The actuator's own record (GPURightsizingChange status); {} when there is none."""
+    found = kube.kubectl("get", "gpurightsizingchange", "-n", namespace, name, "-o", "json", check=False)
+    return (json.loads(found.stdout).get("status") or {}) if found.returncode == 0 else {}
+
+
 def in_phase(kube: Kube, namespace: str, *phases: str, name: str = "deployment-trainer") -> bool:
     return apply_status(kube, namespace, name).get("phase") in phases
 
 
 def own_operator(
-    env: Env, case: Case, lease: str, name: str, extra_env: dict[str, str] | None = None
+    env: Env, case: Case, lease: str, name: str, extra_env: dict[str, str] | None = None, url: str = ""
 ) -> Background:
     process = env.run_operator(
-        "--role", "all", "--prometheus-url", env.url, "-n", case.namespace, "--lease-name", lease, *FAST,
+        "--role", "all", "--prometheus-url", url or env.url, "-n", case.namespace, "--lease-name", lease, *FAST,
         name=f"{case.name}-{name}", env=extra_env,
     )  # fmt: skip
     case.processes.append(process)
@@ -228,14 +237,21 @@ def human_edit(env: Env, case: Case) -> Script:
     yield from until(lambda: newest_hash(kube, ns) != our_hash, 30, "the person's revision")
     bad = newest_hash(kube, ns)
     yield from until(
-        lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0 and in_phase(kube, ns, "RolledBack"),
-        180, "the rollback",
+        lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0 and in_phase(kube, ns, "Done"),
+        180, "the change to be settled as superseded",
     )  # fmt: skip
+    yield from hold(10)
     limit, request = template_cpu(kube, ns)
+    record = change_record(kube, ns)
     case.seen = (
-        f"ours {ours[1]}/{ours[0]}, person set limit 6; after rollback limit {limit}, request {request}"
+        f"ours {ours[1]}/{ours[0]}, person set limit 6 (failing); then {record.get('phase')}, limit {limit}, "
+        f"request {request}, rollbacks {record.get('rollbacks', 0)}"
     )
-    case.ok = limit == "6" and request == "1"
+    case.ok = (
+        (limit, request) == ("6", "4")
+        and "superseded" in record.get("reason", "")
+        and not record.get("rollbacks")
+    )
 
 
 def crash_during_apply(env: Env, case: Case) -> Script:
@@ -382,8 +398,9 @@ def argocd_setup(kube: Kube, ns: str) -> None:
     )
 
 
-def image_never_pulls(env: Env, case: Case) -> Script:
-    kube, ns = env.kube, case.namespace
+def changed_trainer(kube: Kube, ns: str) -> Generator[None, None, tuple[float, str]]:
+    """A trainer under an Apply policy (verifyFor 10m) until our change made its new revision; returns
+    when the change was seen applied (monotonic) and the new revision's pod-template-hash."""
     policy(kube, ns, verifyFor="10m")
     trainer(kube, ns)
     yield from first_revision(kube, ns)
@@ -391,7 +408,12 @@ def image_never_pulls(env: Env, case: Case) -> Script:
     yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
     applied_at = time.monotonic()
     yield from changed_revision(kube, ns, initial)
-    bad = newest_hash(kube, ns)
+    return applied_at, newest_hash(kube, ns)
+
+
+def image_never_pulls(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    applied_at, bad = yield from changed_trainer(kube, ns)
     yield from until(
         lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0 and in_phase(kube, ns, "RolledBack"),
         300, "the rollback",
@@ -462,10 +484,251 @@ def policy_deleted(env: Env, case: Case) -> Script:
     case.ok = writes == 0 and "left in place unverified" in state.get("reason", "")
 
 
+def forged_status(env: Env, case: Case) -> Script:
+    """Review-2 H-A: status.apply written by someone else (a forged rollback to 8 GPUs, a forged
+    intent for 0 replicas). The actuator's state lives in its own record: neither is carried out."""
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns, replicas=2)
+    yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the ordinary change")
+    before = generation(kube, ns)
+    gpu = "containers[main].resources.limits[nvidia.com/gpu]"
+
+    def patch_text(change: str, target: dict[str, str], previous: dict[str, str], **extra: str) -> str:
+        note = json.dumps({"changeId": change, "at": "2026-01-01T00:00:00+00:00", "actions": [],
+                           "target": target, "previous": previous, "baseline": {}, **extra})  # fmt: skip
+        return json.dumps({"metadata": {"annotations": {"gpurightsizer.io/previous": note}}})
+
+    for forged in (
+        {"phase": "RollbackIntentRecorded", "policy": f"matrix-{ns}", "changeId": "c-handmade",
+         "patch": patch_text("c-handmade", {gpu: "1"}, {gpu: "8"}),
+         "rollback": patch_text("c-undo", {gpu: "8"}, {gpu: "1"}, rollbackOf="c-handmade")},
+        {"phase": "IntentRecorded", "state": "Pending", "policy": f"matrix-{ns}", "changeId": "c-zero",
+         "patch": patch_text("c-zero", {"replicas": "0"}, {"replicas": "2"})},
+    ):  # fmt: skip
+        kube.kubectl(
+            "patch", "gpurecommendation", "-n", ns, "deployment-trainer", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"apply": forged}}),
+        )  # fmt: skip
+        yield from hold(15)
+    deployment = kube.get_json("deployment", "-n", ns, "trainer")
+    limits = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    writes = generation(kube, ns) - before
+    case.seen = f"gpu {limits.get('nvidia.com/gpu')}, replicas {deployment['spec']['replicas']}, workload writes: {writes}"
+    case.ok = str(limits.get("nvidia.com/gpu")) == "1" and deployment["spec"]["replicas"] == 2 and writes == 0
+
+
+def forged_record(env: Env, case: Case) -> Script:
+    """A change record the policy does not allow (replicas 0 under actions [cpu]): refused with an
+    Event and a condition, no write. (Who may write a record at all: test_helm_install, by impersonation.)"""
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns)
+    trainer(kube, ns, replicas=2)
+    yield from until(lambda: recommendation(kube, ns, "deployment-trainer"), 120, "the recommendation")
+    uid = kube.get_json("deployment", "-n", ns, "trainer")["metadata"]["uid"]
+    note = json.dumps({"changeId": "c-zero", "at": "2026-01-01T00:00:00+00:00", "actions": ["replicas"],
+                       "target": {"replicas": "0"}, "previous": {"replicas": "2"}, "baseline": {}})  # fmt: skip
+    create(kube, {
+        "apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURightsizingChange",
+        "metadata": {"name": "deployment-trainer", "namespace": ns},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"}, "workloadUid": uid},
+    })  # fmt: skip
+    kube.kubectl(
+        "patch", "gpurightsizingchange", "-n", ns, "deployment-trainer", "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"phase": "IntentRecorded", "state": "Pending", "policy": f"matrix-{ns}",
+                                     "changeId": "c-zero", "appliedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                     "patch": json.dumps({"metadata": {"annotations": {"gpurightsizer.io/previous": note}}})}}),
+    )  # fmt: skip
+    yield from until(lambda: "refused" in change_record(kube, ns).get("reason", ""), 120, "the refusal")
+    record = change_record(kube, ns)
+    replicas = kube.get_json("deployment", "-n", ns, "trainer")["spec"]["replicas"]
+    events = kube.kubectl(
+        "get", "events", "-n", ns, "--field-selector", "reason=ChangeRefused", "-o", "name"
+    ).stdout
+    condition = next((c for c in record.get("conditions") or [] if c.get("type") == "RecordValid"), {})
+    case.seen = f"{record.get('phase')}: {record.get('reason', '')[:70]}; RecordValid {condition.get('status')}; replicas {replicas}"
+    case.ok = replicas == 2 and condition.get("status") == "False" and bool(events.strip())
+
+
+def error_storm(env: Env, case: Case) -> Script:
+    """Review-2 H-B under f2_storm: 300 runs in the in-memory fake (too many for the real cluster)."""
+    from tests.unit.operator.test_actuator_boundary import storm_run
+
+    outcomes = [storm_run(seed) for seed in range(300)]
+    yield
+    left = sum(1 for cpu, _, _ in outcomes if cpu == "4")
+    rolled_back = sum(1 for _, _, state in outcomes if state == "RolledBack")
+    case.seen = (
+        f"in-memory fake: {rolled_back}/300 rolled back, {left} landed changes abandoned or unverified"
+    )
+    case.ok = left == 0 and rolled_back >= 250
+
+
+def recreated_workload(env: Env, case: Case) -> Script:
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, verifyFor="10m")
+    trainer(kube, ns)
+    yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
+    old = change_record(kube, ns).get("changeId")
+    kube.kubectl("delete", "deployment", "-n", ns, "trainer", "--wait=true")
+    trainer(kube, ns)
+    uid = kube.get_json("deployment", "-n", ns, "trainer")["metadata"]["uid"]
+    yield from until(
+        lambda: "recreated" in json.dumps(change_record(kube, ns).get("history") or []), 120, "the refusal"
+    )
+    record = change_record(kube, ns)
+    spec = kube.get_json("gpurightsizingchange", "-n", ns, "deployment-trainer")["spec"]
+    cpu = template_cpu(kube, ns)
+    case.seen = f"old change {old} refused on the new uid (record bound to it: {spec['workloadUid'] == uid}); now {record.get('phase')}, cpu {cpu[0]}"
+    case.ok = (spec["workloadUid"] == uid and record.get("changeId") != old) or cpu == ("1", "1")
+
+
+def argocd_hpa(env: Env, case: Case) -> Script:
+    """Review-2 H-E: the HPA's bounds are Argo CD's (server-side apply, manager argocd-controller)."""
+    import yaml
+
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, actions=("replicas",))
+    create(
+        kube,
+        gpu_deployment("serve", ns, scenario="under-replicated", cpu="4", replicas=2, product="NVIDIA-H200"),
+    )
+    hpa = {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "serve", "namespace": ns},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve"},
+                 "minReplicas": 2, "maxReplicas": 2,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]},
+    }  # fmt: skip
+    kube.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=argocd-controller",
+        "-f",
+        "-",
+        input_text=yaml.safe_dump(hpa),
+    )
+    yield from until(
+        lambda: "'argocd-controller'" in apply_status(kube, ns, "deployment-serve").get("reason", ""), 300,
+        "the field-owner refusal",
+    )  # fmt: skip
+    yield from hold(10)
+    state = apply_status(kube, ns, "deployment-serve")
+    bounds = kube.get_json("hpa", "-n", ns, "serve")["spec"]
+    case.seen = f"{state.get('state')}: {state.get('reason', '')[:80]}; HPA {bounds['minReplicas']}-{bounds['maxReplicas']}"
+    case.ok = state.get("state") == "Blocked" and bounds["maxReplicas"] == 2
+
+
+def paused_setup(kube: Kube, ns: str) -> None:
+    policy(kube, ns)
+    trainer(kube, ns, replicas=2)
+    kube.kubectl("rollout", "pause", "deployment/trainer", "-n", ns)
+
+
+def recreate_setup(kube: Kube, ns: str) -> None:
+    policy(kube, ns)
+    manifest = gpu_deployment("trainer", ns, scenario="input-cpu-bound", cpu="1", replicas=3)
+    manifest["spec"]["strategy"] = {"type": "Recreate"}
+    create(kube, manifest)
+    create(kube, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "two-of-three", "namespace": ns},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "trainer"}}},
+    })  # fmt: skip
+
+
+def garbage_at_verify_end(env: Env, case: Case) -> Script:
+    """Review-2 M-A: a proxy in front of the real Prometheus answers garbage for 6 s from the end of
+    verifyFor; the good change must still be Verified (before: rolled back or Inconclusive)."""
+    kube, ns = env.kube, case.namespace
+    proxy = GarbageProxy(env.url)
+    policy(kube, ns, verifyFor="30s")
+    trainer(kube, ns)
+    own_operator(env, case, f"lease-{uuid.uuid4().hex[:6]}", "proxied", url=proxy.url)
+    yield from until(lambda: change_record(kube, ns).get("rolledOutAt"), 300, "the rollout")
+    rolled_out = change_record(kube, ns)["rolledOutAt"]
+    end = calendar.timegm(time.strptime(rolled_out, "%Y-%m-%dT%H:%M:%SZ")) + 30
+    yield from until(lambda: time.time() >= end - 1, 60, "the end of verifyFor")
+    proxy.garbage_until = time.time() + 6
+    failed = 0
+    while not in_phase(kube, ns, "Verified", "RolledBack", "Inconclusive", "Done"):
+        failed = max(failed, int(change_record(kube, ns).get("failedReads") or 0))
+        if time.time() > end + 180:
+            break
+        yield
+    proxy.close()
+    record = change_record(kube, ns)
+    case.seen = f"garbage answers {proxy.garbled}; failed reads retried {failed}; then {record.get('phase')}, cpu {template_cpu(kube, ns)[0]}"
+    case.ok = record.get("phase") == "Verified" and proxy.garbled > 0
+
+
+class GarbageProxy:
+    """Forwards to Prometheus; while `garbage_until` is in the future, every answer is HTML garbage."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+        import urllib.request
+
+        self.garbage_until = 0.0
+        self.garbled = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if time.time() < outer.garbage_until:
+                    outer.garbled += 1
+                    body = b"<html>502 Bad Gateway</html>"
+                    self.send_response(200)
+                else:
+                    with urllib.request.urlopen(upstream + self.path, timeout=30) as answer:
+                        body = answer.read()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def policy_off_mid_change(env: Env, case: Case) -> Script:
+    """Review-2 M-C: the policy is set to Off while the change's pods cannot start: with onDisable's
+    default (Finish) the failing change is rolled back, and its history stays in the change record."""
+    kube, ns = env.kube, case.namespace
+    _, bad = yield from changed_trainer(kube, ns)
+    policy(kube, ns, mode="Off", verifyFor="10m")
+    yield from until(
+        lambda: fail_image_pull(kube, ns, "pod-template-hash", bad) >= 0
+        and change_record(kube, ns).get("phase") == "RolledBack",
+        180, "the rollback under Off",
+    )  # fmt: skip
+    settled = generation(kube, ns)
+    yield from hold(20)
+    record = change_record(kube, ns)
+    outcomes = [h.get("outcome") for h in record.get("history") or []]
+    case.seen = (
+        f"history {outcomes}, cpu {template_cpu(kube, ns)[0]}, writes after: {generation(kube, ns) - settled}"
+    )
+    case.ok = (
+        outcomes[-1:] == ["RolledBack"]
+        and template_cpu(kube, ns) == ("1", "1")
+        and generation(kube, ns) == settled
+    )
+
+
 def cases() -> list[Case]:
     return [
         Case("mode switch mid-change", "Abandoned, no workload write after the switch", mode_switch),
-        Case("human edit between apply and rollback", "rollback keeps the person's limit 6, restores request 1", human_edit),
+        Case("human edit between apply and rollback", "superseded, not blamed: no rollback, limit 6, request 4", human_edit),
         Case("SIGKILL during apply", "intent recorded, workload untouched; resumed once: Verified, 1 rollout", crash_during_apply, shared_operator=False),
         Case("SIGKILL during rollback", "rollback intent recorded; resumed: RolledBack, cpu 1, never re-applied", crash_during_rollback, shared_operator=False),
         Case("two actuators, one with renewals delayed", "slow one exits (3) without writing; the other applies once", delayed_renewals, shared_operator=False),
@@ -476,6 +739,15 @@ def cases() -> list[Case]:
         Case("controller-owned Deployment", "Blocked: names ConfigMap/llm, untouched", blocked_case("managed by ConfigMap/llm", controller_owned_setup)),
         Case("field owned by simulated Argo CD", "Blocked: conflict with argocd-controller, untouched", blocked_case("'argocd-controller'", argocd_setup)),
         Case("policy deleted mid-verification", "Abandoned, no workload write after the delete", policy_deleted),
+        Case("forged status.apply", "neither forgery carried out: gpu 1, replicas 2, no write", forged_status),
+        Case("forged change record", "refused: Event, RecordValid False, replicas 2", forged_record),
+        Case("lost Applied write, 40 % error storm", "300 fake runs: 0 landed changes abandoned or unverified", error_storm),
+        Case("recreated workload", "the old change refused on the new uid; record rebound", recreated_workload),
+        Case("HPA field owned by Argo CD", "Blocked: conflict with argocd-controller, HPA 2-2", argocd_hpa),
+        Case("paused Deployment", "Blocked: paused, untouched", blocked_case("paused", paused_setup)),
+        Case("Recreate Deployment", "Blocked: allowRecreate, untouched", blocked_case("allowRecreate", recreate_setup)),
+        Case("garbage Prometheus answer at verifyFor's end", "retried, then Verified", garbage_at_verify_end, shared_operator=False),
+        Case("policy set to Off mid-change", "failing change rolled back (onDisable Finish); history kept", policy_off_mid_change),
     ]  # fmt: skip
 
 
@@ -530,6 +802,6 @@ def diagnostics(kube: Kube, row: Case, shared: Background) -> str:
     objects = kube.kubectl(
         "get", "deploy,sts,rs,pods,gpurecommendations", "-n", row.namespace, "-o", "wide", check=False
     ).stdout
-    apply = json.dumps(apply_status(kube, row.namespace, "deployment-trainer"), indent=1)[:1500]
+    apply = json.dumps(change_record(kube, row.namespace), indent=1)[:1500]
     logs = [p.output()[-1500:] for p in row.processes] or [shared.output()[-1500:]]
-    return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nstatus.apply: {apply}\n" + "\n".join(logs)
+    return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nchange record: {apply}\n" + "\n".join(logs)

@@ -32,7 +32,11 @@ from gpu_rightsizer.model.result import Action, Finding, Savings
 from tests.unit.test_crd_models import INVALID_SPECS, VALID_SPECS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_NAMES = ("gpurecommendations.gpurightsizer.io", "gpurightsizingpolicies.gpurightsizer.io")
+CRD_NAMES = (
+    "gpurecommendations.gpurightsizer.io",
+    "gpurightsizingchanges.gpurightsizer.io",
+    "gpurightsizingpolicies.gpurightsizer.io",
+)
 
 
 def _policy(name: str, spec: dict[str, Any]) -> str:

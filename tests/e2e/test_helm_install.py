@@ -8,6 +8,7 @@ nothing of the release behind but the CRDs. (KWOK nodes do not run the image; th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -147,12 +148,50 @@ def test_recommender_reads_and_writes_recommendations_only(release: Release) -> 
     assert not release.can("recommender", "patch", "gpurightsizingpolicies.gpurightsizer.io")
 
 
+def test_only_the_actuators_identity_writes_change_records_proven_by_impersonation(release: Release) -> None:
+    """The trust boundary (review-2 H-A): as the recommender's ServiceAccount, a change record cannot
+    be created or patched, nor a workload patched; as the actuator's, the same record is created."""
+    team, home, full = release.teams[0], release.namespace, release.fullname
+    record = json.dumps({
+        "apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURightsizingChange",
+        "metadata": {"name": "deployment-forged", "namespace": team},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "forged"}, "workloadUid": "u-1"},
+    })  # fmt: skip
+
+    def as_account(account: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        who = f"--as=system:serviceaccount:{home}:{full}-{account}"
+        return release.kube.kubectl(*args, who, "--namespace", team, check=False, input_text=stdin)
+
+    release.kube.apply({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "forged", "namespace": team},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "forged"}}, "template": {
+            "metadata": {"labels": {"app": "forged"}}, "spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    })  # fmt: skip
+    forged = as_account("recommender", "create", "-f", "-", stdin=record)
+    assert forged.returncode != 0 and "forbidden" in forged.stderr.lower(), forged.stderr
+    created = as_account("actuator", "create", "-f", "-", stdin=record)
+    assert created.returncode == 0, created.stderr
+    for args in (
+        ("patch", "gpurightsizingchange", "deployment-forged", "--type=merge", "-p", '{"spec":{"workloadUid":"u-2"}}'),
+        ("patch", "gpurightsizingchange", "deployment-forged", "--subresource=status", "--type=merge",
+         "-p", '{"status":{"phase":"RollbackIntentRecorded"}}'),
+        ("patch", "deployment", "forged", "--type=merge", "-p", '{"spec":{"replicas":0}}'),
+    ):  # fmt: skip
+        answer = as_account("recommender", *args)
+        assert answer.returncode != 0 and "forbidden" in answer.stderr.lower(), (args, answer.stderr)
+    shown = release.kube.kubectl("get", "gpurightsizingchange", "deployment-forged", "-n", team, "-o", "json")
+    assert json.loads(shown.stdout)["spec"]["workloadUid"] == "u-1"  # the recommender changed nothing
+    assert release.kube.get_json("deployment", "forged", "-n", team)["spec"]["replicas"] == 1
+    release.kube.kubectl("delete", "gpurightsizingchange", "deployment-forged", "-n", team)
+    release.kube.kubectl("delete", "deployment", "forged", "-n", team)
+
+
 def test_actuator_is_bounded_to_its_namespaces(release: Release) -> None:
     inside, outside = release.teams[:2], release.teams[2]
     for team in inside:
         assert release.can("actuator", "patch", "deployments.apps", team)
         assert release.can("actuator", "patch", "statefulsets.apps", team)
-        assert release.can("actuator", "patch", "pods", team, subresource="resize")
+        assert not release.can("actuator", "patch", "pods", team, subresource="resize")  # no code uses it yet
         assert not release.can("actuator", "create", "deployments.apps", team)
         assert not release.can("actuator", "delete", "deployments.apps", team)
         assert not release.can("actuator", "get", "secrets", team)

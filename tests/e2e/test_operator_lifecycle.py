@@ -19,6 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Background, Kube
+from tests.e2e.test_actuation_e2e import change_status
 from tests.e2e.workloads import gpu_deployment
 
 FAST = ("--window", "1m", "--interval", "3s")
@@ -244,11 +245,10 @@ def test_dry_run_shows_the_patch_and_changes_nothing(
     )  # fmt: skip
 
     def dry_run_apply() -> dict[str, Any] | None:
-        rec = recommendation(kube, namespace, "deployment-trainer") or {}
-        apply = (rec.get("status") or {}).get("apply") or {}
+        apply = change_status(kube, namespace, "deployment-trainer")
         return apply if apply.get("dryRun") and apply.get("patch") else None
 
-    apply = wait(dry_run_apply, 240, "a dry-run patch in status.apply", operator)
+    apply = wait(dry_run_apply, 240, "a dry-run patch in the change record", operator)
     assert apply["state"] == "Pending" and "dry run" in apply["reason"]
     patch = yaml.safe_load(apply["patch"])
     container = patch["spec"]["template"]["spec"]["containers"][0]

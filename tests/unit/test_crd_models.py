@@ -267,7 +267,17 @@ INVALID_SPECS: dict[str, InvalidCase] = {
     "window-too-short": InvalidCase(
         {"observation": {"window": "4m"}},
         "spec.observation.window",
-        "spec.observation.window must be at least 5m",
+        "spec.observation.window must be between 5m and 720h",
+    ),
+    "window-too-long": InvalidCase(
+        {"observation": {"window": "721h"}},
+        "spec.observation.window",
+        "spec.observation.window must be between 5m and 720h",
+    ),
+    "window-of-centuries": InvalidCase(
+        {"observation": {"window": "2562047h"}},
+        "spec.observation.window",
+        "spec.observation.window must be between 5m and 720h",
     ),
     "idle-not-below-low": InvalidCase(
         {"observation": {"thresholds": {"idleBusyP95": 0.5, "lowBusy": 0.3}}},

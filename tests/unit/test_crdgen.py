@@ -81,6 +81,7 @@ def test_crds_command_prints_all_documents_to_stdout(capsys: pytest.CaptureFixtu
     documents = [doc for doc in yaml.safe_load_all(capsys.readouterr().out) if doc]
     assert sorted(doc["metadata"]["name"] for doc in documents) == [
         "gpurecommendations.gpurightsizer.io",
+        "gpurightsizingchanges.gpurightsizer.io",
         "gpurightsizingpolicies.gpurightsizer.io",
     ]
 

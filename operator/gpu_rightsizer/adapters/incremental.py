@@ -33,7 +33,7 @@ from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -50,8 +50,10 @@ from gpu_rightsizer.adapters.prometheus import (
     _rate_by_pod,
     _throttle_expr,
     fold_labels,
+    serving_exprs,
     summary_from_figures,
 )
+from gpu_rightsizer.adapters.source import CycleReport
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
 from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StateError, StreamingStore, dump_store, load_store
 from gpu_rightsizer.model import metric_names as mn
@@ -192,7 +194,7 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
             per_pod=True,
         )
     )
-    for signal, build in PrometheusSource._serving_exprs(rate_window).items():
+    for signal, build in serving_exprs(rate_window).items():
         families.append(
             Family(
                 name=f"pod:{signal.value}",
@@ -278,34 +280,6 @@ def split(chunk: Chunk, namespaces: Sequence[str], step_seconds: float) -> list[
         Chunk(chunk.family, chunk.start, middle, chunk.namespace),
         Chunk(chunk.family, middle + step_seconds, chunk.end, chunk.namespace),
     ]
-
-
-@dataclass
-class CycleReport:
-    """What one incremental read did (for the log and the operator's own metrics)."""
-
-    backfilling: bool
-    chunks_done: int = 0
-    chunks_failed: int = 0
-    queries: int = 0
-    samples: int = 0
-    #: Backfill chunks done and planned so far (0/0 outside a backfill).
-    backfill_done: int = 0
-    backfill_total: int = 0
-    #: Series loaded from saved state at the start (0 when the start was cold).
-    restored_series: int = 0
-    #: (family group: gpu, pod, xid, ksm or range; seconds) of every query, for the duration histogram.
-    durations: list[tuple[str, float]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def timed(self, name: str, seconds: float) -> None:
-        """Record one query's duration under its family group (the part of its name before ':')."""
-        self.durations.append((name.partition(":")[0], seconds))
-
-    @property
-    def backfill_progress(self) -> float:
-        """Share of the backfill's chunks done (1.0 when there is none)."""
-        return self.backfill_done / self.backfill_total if self.backfill_total else 1.0
 
 
 Progress = Callable[[CycleReport, Chunk], None]
@@ -797,9 +771,7 @@ class IncrementalSource:
     def coarse_queries(self) -> dict[str, str]:
         """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
         # the serving sums stay raw: they count serving pods without a GPU too, the rules do not
-        queries = {
-            f"range:{s.value}": e("") for s, e in PrometheusSource._serving_exprs(self.rate_window).items()
-        }
+        queries = {f"range:{s.value}": e("") for s, e in serving_exprs(self.rate_window).items()}
         queries["range:busy"] = (
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
@@ -831,7 +803,7 @@ class IncrementalSource:
         self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
         results, summarised = self.results(now)
         start = now - self.window_seconds
-        return self.source._assemble(
+        return self.source.assemble(
             results,
             start,
             now,

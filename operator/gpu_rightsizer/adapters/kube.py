@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from gpu_rightsizer.adapters.backoff import with_backoff
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
+from gpu_rightsizer.adapters.owners import OwnerReader, resolve_pod
 from gpu_rightsizer.logic.workloads import recommendation_name
+from gpu_rightsizer.model.kinds import BUILT_IN, PATCHABLE_KINDS, WorkloadKind
 from gpu_rightsizer.model.observation import WorkloadRef
 
 LOG = logging.getLogger(__name__)
@@ -29,16 +31,43 @@ RECOMMENDATIONS = "gpurecommendations"
 POLICIES = "gpurightsizingpolicies"
 FIELD_MANAGER = "gpu-rightsizer"
 
-#: kind -> (apiVersion, reader method name on the typed clients) for the workloads we manage.
-_API_VERSIONS = {
-    "ReplicaSet": "apps/v1",
-    "Deployment": "apps/v1",
-    "StatefulSet": "apps/v1",
-    "DaemonSet": "apps/v1",
-    "Job": "batch/v1",
-    "CronJob": "batch/v1",
-    "Pod": "v1",
-}
+#: The error every Kubernetes call raises (status, reason, body), for the wings to catch: they do
+#: not import the client themselves.
+ApiError = ApiException
+
+#: (connect, read) seconds every Kubernetes call may take unless it says otherwise. Without one, a
+#: call to an API server that accepted the connection and then went silent waits forever, and the
+#: cycle (or the lease renewal) waits with it.
+REQUEST_TIMEOUT = (5.0, 30.0)
+
+
+class TimedApiClient(client.ApiClient):
+    """An ApiClient whose every call has a request timeout (`REQUEST_TIMEOUT` unless the call gives
+    one): the generated API methods all send through `call_api`."""
+
+    request_timeout: Any = REQUEST_TIMEOUT
+
+    def call_api(
+        self,
+        method: Any,
+        url: Any,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        timeout = self.request_timeout if _request_timeout is None else _request_timeout
+        return super().call_api(method, url, header_params, body, post_params, _request_timeout=timeout)
+
+
+def api_client() -> client.ApiClient:
+    """A Kubernetes client with request timeouts, from the in-cluster service account, else from
+    KUBECONFIG."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return TimedApiClient()
 
 
 @dataclass(frozen=True)
@@ -73,7 +102,7 @@ class KubeAdapter:
     """Kubernetes reads and writes the operator needs, on one ApiClient."""
 
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
-        self.api_client = api_client or client.ApiClient()
+        self.api_client = api_client or TimedApiClient()
         self.core = client.CoreV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
@@ -87,29 +116,34 @@ class KubeAdapter:
         """A client model as the plain JSON-like structure the API server sent."""
         return self.api_client.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
 
+    def _typed(self, kind: WorkloadKind) -> Any:
+        """The typed client of a built-in kind's API group."""
+        return {"": self.core, "apps": self.apps, "batch": self.batch}[kind.group]
+
+    def _call(self, verb: str, name: str, *, cluster_wide: bool = False) -> Callable[..., Any]:
+        """A built-in kind's typed-client method: `read_namespaced_deployment`,
+        `list_deployment_for_all_namespaces`, ... (`model.kinds` names the client)."""
+        kind = BUILT_IN.get(name)
+        if kind is None:
+            raise ValueError(f"cannot {verb} {name} objects")
+        method = (
+            f"{verb}_{kind.client}_for_all_namespaces" if cluster_wide else f"{verb}_namespaced_{kind.client}"
+        )
+        return getattr(self._typed(kind), method)  # type: ignore[no-any-return]
+
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """Read a workload object as a plain dict; None when it does not exist."""
-        readers = {
-            "ReplicaSet": self.apps.read_namespaced_replica_set,
-            "Deployment": self.apps.read_namespaced_deployment,
-            "StatefulSet": self.apps.read_namespaced_stateful_set,
-            "DaemonSet": self.apps.read_namespaced_daemon_set,
-            "Job": self.batch.read_namespaced_job,
-            "CronJob": self.batch.read_namespaced_cron_job,
-            "Pod": self.core.read_namespaced_pod,
-        }
-        reader = readers.get(kind)
-        if reader is None:
+        """Read a workload object as a plain dict; None when it does not exist (or is no built-in kind)."""
+        if kind not in BUILT_IN:
             return None
         try:
-            obj = reader(name, namespace)
+            obj = self._call("read", kind)(name, namespace)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
         result: dict[str, Any] = self._plain(obj)
         result.setdefault("kind", kind)
-        result.setdefault("apiVersion", _API_VERSIONS[kind])
+        result.setdefault("apiVersion", BUILT_IN[kind].api_version)
         return result
 
     def read_owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -125,8 +159,6 @@ class KubeAdapter:
 
     def resolve_owner(self, pod: Mapping[str, Any]) -> ResolvedWorkload:
         """The pod's top-level owner, through any controller kind (see `logic.owners`)."""
-        from gpu_rightsizer.adapters.owners import OwnerReader, resolve_pod
-
         top, obj, _ = resolve_pod(OwnerReader(self, owners_only=True), pod)
         namespace = str((pod.get("metadata") or {}).get("namespace", "default"))
         ref = WorkloadRef(namespace=namespace, kind=top.kind, name=top.name, api_version=top.api_version)
@@ -271,33 +303,7 @@ class KubeAdapter:
         One LIST per kind and namespace instead of one GET per workload; items carry kind and
         apiVersion as `read` returns them.
         """
-        listers: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-            "ReplicaSet": (
-                self.apps.list_namespaced_replica_set,
-                self.apps.list_replica_set_for_all_namespaces,
-            ),
-            "Deployment": (
-                self.apps.list_namespaced_deployment,
-                self.apps.list_deployment_for_all_namespaces,
-            ),
-            "StatefulSet": (
-                self.apps.list_namespaced_stateful_set,
-                self.apps.list_stateful_set_for_all_namespaces,
-            ),
-            "DaemonSet": (
-                self.apps.list_namespaced_daemon_set,
-                self.apps.list_daemon_set_for_all_namespaces,
-            ),
-            "Job": (self.batch.list_namespaced_job, self.batch.list_job_for_all_namespaces),
-            "CronJob": (
-                self.batch.list_namespaced_cron_job,
-                self.batch.list_cron_job_for_all_namespaces,
-            ),
-            "Pod": (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
-        }
-        if kind not in listers:
-            raise ValueError(f"cannot list {kind} objects")
-        namespaced, cluster_wide = listers[kind]
+        namespaced, cluster_wide = self._call("list", kind), self._call("list", kind, cluster_wide=True)
         listed = (
             [item for namespace in namespaces for item in _listed_items(namespaced, namespace)]
             if namespaces
@@ -306,7 +312,7 @@ class KubeAdapter:
         found: dict[tuple[str, str], dict[str, Any]] = {}
         for result in listed:
             result.setdefault("kind", kind)
-            result.setdefault("apiVersion", _API_VERSIONS[kind])
+            result.setdefault("apiVersion", BUILT_IN[kind].api_version)
             metadata = result.get("metadata") or {}
             found[(str(metadata.get("namespace")), str(metadata.get("name")))] = result
         return found
@@ -387,16 +393,9 @@ class KubeAdapter:
     # ----------------------------------------------------------------------------------------------
 
     def _patcher(self, kind: str) -> Any:
-        patchers = {
-            "Deployment": self.apps.patch_namespaced_deployment,
-            "StatefulSet": self.apps.patch_namespaced_stateful_set,
-            "ReplicaSet": self.apps.patch_namespaced_replica_set,
-            "CronJob": self.batch.patch_namespaced_cron_job,
-        }
-        patcher = patchers.get(kind)
-        if patcher is None:
+        if kind not in PATCHABLE_KINDS:
             raise ValueError(f"the actuator does not patch {kind} objects")
-        return patcher
+        return self._call("patch", kind)
 
     def strategic_patch(
         self, ref: WorkloadRef, body: Mapping[str, Any], *, resource_version: str | None = None
@@ -425,10 +424,16 @@ class KubeAdapter:
             name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         )
 
-    def patch_hpa(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        """Merge-patch a HorizontalPodAutoscaler's bounds."""
+    def patch_hpa(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> None:
+        """Merge-patch a HorizontalPodAutoscaler's bounds; with `resource_version`, only if the HPA is
+        still the version the field-owner check saw (409 otherwise)."""
+        patch = dict(body)
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
         client.AutoscalingV2Api(self.api_client).patch_namespaced_horizontal_pod_autoscaler(
-            name, namespace, dict(body), field_manager=FIELD_MANAGER,
+            name, namespace, patch, field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
         )  # fmt: skip
 

@@ -23,8 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpu_rightsizer.adapters import exposition
+from gpu_rightsizer.adapters.capacity import capacity_from_file
 from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
+from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead
 from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
@@ -45,10 +48,6 @@ parse_text = exposition.parse_text
 Key = tuple[str, str]  # (namespace, name)
 Sample = tuple[float, float]
 Samples = list[Sample]
-
-#: The controller owner of an object in a namespace, from a source other than kube-state-metrics (the
-#: operator passes API reads): KSM has no owner series for StatefulSets, Deployments or custom kinds.
-ExtraOwners = Callable[[str, ObjectLink], ObjectLink | None]
 
 
 # --- inventory: who owns which pod, and what it asked for ------------------------------------------------
@@ -1072,3 +1071,40 @@ def read_openmetrics(
         workload=workload,
         source="openmetrics",
     )
+
+
+class OpenMetricsFile:
+    """`WindowSource` over one OpenMetrics (or Prometheus text) file (`read_openmetrics`)."""
+
+    def __init__(self, path: Path, *, limits: ReadLimits | None = None, step_seconds: float | None = None):
+        self.path = path
+        self.limits = limits
+        self.step_seconds = step_seconds
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def read_windows(
+        self,
+        window_seconds: float,
+        at: datetime | None = None,
+        *,
+        scope: Scope = EVERYWHERE,
+        owners: ExtraOwners | None = None,
+    ) -> WindowRead:
+        """The file's windows (a file has no API owners to add: `owners` is not used)."""
+        windows = read_openmetrics(
+            self.path,
+            window_seconds=window_seconds,
+            at=at,
+            step_seconds=self.step_seconds,
+            namespace=scope.namespace,
+            workload=scope.workload,
+            limits=self.limits,
+        )
+        return WindowRead(windows=windows)
+
+    def read_capacity(self, at: datetime | None = None) -> ClusterCapacity:
+        """Node pools from the file's kube-state-metrics series (`capacity.capacity_from_file`)."""
+        return capacity_from_file(self.path, self.limits)

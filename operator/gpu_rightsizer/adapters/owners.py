@@ -9,11 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.logic.owners import (
     KNOWN_CONTROLLERS,
     ObjectLink,
@@ -21,15 +20,28 @@ from gpu_rightsizer.logic.owners import (
     controller_reference,
     resolve_workload,
 )
+from gpu_rightsizer.model.kinds import BUILT_IN, POD_OWNERS
 
 LOG = logging.getLogger(__name__)
 
 #: Groups whose kinds the operator's RBAC always covers: a refusal there is a broken install, raised.
 _BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
 #: Built-in kinds listed once per cycle by the metric path's owner walk.
-_LISTED_KINDS = frozenset({"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"})
-#: Built-in kinds that own pods (what `KubeAdapter.read` reads).
-_BUILT_IN_KINDS = frozenset({"Pod", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"})
+_LISTED_KINDS = frozenset(kind.kind for kind in POD_OWNERS)
+
+
+class ApiReads(Protocol):
+    """The reads the owner walk makes (`adapters.kube.KubeAdapter`)."""
+
+    custom: Any
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def read_owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def list_workloads(
+        self, kind: str, namespaces: tuple[str, ...] = ()
+    ) -> dict[tuple[str, str], dict[str, Any]]: ...
 
 
 class OwnerReader:
@@ -38,7 +50,7 @@ class OwnerReader:
     Discovery answers (kind -> plural) are cached per instance.
     """
 
-    def __init__(self, kube: KubeAdapter, *, owners_only: bool = False) -> None:
+    def __init__(self, kube: ApiReads, *, owners_only: bool = False) -> None:
         self.kube = kube
         #: The objects read are walked for their owners only: built-in kinds may come from the
         #: adapter's watched owner cache (slim copies, no spec) instead of a GET.
@@ -88,7 +100,7 @@ class OwnerReader:
         api_version = api_version_for(kind, api_version)
         group, _, version = api_version.rpartition("/")
         if group in _BUILT_IN_GROUPS:
-            if kind not in _BUILT_IN_KINDS:
+            if kind not in BUILT_IN:
                 return None, False
             found = (
                 self.kube.read_owner(kind, namespace, name)
@@ -154,7 +166,7 @@ def resolve_pod(reader: OwnerReader, pod: Mapping[str, Any]) -> tuple[ObjectLink
 
 
 def api_parent_lookup(
-    kube: KubeAdapter,
+    kube: ApiReads,
     namespaces: tuple[str, ...] = (),
     listed: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]] | None = None,
 ) -> Callable[[str, ObjectLink], ObjectLink | None]:
@@ -204,7 +216,7 @@ def api_parent_lookup(
 
 
 def read_workload(
-    kube: KubeAdapter, api_version: str, kind: str, namespace: str, name: str
+    kube: ApiReads, api_version: str, kind: str, namespace: str, name: str
 ) -> dict[str, Any] | None:
     """A recommendation's target of any kind (built-in or custom); None when gone or unreadable."""
     return OwnerReader(kube).read(api_version, kind, namespace, name)

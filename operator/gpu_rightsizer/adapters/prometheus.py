@@ -29,13 +29,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
-from gpu_rightsizer.adapters.openmetrics import (
-    ExtraOwners,
-    Inventory,
-    Key,
-    assemble_windows,
-    rate_window_seconds,
-)
+from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows, rate_window_seconds
+from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead, step_for
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
@@ -258,11 +253,30 @@ def _gauge_by_pod(selector: str, combine: str = "sum") -> Callable[[str], str]:
     )
 
 
+def serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
+    """Per-pod serving signals (request rate, queue length, queue time), shared by the full and the
+    incremental reads."""
+    requests_selector = '{__name__=~"' + "|".join(mn.SERVING_REQUEST_COUNTERS) + '"}'
+    queue_selector = '{__name__=~"' + "|".join(mn.SERVING_QUEUE_GAUGES) + '"}'
+    queue_time_selector = '{__name__=~"' + "|".join(mn.SERVING_QUEUE_TIME_MS_GAUGES) + '"}'
+    return {
+        Signal.REQUESTS_PER_S: lambda o: (
+            f"sum by (namespace, pod) ({fold_labels(f'rate({requests_selector}[{_duration(rate_window)}]{o})')})"
+        ),
+        Signal.QUEUE_LENGTH: _gauge_by_pod(queue_selector),
+        Signal.QUEUE_TIME_MS: lambda o: (
+            f"avg by (namespace, pod) ({fold_labels(f'{queue_time_selector}{o} {_SENTINEL_FILTER}')})"
+        ),
+    }
+
+
 class PrometheusSource:
     """Reads workload windows from one Prometheus server."""
 
-    def __init__(self, config: PrometheusConfig) -> None:
+    def __init__(self, config: PrometheusConfig, *, step_seconds: float | None = None) -> None:
         self.config = config
+        #: A fixed sample step for `read_windows` (`--prometheus-step`), else `step_for` the window.
+        self.step_seconds = step_seconds
         session = requests.Session()
         session.verify = False if config.insecure else (config.ca_file or True)
         headers = {"Authorization": f"Bearer {config.bearer_token}"} if config.bearer_token else None
@@ -449,7 +463,7 @@ class PrometheusSource:
                 scoped(lambda o: f"({throttled(o)}) / ({periods(o)} > 0)"), window_seconds, step, 0.0
             ),
         )
-        serving = self._serving_exprs(rate_window)
+        serving = serving_exprs(rate_window)
         for signal, expr in serving.items():
             jobs[f"pod:{signal.value}"] = (
                 "pod",
@@ -487,7 +501,30 @@ class PrometheusSource:
                 done += 1
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
-        return self._assemble(results, start, end, step, coarse, namespace, workload, owners)
+        return self.assemble(results, start, end, step, coarse, namespace, workload, owners)
+
+    @property
+    def where(self) -> str:
+        return self.config.url
+
+    def read_windows(
+        self,
+        window_seconds: float,
+        at: datetime,
+        *,
+        scope: Scope = EVERYWHERE,
+        owners: ExtraOwners | None = None,
+    ) -> WindowRead:
+        """`WindowSource.read_windows`: one batch of whole-window queries (`read`)."""
+        windows = self.read(
+            window_seconds=window_seconds,
+            at=at,
+            step_seconds=self.step_seconds or step_for(window_seconds),
+            namespace=scope.namespace,
+            workload=scope.workload,
+            owners=owners,
+        )
+        return WindowRead(windows=windows)
 
     def read_capacity(self, at: datetime | None = None) -> ClusterCapacity:
         """Node pools from kube-state-metrics' allocatable and node labels (the API-less fallback)."""
@@ -503,23 +540,8 @@ class PrometheusSource:
             (dict(row["metric"]) for row in labels),
         )
 
-    @staticmethod
-    def _serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
-        requests_selector = '{__name__=~"' + "|".join(mn.SERVING_REQUEST_COUNTERS) + '"}'
-        queue_selector = '{__name__=~"' + "|".join(mn.SERVING_QUEUE_GAUGES) + '"}'
-        queue_time_selector = '{__name__=~"' + "|".join(mn.SERVING_QUEUE_TIME_MS_GAUGES) + '"}'
-        return {
-            Signal.REQUESTS_PER_S: lambda o: (
-                f"sum by (namespace, pod) ({fold_labels(f'rate({requests_selector}[{_duration(rate_window)}]{o})')})"
-            ),
-            Signal.QUEUE_LENGTH: _gauge_by_pod(queue_selector),
-            Signal.QUEUE_TIME_MS: lambda o: (
-                f"avg by (namespace, pod) ({fold_labels(f'{queue_time_selector}{o} {_SENTINEL_FILTER}')})"
-            ),
-        }
-
     # -- assembly -----------------------------------------------------------------------------------
-    def _assemble(
+    def assemble(
         self,
         results: dict[str, list[dict[str, Any]]],
         start: float,
@@ -837,7 +859,8 @@ def source_for(cfg: OperatorConfig) -> PrometheusSource:
             insecure=cfg.prometheus_insecure,
             timeout_seconds=cfg.prometheus_timeout_seconds,
             extra_matchers=cfg.prometheus_matchers,
-        )
+        ),
+        step_seconds=cfg.prometheus_step_seconds,
     )
 
 

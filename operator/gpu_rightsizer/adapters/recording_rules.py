@@ -17,7 +17,7 @@ send at its step (the rate window follows the step); does `/api/v1/rules` show i
 evaluated at least once per step (when the API answers); and do recorded series exist both now and
 at the start of the window (rules only record from the moment they are loaded, so a rule younger
 than the window would leave most of it empty). A family that fails any check reads the raw
-expression, and the reason is logged. `handlers.windows` asks again every 15 minutes, so rules that
+expression, and the reason is logged. `adapters.windows` asks again every 15 minutes, so rules that
 come to cover the window are picked up, and rules removed are left, without a restart.
 """
 

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
+    from gpu_rightsizer.runtime import startup
 
     try:
         config = OperatorConfig.from_args(args)
@@ -97,9 +97,12 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    recommender.CONFIG = config
-    if config.role in ("actuator", "all"):
-        from gpu_rightsizer.handlers import actuator  # noqa: F401 - registers the actuator's handlers
+    startup.CONFIG = config
+    # each wing's kopf handlers register on import: a process imports only the wings it runs
+    if startup.runs(config, "recommender"):
+        from gpu_rightsizer.recommender import wiring as recommender  # noqa: F401
+    if startup.runs(config, "actuator"):
+        from gpu_rightsizer.actuator import wiring as actuator  # noqa: F401
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     kopf.run(

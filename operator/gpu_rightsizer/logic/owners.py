@@ -22,53 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_rightsizer.model.kinds import KINDS, WorkloadKind
 
-@dataclass(frozen=True, slots=True)
-class KnownController:
-    """A controller kind the resolver knows: where it lives in the API and what it is."""
+#: Well-known controllers of GPU pods, by kind (`model.kinds`, the one table of kinds).
+KNOWN_CONTROLLERS: dict[str, WorkloadKind] = KINDS
 
-    kind: str
-    api_version: str
-    plural: str
-    what: str
-
-
-def _k(kind: str, api_version: str, plural: str, what: str) -> KnownController:
-    return KnownController(kind, api_version, plural, what)
-
-
-#: Well-known controllers of GPU pods, by kind. Groups and versions as their projects serve them.
-KNOWN_CONTROLLERS: dict[str, KnownController] = {
-    c.kind: c
-    for c in (
-        _k("Pod", "v1", "pods", "a bare pod (or an LWS leader pod owning worker StatefulSets)"),
-        _k("ReplicaSet", "apps/v1", "replicasets", "ReplicaSet"),
-        _k("Deployment", "apps/v1", "deployments", "Deployment"),
-        _k("StatefulSet", "apps/v1", "statefulsets", "StatefulSet"),
-        _k("DaemonSet", "apps/v1", "daemonsets", "DaemonSet"),
-        _k("Job", "batch/v1", "jobs", "Job (also Kueue-managed Jobs: Kueue suspends, never owns them)"),
-        _k("CronJob", "batch/v1", "cronjobs", "CronJob"),
-        _k("PyTorchJob", "kubeflow.org/v1", "pytorchjobs", "Kubeflow Training Operator PyTorchJob"),
-        _k("TFJob", "kubeflow.org/v1", "tfjobs", "Kubeflow Training Operator TFJob"),
-        _k("XGBoostJob", "kubeflow.org/v1", "xgboostjobs", "Kubeflow Training Operator XGBoostJob"),
-        _k("PaddleJob", "kubeflow.org/v1", "paddlejobs", "Kubeflow Training Operator PaddleJob"),
-        _k("MPIJob", "kubeflow.org/v2beta1", "mpijobs", "Kubeflow MPI Operator MPIJob"),
-        _k("TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs", "Kubeflow Trainer v2 TrainJob"),
-        _k("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets", "JobSet"),
-        _k("RayCluster", "ray.io/v1", "rayclusters", "KubeRay RayCluster"),
-        _k("RayJob", "ray.io/v1", "rayjobs", "KubeRay RayJob"),
-        _k("RayService", "ray.io/v1", "rayservices", "KubeRay RayService"),
-        _k("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkersets", "LeaderWorkerSet"),
-        _k("Rollout", "argoproj.io/v1alpha1", "rollouts", "Argo Rollout"),
-        _k("Workflow", "argoproj.io/v1alpha1", "workflows", "Argo Workflow"),
-        _k("InferenceService", "serving.kserve.io/v1beta1", "inferenceservices", "KServe InferenceService"),
-        _k("Service", "serving.knative.dev/v1", "services", "Knative Service"),
-        _k("Configuration", "serving.knative.dev/v1", "configurations", "Knative Configuration"),
-        _k("Revision", "serving.knative.dev/v1", "revisions", "Knative Revision"),
-        _k("Notebook", "kubeflow.org/v1", "notebooks", "Kubeflow Notebook"),
-        _k("ScaledJob", "keda.sh/v1alpha1", "scaledjobs", "KEDA ScaledJob"),
-    )
-}
 
 #: Owner kinds that never make a workload (a mirror pod is "owned" by its Node; a ConfigMap or Service
 #: set as controller is bookkeeping, not a pod controller): the walk stops below them, and the object

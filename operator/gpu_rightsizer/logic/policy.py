@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpu_rightsizer.model.codes import ActionType, PolicyMode, SharingStrategy
@@ -27,8 +28,10 @@ from gpu_rightsizer.model.crd import (
     LabelSelector,
     LabelSelectorRequirement,
     MaintenanceWindow,
+    OnDisableAction,
     duration_seconds,
 )
+from gpu_rightsizer.model.k8s import requirement_holds
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
@@ -44,15 +47,8 @@ def parse_duration(text: str) -> timedelta:
 
 
 def requirement_matches(requirement: LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
-    """One `matchExpressions` entry against a label map, with Kubernetes semantics (NotIn matches absence)."""
-    present = requirement.key in labels
-    if requirement.operator == "Exists":
-        return present
-    if requirement.operator == "DoesNotExist":
-        return not present
-    if requirement.operator == "In":
-        return present and labels[requirement.key] in requirement.values
-    return not present or labels[requirement.key] not in requirement.values  # NotIn
+    """One `matchExpressions` entry against a label map (`model.k8s.requirement_holds`)."""
+    return requirement_holds(requirement.key, requirement.operator, requirement.values, labels)
 
 
 def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
@@ -210,6 +206,8 @@ class EffectiveSettings:
     max_pods_in_disruption: int = 10
     max_rollbacks: int = 2
     roll_back_inconclusive: bool = False
+    on_disable: OnDisableAction = OnDisableAction.FINISH
+    allow_recreate: bool = False
 
     @property
     def recommends(self) -> bool:
@@ -224,6 +222,20 @@ class EffectiveSettings:
     def may_apply(self, action: ActionType) -> bool:
         """True when an Apply policy allows this action (dry-run included: the patch is still computed)."""
         return self.recommends and self.mode == PolicyMode.APPLY and action in self.actions
+
+
+def readable_policies(raw: Iterable[Mapping[str, Any]]) -> tuple[list[GPURightsizingPolicy], list[str]]:
+    """The policies that validate, and one message per unreadable one: an unreadable policy governs
+    nothing (its workloads are neither recommended under it nor changed), it is never guessed."""
+    policies, problems = [], []
+    for item in raw:
+        try:
+            policies.append(GPURightsizingPolicy.model_validate(item))
+        except ValueError as error:
+            problems.append(
+                f"policy {(item.get('metadata') or {}).get('name')} is unreadable and ignored: {error}"
+            )
+    return policies, problems
 
 
 def effective_settings(policy: GPURightsizingPolicy | None, *, ignored: bool = False) -> EffectiveSettings:
@@ -254,6 +266,8 @@ def effective_settings(policy: GPURightsizingPolicy | None, *, ignored: bool = F
         max_pods_in_disruption=safety.max_pods_in_disruption,
         max_rollbacks=safety.max_rollbacks,
         roll_back_inconclusive=safety.on_inconclusive == InconclusiveAction.ROLL_BACK,
+        on_disable=safety.on_disable,
+        allow_recreate=safety.allow_recreate,
     )
 
 

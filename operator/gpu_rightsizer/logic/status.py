@@ -214,6 +214,7 @@ _FIGURES = (
     ("diagnosis", "findings", "*", "confidence"),
     ("diagnosis", "findings", "*", "evidence", "*"),
     ("savings", "*"),
+    ("baseline", "*"),
 )
 #: Paths holding text for people, made from the same figures: their words must match, their numbers
 #: only within FIGURE_TOLERANCE or one step of the digits shown ("21%" and "22%" are one rounding apart).
@@ -225,6 +226,7 @@ _TEXTS = (
     ("summary", "gpuBusyP95"),
     ("summary", "savings"),
     ("summary", "confidence"),
+    ("window", "warnings", "*"),
 )
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

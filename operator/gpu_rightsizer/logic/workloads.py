@@ -80,6 +80,17 @@ def is_ignored(obj: Mapping[str, Any]) -> bool:
     return str(annotations.get(IGNORE_ANNOTATION, "")).lower() == "true"
 
 
+def target_of(obj: Mapping[str, Any]) -> WorkloadRef:
+    """The workload a GPURecommendation or a GPURightsizingChange targets (`spec.targetRef`)."""
+    target = (obj.get("spec") or {}).get("targetRef") or {}
+    return WorkloadRef(
+        namespace=str((obj.get("metadata") or {}).get("namespace")),
+        kind=str(target.get("kind")),
+        name=str(target.get("name")),
+        api_version=str(target.get("apiVersion", "apps/v1")),
+    )
+
+
 def recommendation_name(ref: WorkloadRef) -> str:
     """Name of the GPURecommendation for a workload: kind and name, so kinds never collide."""
     name = f"{ref.kind.lower()}-{ref.name}"

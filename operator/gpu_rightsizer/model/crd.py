@@ -196,12 +196,33 @@ class GPURecommendationSpec(CamelModel):
     target_ref: TargetRef
 
 
+#: Warnings kept in `status.window.warnings` (the first ones, sorted).
+MAX_WINDOW_WARNINGS = 20
+
+
 class ObservedWindow(CamelModel):
     """The time range the diagnosis is based on."""
 
     start: datetime
     end: datetime
     samples: int = Field(default=0, ge=0, description="Samples per series that survived cleaning.")
+    warnings: list[Annotated[str, StringConstraints(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=MAX_WINDOW_WARNINGS,
+        description="What the metrics lacked or said about this window (partial answers, missing series); "
+        "a change is never applied on a window with warnings.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+
+
+class Baseline(CamelModel):
+    """The window's figures a change would be judged on, for people to read. The actuator never
+    verifies against these: it measures its own baseline, scoped to the workload, when it applies."""
+
+    gpu_busy_p95: float | None = Field(default=None, ge=0.0, description="Busiest GPU's p95 busy share.")
+    cpu_saturation_p95: float | None = Field(
+        default=None, ge=0.0, description="Busiest pod's p95 CPU use over its limit (or request)."
+    )
 
 
 class AllocationStatus(CamelModel):
@@ -250,6 +271,17 @@ class ChangePhase(StrEnum):
     ROLLED_BACK = "RolledBack"
     ABANDONED = "Abandoned"
     DONE = "Done"
+
+
+#: Phases of a change that is under way: sent or about to be, not yet settled.
+IN_FLIGHT_PHASES = frozenset(
+    {
+        ChangePhase.INTENT_RECORDED,
+        ChangePhase.APPLIED,
+        ChangePhase.ROLLED_OUT,
+        ChangePhase.ROLLBACK_INTENT_RECORDED,
+    }
+)
 
 
 class RegressedChange(CamelModel):
@@ -301,6 +333,9 @@ class ApplyStatus(CamelModel):
         default=None, description="The exact rollback patch (YAML), recorded before it is sent."
     )
     phase: ChangePhase | None = Field(default=None, description="Where the change is in its life.")
+    change: str | None = Field(
+        default=None, description="The GPURightsizingChange holding the change record and its history."
+    )
     workload_generation: int | None = Field(
         default=None, description="The workload's generation our last write produced."
     )
@@ -324,6 +359,21 @@ class ApplyStatus(CamelModel):
         description="The last changes, newest last: what, when, figures before and after, outcome.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
+
+    def change_phase(self) -> ChangePhase | None:
+        """The change's phase; statuses written before phases existed map from their state."""
+        if self.phase is not None:
+            return self.phase
+        if self.state == ApplyState.PENDING and self.patch and self.applied_at and not self.dry_run:
+            return ChangePhase.INTENT_RECORDED
+        if self.state == ApplyState.APPLIED and self.verify_after:
+            return ChangePhase.APPLIED
+        return None
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a change is under way (the actuator settles it before anything else happens)."""
+        return self.change_phase() in IN_FLIGHT_PHASES
 
 
 class RecommendationSummary(CamelModel):
@@ -351,6 +401,7 @@ class GPURecommendationStatus(CamelModel):
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "atomic"}
     )
     savings: Savings | None = None
+    baseline: Baseline | None = None
     apply: ApplyStatus | None = None
     summary: RecommendationSummary | None = None
     # The shrink gate's record: why nothing shrinks, and the memory peak slices are sized on.
@@ -463,9 +514,13 @@ class Thresholds(CamelModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+#: The longest observation window: 30 days. A longer one is a typo more often than a wish (2562047h
+#: was accepted, and 100000h took 387 MiB to plan), and no retention setting we know keeps more.
+MAX_WINDOW_SECONDS = 720 * 3600.0
 _WINDOW_MIN_RULE = CelRule(
-    "!has(self.window) || duration(self.window) >= duration('5m')",
-    "spec.observation.window must be at least 5m",
+    "!has(self.window) || (duration(self.window) >= duration('5m')"
+    " && duration(self.window) <= duration('720h'))",
+    "spec.observation.window must be between 5m and 720h",
     field_path=".window",
 )
 
@@ -479,7 +534,7 @@ class Observation(CamelModel):
         default=None,
         max_length=32,
         pattern=DURATION_PATTERN,
-        description="How far back to look, e.g. 30m, 1h, 24h (at least 5m); absent: the operator's --window.",
+        description="How far back to look, e.g. 30m, 1h, 24h (5m to 720h); absent: the operator's --window.",
     )
     min_samples: int = Field(
         default=30, ge=1, le=1_000_000, description="Fewer samples than this yields InsufficientData."
@@ -489,7 +544,7 @@ class Observation(CamelModel):
     @field_validator("window")
     @classmethod
     def _window_long_enough(cls, value: str | None) -> str | None:
-        if value is not None and duration_seconds(value) < 300:
+        if value is not None and not 300 <= duration_seconds(value) <= MAX_WINDOW_SECONDS:
             raise ValueError(_WINDOW_MIN_RULE.message)
         return value
 
@@ -596,6 +651,14 @@ class InconclusiveAction(StrEnum):
     ROLL_BACK = "RollBack"
 
 
+class OnDisableAction(StrEnum):
+    """What the actuator does with a change in flight when its policy leaves Apply (Off or Recommend)."""
+
+    FINISH = "Finish"
+    KEEP = "Keep"
+    ROLL_BACK = "RollBack"
+
+
 class Safety(CamelModel):
     """Guards around applying changes: rate limits, cooldown, maintenance windows, verification, sharing."""
 
@@ -651,6 +714,17 @@ class Safety(CamelModel):
         le=100,
         description="After this many rollbacks of a workload's changes, it is Blocked until a person sets "
         "the gpurightsizer.io/clear-regressions annotation on the workload.",
+    )
+    # the actuator's own settings (the actuator wing): leaving Apply, Recreate Deployments
+    on_disable: OnDisableAction = Field(
+        default=OnDisableAction.FINISH,
+        description="A change in flight when the policy leaves Apply: Finish measures it to the end, then "
+        "rolls it back if it failed and keeps it if it verified (a failing rollout is rolled back at once); "
+        "Keep leaves it in place unverified; RollBack undoes it. The history is kept in every case.",
+    )
+    allow_recreate: bool = Field(
+        default=False,
+        description="Allow changes to Deployments with strategy Recreate, which stop every replica at once.",
     )
     sharing_strategy: SharingStrategy = Field(
         default=SharingStrategy.NONE,

@@ -24,8 +24,8 @@ def _install() -> None:
     delay = float(os.environ.get("GPURS_E2E_RENEW_DELAY") or 0)
     if not crash_at and not delay:
         return
+    from gpu_rightsizer.actuator.writes import ChangeWriter as Actuator
     from gpu_rightsizer.adapters.kube import LeaseElector
-    from gpu_rightsizer.handlers.changes import Actuator
 
     def crash(*_: Any, **__: Any) -> None:
         print(f"fault injection: exiting at {crash_at}", flush=True)

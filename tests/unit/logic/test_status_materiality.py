@@ -135,13 +135,13 @@ def test_whole_floats_stored_as_integers_are_the_same_status() -> None:
 def test_the_install_guide_states_the_tolerance_and_refresh_period_the_code_uses() -> None:
     from pathlib import Path
 
-    from gpu_rightsizer.handlers import cycle
     from gpu_rightsizer.logic.status import FIGURE_FLOOR
+    from gpu_rightsizer.recommender import writes
 
     text = " ".join((Path(__file__).parents[3] / "docs" / "install.md").read_text().split())
     assert f"more than {FIGURE_TOLERANCE * 100:g} % of the larger value" in text
     assert f"absolute differences below {FIGURE_FLOOR:g} do not count" in text
-    assert cycle.REFRESH_STALENESS_SHARE == 0.5
+    assert writes.REFRESH_STALENESS_SHARE == 0.5
     assert "refresh period: half of the governing policy's `spec.safety.maxStaleness`" in text
-    assert f"at most {cycle.REFRESH_AT_MOST.total_seconds() / 3600:g}h" in text
-    assert f"shortened by up to {cycle.REFRESH_SPREAD * 100:g} %" in text
+    assert f"at most {writes.REFRESH_AT_MOST.total_seconds() / 3600:g}h" in text
+    assert f"shortened by up to {writes.REFRESH_SPREAD * 100:g} %" in text

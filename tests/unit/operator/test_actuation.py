@@ -1,4 +1,4 @@
-"""Unit tests of logic/actuation.py: safety gates, action selection, patch building, field ownership,
+"""Unit tests of actuator/: safety gates, action selection, patch building, field ownership,
 the change record and regression checks."""
 
 from __future__ import annotations
@@ -11,8 +11,39 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_rightsizer.logic import actuation
-from gpu_rightsizer.logic.actuation import ChangeRecord, GateContext, PlanError, PodHealth
+from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
+from gpu_rightsizer.actuator.gates import (
+    Availability,
+    GateContext,
+    check_availability,
+    check_gates,
+    count_recent,
+    disrupts_pods,
+)
+from gpu_rightsizer.actuator.plan import (
+    CHANGE_ANNOTATION,
+    ChangePlan,
+    PlanError,
+    hpa_patch,
+    plan_change,
+    replica_target,
+    select_actions,
+    workload_patch,
+)
+from gpu_rightsizer.actuator.record import ChangeRecord, change_landed, record_on, rollback_plan
+from gpu_rightsizer.actuator.verify import (
+    REVISION_ANNOTATION,
+    Outcome,
+    PodHealth,
+    VerificationInput,
+    improvement_summary,
+    new_revision_pods,
+    pod_health,
+    regression,
+    signals_from_window,
+    target_cpu_limit,
+    verification_outcome,
+)
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -131,7 +162,7 @@ def mig_action(profile: str = "1g.18gb") -> Action:
 
 
 def test_all_gates_pass_under_an_apply_policy() -> None:
-    verdict = actuation.check_gates(gate())
+    verdict = check_gates(gate())
     assert verdict.go and verdict.state == ApplyState.PENDING
 
 
@@ -162,19 +193,19 @@ def test_all_gates_pass_under_an_apply_policy() -> None:
     ],
 )
 def test_each_gate_blocks_and_names_itself(changes: dict[str, Any], state: ApplyState, words: str) -> None:
-    verdict = actuation.check_gates(gate(**changes))
+    verdict = check_gates(gate(**changes))
     assert not verdict.go
     assert verdict.state == state
     assert words in verdict.reason
 
 
 def test_cooldown_expires() -> None:
-    assert actuation.check_gates(gate(last_change_at=NOW - timedelta(hours=7))).go
+    assert check_gates(gate(last_change_at=NOW - timedelta(hours=7))).go
 
 
 def test_inside_a_maintenance_window_passes() -> None:
     inside = settings(maintenanceWindows=[{"start": "11:00", "end": "13:00", "days": ["Wed"]}])
-    assert actuation.check_gates(gate(settings=inside)).go
+    assert check_gates(gate(settings=inside)).go
 
 
 def test_rate_limits_count_only_the_last_hour() -> None:
@@ -184,12 +215,12 @@ def test_rate_limits_count_only_the_last_hour() -> None:
         ("team-a", NOW - timedelta(minutes=61)),
         ("team-a", NOW + timedelta(minutes=1)),  # clock skew: not counted
     ]
-    assert actuation.count_recent(changes, "team-a", NOW) == (2, 1)
+    assert count_recent(changes, "team-a", NOW) == (2, 1)
 
 
 def test_zero_rate_limit_blocks_everything() -> None:
     zero = settings(maxChangesPerHour={"cluster": 0, "perNamespace": 0})
-    assert not actuation.check_gates(gate(settings=zero)).go
+    assert not check_gates(gate(settings=zero)).go
 
 
 # --------------------------------------------------------------------------------------------------
@@ -198,7 +229,7 @@ def test_zero_rate_limit_blocks_everything() -> None:
 
 
 def test_cpu_plan_sets_request_and_limit_and_records_previous() -> None:
-    plan = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="team-a/Deployment/x")
+    plan = plan_change(deployment(), [cpu_action()], settings(), workload_key="team-a/Deployment/x")
     assert plan is not None
     assert plan.target == {
         "containers[main].resources.limits[cpu]": "4",
@@ -213,17 +244,17 @@ def test_cpu_plan_sets_request_and_limit_and_records_previous() -> None:
 
 
 def test_same_change_gets_the_same_id() -> None:
-    first = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
-    second = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
-    other = actuation.plan_change(deployment(), [cpu_action("6")], settings(), workload_key="k")
+    first = plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
+    second = plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
+    other = plan_change(deployment(), [cpu_action("6")], settings(), workload_key="k")
     assert first is not None and second is not None and other is not None
     assert first.change_id == second.change_id != other.change_id
 
 
 def test_actions_outside_the_policy_are_left_out() -> None:
-    plan = actuation.plan_change(deployment(), [cpu_action()], settings(actions=("memory",)))
+    plan = plan_change(deployment(), [cpu_action()], settings(actions=("memory",)))
     assert plan is None
-    selection = actuation.select_actions(
+    selection = select_actions(
         [cpu_action()], settings(actions=("memory",)), has_hpa=False, kind="Deployment"
     )
     assert selection.actions == () and "not in the policy" in selection.left_out[0]
@@ -231,11 +262,11 @@ def test_actions_outside_the_policy_are_left_out() -> None:
 
 def test_advice_only_actions_are_never_applied() -> None:
     advice = Action(type=ActionType.CPU, from_value="1", to_value="4 cores", reason="r", automatic=False)
-    assert actuation.plan_change(deployment(), [advice], settings()) is None
+    assert plan_change(deployment(), [advice], settings()) is None
 
 
 def test_small_cpu_change_is_below_the_minimum() -> None:
-    assert actuation.plan_change(deployment(cpu="4"), [cpu_action("4.2")], settings()) is None
+    assert plan_change(deployment(cpu="4"), [cpu_action("4.2")], settings()) is None
 
 
 def test_an_action_without_a_target_is_never_applied_and_display_text_is_never_parsed() -> None:
@@ -247,15 +278,15 @@ def test_an_action_without_a_target_is_never_applied_and_display_text_is_never_p
         automatic=True,
     )
     with pytest.raises(PlanError, match="no machine-readable target"):
-        actuation.plan_change(deployment(), [untyped], settings())
+        plan_change(deployment(), [untyped], settings())
     lying = cpu_action("2").model_copy(update={"to_value": "64 cores"})
-    plan = actuation.plan_change(deployment(), [lying], settings())
+    plan = plan_change(deployment(), [lying], settings())
     assert plan is not None and plan.target["containers[main].resources.limits[cpu]"] == "2"
 
 
 def test_a_target_naming_an_unknown_container_is_a_plan_error() -> None:
     with pytest.raises(PlanError, match="not in the pod template"):
-        actuation.plan_change(deployment(), [cpu_action(container="ghost")], settings())
+        plan_change(deployment(), [cpu_action(container="ghost")], settings())
 
 
 def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
@@ -269,7 +300,7 @@ def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
             },
         },
     ]
-    plan = actuation.plan_change(deployment(containers=containers), [cpu_action("4")], settings())
+    plan = plan_change(deployment(containers=containers), [cpu_action("4")], settings())
     assert plan is not None
     assert plan.target["containers[main].resources.limits[cpu]"] == "4"
     assert not any("sidecar" in path for path in plan.target)
@@ -277,7 +308,7 @@ def test_cpu_target_for_one_of_two_containers_keeps_the_sidecar() -> None:
 
 def test_unreadable_cpu_target_is_a_plan_error() -> None:
     with pytest.raises(PlanError, match="not a Kubernetes quantity"):
-        actuation.plan_change(deployment(), [cpu_action("lots")], settings())
+        plan_change(deployment(), [cpu_action("lots")], settings())
 
 
 def test_memory_plan_raises_the_limit() -> None:
@@ -290,7 +321,7 @@ def test_memory_plan_raises_the_limit() -> None:
         automatic=True,
         target=ActionTarget(container="main", requests={"memory": "16Gi"}, limits={"memory": "16Gi"}),
     )
-    plan = actuation.plan_change(deployment(), [action], settings(actions=("memory",)))
+    plan = plan_change(deployment(), [action], settings(actions=("memory",)))
     assert plan is not None
     assert plan.target["containers[main].resources.limits[memory]"] == "16Gi"
     assert plan.target["containers[main].resources.requests[memory]"] == "16Gi"
@@ -298,7 +329,7 @@ def test_memory_plan_raises_the_limit() -> None:
 
 def test_mig_mixed_plan_swaps_the_gpu_resource() -> None:
     mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
-    plan = actuation.plan_change(deployment(), [mig_action()], mig)
+    plan = plan_change(deployment(), [mig_action()], mig)
     assert plan is not None
     assert plan.target == {
         "containers[main].resources.limits[nvidia.com/gpu]": None,
@@ -320,7 +351,7 @@ def test_gpu_count_plan() -> None:
         automatic=True,
         target=ActionTarget(container="main", limits={"nvidia.com/gpu": "2"}, gpu_capacity_change=True),
     )
-    plan = actuation.plan_change(deployment(), [action], settings(actions=("gpuCount",)))
+    plan = plan_change(deployment(), [action], settings(actions=("gpuCount",)))
     assert plan is not None and plan.target["containers[main].resources.limits[nvidia.com/gpu]"] == "2"
 
 
@@ -332,7 +363,7 @@ def replicas_action(to: int, kind: ActionType = ActionType.REPLICAS) -> Action:
 
 
 def test_scale_in_stops_at_min_replicas() -> None:
-    plan = actuation.plan_change(
+    plan = plan_change(
         deployment(replicas=4), [replicas_action(1)], settings(actions=("replicas",), minReplicas=2)
     )
     assert plan is not None and plan.target == {"replicas": "2"}
@@ -340,7 +371,7 @@ def test_scale_in_stops_at_min_replicas() -> None:
 
 def test_scale_in_already_at_min_replicas_is_no_change() -> None:
     assert (
-        actuation.plan_change(
+        plan_change(
             deployment(replicas=2), [replicas_action(1)], settings(actions=("replicas",), minReplicas=2)
         )
         is None
@@ -349,11 +380,9 @@ def test_scale_in_already_at_min_replicas_is_no_change() -> None:
 
 def test_hpa_owned_replica_count_is_never_touched() -> None:
     hpa = {"metadata": {"name": "h"}, "spec": {"minReplicas": 2, "maxReplicas": 4}}
-    plan = actuation.plan_change(
-        deployment(replicas=3), [replicas_action(5)], settings(actions=("replicas",)), hpa=hpa
-    )
+    plan = plan_change(deployment(replicas=3), [replicas_action(5)], settings(actions=("replicas",)), hpa=hpa)
     assert plan is None
-    selection = actuation.select_actions(
+    selection = select_actions(
         [replicas_action(5)], settings(actions=("replicas",)), has_hpa=True, kind="Deployment"
     )
     assert "HorizontalPodAutoscaler owns the replica count" in selection.left_out[0]
@@ -365,26 +394,26 @@ def test_hpa_bounds_are_patched_on_the_hpa() -> None:
         type=ActionType.HPA_BOUNDS, from_value="2-4", to_value="2-8", reason="r", automatic=True,
         target=ActionTarget(min_replicas=2, max_replicas=8),
     )  # fmt: skip
-    plan = actuation.plan_change(deployment(replicas=3), [action], settings(actions=("replicas",)), hpa=hpa)
+    plan = plan_change(deployment(replicas=3), [action], settings(actions=("replicas",)), hpa=hpa)
     assert plan is not None and plan.target == {"hpa.maxReplicas": "8"}  # minReplicas 2 already in place
     assert plan.touches_hpa
-    assert actuation.hpa_patch(plan.target) == {"spec": {"maxReplicas": 8}}
-    assert actuation.workload_patch("Deployment", plan.target, None) == {}
+    assert hpa_patch(plan.target) == {"spec": {"maxReplicas": 8}}
+    assert workload_patch("Deployment", plan.target, None) == {}
 
 
 def test_release_idle_respects_min_replicas() -> None:
     release = replicas_action(0, ActionType.RELEASE_IDLE)
-    assert actuation.plan_change(deployment(), [release], settings(actions=("cpu",))) is None
+    assert plan_change(deployment(), [release], settings(actions=("cpu",))) is None
     # the default minReplicas (1) keeps a 1-replica workload as it is
-    assert actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",))) is None
-    plan = actuation.plan_change(deployment(replicas=3), [release], settings(actions=("releaseIdle",)))
+    assert plan_change(deployment(), [release], settings(actions=("releaseIdle",))) is None
+    plan = plan_change(deployment(replicas=3), [release], settings(actions=("releaseIdle",)))
     assert plan is not None and plan.target == {"replicas": "1"}
-    plan = actuation.plan_change(deployment(), [release], settings(actions=("releaseIdle",), minReplicas=0))
+    plan = plan_change(deployment(), [release], settings(actions=("releaseIdle",), minReplicas=0))
     assert plan is not None and plan.target == {"replicas": "0"} and plan.previous == {"replicas": "1"}
 
 
 def test_min_replicas_never_turns_a_scale_in_into_a_scale_out() -> None:
-    plan = actuation.plan_change(
+    plan = plan_change(
         deployment(replicas=2), [replicas_action(1)], settings(actions=("replicas",), minReplicas=10000)
     )
     assert plan is None
@@ -395,7 +424,7 @@ def test_conflicting_actions_are_not_combined() -> None:
         type=ActionType.GPU_COUNT, from_value="1", to_value="2", reason="r", automatic=True,
         target=ActionTarget(limits={"nvidia.com/gpu": "2"}),
     )  # fmt: skip
-    chosen = actuation.select_actions(
+    chosen = select_actions(
         [mig_action(), count],
         settings(
             actions=("migProfile", "gpuCount"), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"]
@@ -413,13 +442,13 @@ def test_kinds_without_a_patchable_template(kind: str, words: str) -> None:
     obj = deployment()
     obj["kind"] = kind
     with pytest.raises(PlanError, match=words):
-        actuation.plan_change(obj, [cpu_action()], settings())
+        plan_change(obj, [cpu_action()], settings())
 
 
 def test_cronjob_template_path() -> None:
-    plan = actuation.plan_change(deployment(kind="CronJob"), [cpu_action()], settings())
+    plan = plan_change(deployment(kind="CronJob"), [cpu_action()], settings())
     assert plan is not None
-    body = actuation.workload_patch("CronJob", plan.target, None)
+    body = workload_patch("CronJob", plan.target, None)
     containers = body["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert containers == [{"name": "main", "resources": {"limits": {"cpu": "4"}, "requests": {"cpu": "4"}}}]
 
@@ -431,27 +460,27 @@ def test_cronjob_template_path() -> None:
 
 def test_strategic_patch_deletes_with_null_and_carries_the_record() -> None:
     mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
-    plan = actuation.plan_change(deployment(), [mig_action()], mig)
+    plan = plan_change(deployment(), [mig_action()], mig)
     assert plan is not None
-    body = actuation.workload_patch("Deployment", plan.target, "{}")
+    body = workload_patch("Deployment", plan.target, "{}")
     limits = body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": None, "nvidia.com/mig-1g.18gb": "1"}
-    assert body["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] == "{}"
+    assert body["metadata"]["annotations"][CHANGE_ANNOTATION] == "{}"
 
 
 def test_replica_patch() -> None:
-    assert actuation.workload_patch("Deployment", {"replicas": "0"}, None) == {"spec": {"replicas": 0}}
+    assert workload_patch("Deployment", {"replicas": "0"}, None) == {"spec": {"replicas": 0}}
 
 
 def test_rollback_restores_previous_values_including_removals() -> None:
     mig = settings(actions=("migProfile",), sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb"])
-    plan = actuation.plan_change(deployment(), [mig_action()], mig)
+    plan = plan_change(deployment(), [mig_action()], mig)
     assert plan is not None
     record = ChangeRecord(
         change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous, actions=plan.actions
     )
     changed = deployment(gpu=("nvidia.com/mig-1g.18gb", "1"))
-    undo, kept = actuation.rollback_plan(record, changed)
+    undo, kept = rollback_plan(record, changed)
     assert undo is not None and kept == ()
     assert undo.target["containers[main].resources.limits[nvidia.com/gpu]"] == "1"
     assert undo.target["containers[main].resources.limits[nvidia.com/mig-1g.18gb]"] is None
@@ -459,21 +488,21 @@ def test_rollback_restores_previous_values_including_removals() -> None:
 
 
 def test_rollback_leaves_fields_someone_else_changed_since() -> None:
-    plan = actuation.plan_change(deployment(), [cpu_action("4")], settings())
+    plan = plan_change(deployment(), [cpu_action("4")], settings())
     assert plan is not None
     record = ChangeRecord(change_id=plan.change_id, at=NOW, target=plan.target, previous=plan.previous)
     human = deployment(cpu="4")
     human["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "6"  # kubectl edit
-    undo, kept = actuation.rollback_plan(record, human)
+    undo, kept = rollback_plan(record, human)
     assert undo is not None
     assert undo.target == {"containers[main].resources.requests[cpu]": "1"}
     assert kept == ("containers[main].resources.limits[cpu]",)
     everything_changed = deployment(cpu="6")
-    assert actuation.rollback_plan(record, everything_changed) == (None, tuple(sorted(plan.target)))
+    assert rollback_plan(record, everything_changed) == (None, tuple(sorted(plan.target)))
 
 
 def test_change_record_round_trips_and_tells_whether_a_change_landed() -> None:
-    plan = actuation.plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
+    plan = plan_change(deployment(), [cpu_action()], settings(), workload_key="k")
     assert plan is not None
     record = ChangeRecord(
         change_id=plan.change_id,
@@ -486,11 +515,11 @@ def test_change_record_round_trips_and_tells_whether_a_change_landed() -> None:
     text = record.to_annotation()
     assert ChangeRecord.from_annotation(text) == record
     before = deployment()
-    assert not actuation.landed(before, plan)
+    assert not change_landed(before, plan)
     after = deployment(cpu="4")
-    after["metadata"]["annotations"] = {actuation.CHANGE_ANNOTATION: text}
-    assert actuation.landed(after, plan)
-    assert actuation.record_on(after) == record
+    after["metadata"]["annotations"] = {CHANGE_ANNOTATION: text}
+    assert change_landed(after, plan)
+    assert record_on(after) == record
 
 
 @pytest.mark.parametrize("text", ["", "not json", json.dumps({"changeId": "x"}), json.dumps([1, 2])])
@@ -498,8 +527,8 @@ def test_damaged_record_is_rejected_clearly(text: str) -> None:
     with pytest.raises(ValueError, match="not a change record"):
         ChangeRecord.from_annotation(text)
     obj = deployment()
-    obj["metadata"]["annotations"] = {actuation.CHANGE_ANNOTATION: text}
-    assert actuation.record_on(obj) is None
+    obj["metadata"]["annotations"] = {CHANGE_ANNOTATION: text}
+    assert record_on(obj) is None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -541,16 +570,16 @@ def managed(manager: str, operation: str) -> dict[str, Any]:
 def test_any_other_field_owner_is_a_conflict(manager: str, operation: str, blocked: bool) -> None:
     obj = deployment()
     obj["metadata"]["managedFields"] = [managed(manager, operation)]
-    owners = actuation.field_conflicts(obj, ["containers[main].resources.limits[cpu]"])
+    owners = field_conflicts(obj, ["containers[main].resources.limits[cpu]"])
     assert bool(owners) == blocked
     if blocked:
-        assert manager in actuation.conflict_reason(owners)
+        assert manager in conflict_reason(owners)
 
 
 def test_owner_of_another_field_is_no_conflict() -> None:
     obj = deployment()
     obj["metadata"]["managedFields"] = [managed("argocd-controller", "Apply")]
-    assert actuation.field_conflicts(obj, ["containers[main].resources.limits[memory]"]) == {}
+    assert field_conflicts(obj, ["containers[main].resources.limits[memory]"]) == {}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,8 +608,8 @@ def window(busy: float, cpu: float, pod: str = "p-1") -> WorkloadWindow:
 
 
 def test_signals_from_window_and_pod_filter() -> None:
-    assert actuation.signals_from_window(window(0.4, 1.9)) == {"gpuBusyP95": 0.4, "cpuSaturationP95": 0.95}
-    assert actuation.signals_from_window(window(0.4, 1.9), pods=["other"]) == {}
+    assert signals_from_window(window(0.4, 1.9)) == {"gpuBusyP95": 0.4, "cpuSaturationP95": 0.95}
+    assert signals_from_window(window(0.4, 1.9), pods=["other"]) == {}
 
 
 def test_verification_measures_new_pods_against_the_new_cpu_limit() -> None:
@@ -600,18 +629,16 @@ def test_verification_measures_new_pods_against_the_new_cpu_limit() -> None:
         actions=(ActionType.CPU,),
         baseline={"gpuBusyP95": 0.2, "cpuSaturationP95": 0.98},
     )
-    assert actuation.target_cpu_limit(record) == 8.0
-    after = actuation.signals_from_window(
-        window(0.8, 7.8), cpu_limit_cores=actuation.target_cpu_limit(record)
-    )
+    assert target_cpu_limit(record) == 8.0
+    after = signals_from_window(window(0.8, 7.8), cpu_limit_cores=target_cpu_limit(record))
     assert after["cpuSaturationP95"] == pytest.approx(0.975)
-    assert actuation.regression(record.baseline, after, PodHealth(), record.actions) is None
-    stale = actuation.signals_from_window(window(0.8, 7.8))  # the old limit (2 cores) from the window
-    assert actuation.regression(record.baseline, stale, PodHealth(), record.actions) is not None
+    assert regression(record.baseline, after, PodHealth(), record.actions) is None
+    stale = signals_from_window(window(0.8, 7.8))  # the old limit (2 cores) from the window
+    assert regression(record.baseline, stale, PodHealth(), record.actions) is not None
     no_cpu_change = ChangeRecord(
         change_id="c-2", at=NOW, target={"replicas": "3"}, previous={"replicas": "2"}
     )
-    assert actuation.target_cpu_limit(no_cpu_change) is None
+    assert target_cpu_limit(no_cpu_change) is None
 
 
 @pytest.mark.parametrize(
@@ -651,7 +678,7 @@ def test_regression(
     actions: list[ActionType],
     words: str | None,
 ) -> None:
-    problem = actuation.regression(before, after, health, actions)
+    problem = regression(before, after, health, actions)
     if words is None:
         assert problem is None
     else:
@@ -659,7 +686,7 @@ def test_regression(
 
 
 def test_improvement_summary() -> None:
-    text = actuation.improvement_summary(
+    text = improvement_summary(
         {"gpuBusyP95": 0.35, "cpuSaturationP95": 0.98}, {"gpuBusyP95": 0.81, "cpuSaturationP95": 0.6}
     )
     assert text == "GPU busy p95 35%->81%, CPU saturation p95 98%->60%"
@@ -678,7 +705,7 @@ def test_improvement_summary() -> None:
 def test_replica_target_never_reverses_direction_nor_breaks_the_floor(
     current: int, requested: int, floor: int
 ) -> None:
-    result = actuation.replica_target(current, requested, min_replicas=floor)
+    result = replica_target(current, requested, min_replicas=floor)
     if result is None:
         return
     assert result != current
@@ -689,17 +716,13 @@ def test_replica_target_never_reverses_direction_nor_breaks_the_floor(
 
 
 def test_gates_refuse_partial_data_stale_data_and_an_old_generation() -> None:
-    partial = actuation.check_gates(
-        gate(warnings=("team-a/p-2: requests nvidia.com/gpu but has no GPU series",))
-    )
+    partial = check_gates(gate(warnings=("team-a/p-2: requests nvidia.com/gpu but has no GPU series",)))
     assert not partial.go and "partial data" in partial.reason
-    stale = actuation.check_gates(
-        gate(window_end=NOW - timedelta(minutes=20), staleness_limit=timedelta(minutes=15))
-    )
+    stale = check_gates(gate(window_end=NOW - timedelta(minutes=20), staleness_limit=timedelta(minutes=15)))
     assert not stale.go and "stale" in stale.reason
-    moved = actuation.check_gates(gate(analysed_generation=2, live_generation=3))
+    moved = check_gates(gate(analysed_generation=2, live_generation=3))
     assert not moved.go and "generation 2" in moved.reason
-    other = actuation.check_gates(gate(started_by="old-policy"))
+    other = check_gates(gate(started_by="old-policy"))
     assert not other.go and "started by policy 'old-policy'" in other.reason
 
 
@@ -712,42 +735,39 @@ def rolled_out(obj: dict[str, Any], replicas: int = 2) -> dict[str, Any]:
     return obj
 
 
-def cpu_plan(obj: dict[str, Any]) -> actuation.ChangePlan:
-    plan = actuation.plan_change(obj, [cpu_action("4")], settings())
+def cpu_plan(obj: dict[str, Any]) -> ChangePlan:
+    plan = plan_change(obj, [cpu_action("4")], settings())
     assert plan is not None
     return plan
 
 
 def test_availability_gates_each_name_themselves() -> None:
     many = rolled_out(deployment(replicas=2))
-    assert actuation.check_availability(cpu_plan(many), actuation.Availability(many), settings()) is None
+    assert check_availability(cpu_plan(many), Availability(many), settings()) is None
     owned = rolled_out(deployment(replicas=2))
     owned["metadata"]["ownerReferences"] = [
         {"kind": "InferenceService", "name": "llm", "controller": True, "apiVersion": "v1", "uid": "u"}
     ]
-    verdict = actuation.check_availability(cpu_plan(owned), actuation.Availability(owned), settings())
+    verdict = check_availability(cpu_plan(owned), Availability(owned), settings())
     assert verdict is not None and "managed by InferenceService/llm" in verdict.reason
     assert "change the InferenceService instead" in verdict.reason
     single = rolled_out(deployment(replicas=1), replicas=1)
-    verdict = actuation.check_availability(cpu_plan(single), actuation.Availability(single), settings())
+    verdict = check_availability(cpu_plan(single), Availability(single), settings())
     assert verdict is not None and "replica floor" in verdict.reason
     assert (
-        actuation.check_availability(
-            cpu_plan(single), actuation.Availability(single), settings(allowSingleReplica=True)
-        )
-        is None
+        check_availability(cpu_plan(single), Availability(single), settings(allowSingleReplica=True)) is None
     )
     rolling = rolled_out(deployment(replicas=2))
     rolling["status"]["updatedReplicas"] = 1
-    verdict = actuation.check_availability(cpu_plan(rolling), actuation.Availability(rolling), settings())
+    verdict = check_availability(cpu_plan(rolling), Availability(rolling), settings())
     assert verdict is not None and "not fully rolled out" in verdict.reason
     pdb = {"metadata": {"name": "keep-one"}, "spec": {"selector": {"matchLabels": {"app": "x"}}},
            "status": {"disruptionsAllowed": 0}}  # fmt: skip
     many["spec"]["template"]["metadata"] = {"labels": {"app": "x"}}
-    verdict = actuation.check_availability(cpu_plan(many), actuation.Availability(many, (pdb,)), settings())
+    verdict = check_availability(cpu_plan(many), Availability(many, (pdb,)), settings())
     assert verdict is not None and "PodDisruptionBudget keep-one" in verdict.reason
-    busy = actuation.Availability(rolled_out(deployment(replicas=2)), (), pods_in_disruption=9)
-    verdict = actuation.check_availability(cpu_plan(many), busy, settings())
+    busy = Availability(rolled_out(deployment(replicas=2)), (), pods_in_disruption=9)
+    verdict = check_availability(cpu_plan(many), busy, settings())
     assert verdict is not None and "disruption budget" in verdict.reason
 
 
@@ -759,7 +779,7 @@ def pod(
 
 def test_pod_health_sees_every_way_a_pod_fails_to_start() -> None:
     waiting = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}
-    health = actuation.pod_health([
+    health = pod_health([
         pod("a", phase="Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/6 nodes"}]),
         pod("b", phase="Pending", containerStatuses=[waiting]),
         pod("c", phase="Pending", initContainerStatuses=[{"restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]),
@@ -778,75 +798,75 @@ def test_pod_health_sees_every_way_a_pod_fails_to_start() -> None:
 
 def test_only_the_new_revisions_pods_are_measured() -> None:
     obj = deployment()
-    obj["metadata"].update({"uid": "d-1", "annotations": {actuation.REVISION_ANNOTATION: "2"}})
+    obj["metadata"].update({"uid": "d-1", "annotations": {REVISION_ANNOTATION: "2"}})
     rs = [
-        {"metadata": {"labels": {"pod-template-hash": "old"}, "annotations": {actuation.REVISION_ANNOTATION: "1"},
+        {"metadata": {"labels": {"pod-template-hash": "old"}, "annotations": {REVISION_ANNOTATION: "1"},
                       "ownerReferences": [{"uid": "d-1"}]}},
-        {"metadata": {"labels": {"pod-template-hash": "new"}, "annotations": {actuation.REVISION_ANNOTATION: "2"},
+        {"metadata": {"labels": {"pod-template-hash": "new"}, "annotations": {REVISION_ANNOTATION: "2"},
                       "ownerReferences": [{"uid": "d-1"}]}},
     ]  # fmt: skip
     pods = [
         pod("old-1", labels={"pod-template-hash": "old"}),
         pod("new-1", labels={"pod-template-hash": "new"}),
     ]
-    assert [p["metadata"]["name"] for p in actuation.new_revision_pods(obj, pods, rs)] == ["new-1"]
+    assert [p["metadata"]["name"] for p in new_revision_pods(obj, pods, rs)] == ["new-1"]
     sts = {"kind": "StatefulSet", "metadata": {}, "status": {"updateRevision": "r2"}}
     sts_pods = [
         pod("s-0", labels={"controller-revision-hash": "r1"}),
         pod("s-1", labels={"controller-revision-hash": "r2"}),
     ]
-    assert [p["metadata"]["name"] for p in actuation.new_revision_pods(sts, sts_pods)] == ["s-1"]
+    assert [p["metadata"]["name"] for p in new_revision_pods(sts, sts_pods)] == ["s-1"]
 
 
-def look(**changes: Any) -> actuation.VerificationInput:
+def look(**changes: Any) -> VerificationInput:
     base: dict[str, Any] = {
         "now": NOW, "applied_at": NOW - timedelta(minutes=40), "rolled_out_at": NOW - timedelta(minutes=35),
         "verify_for": timedelta(minutes=30), "rollout": None, "failure": None, "health": PodHealth(total=1, running=1),
         "before": {"gpuBusyP95": 0.3}, "after": {"gpuBusyP95": 0.6}, "actions": (ActionType.CPU,),
     }  # fmt: skip
     base.update(changes)
-    return actuation.VerificationInput(**base)
+    return VerificationInput(**base)
 
 
 def test_verification_never_verifies_without_evidence() -> None:
-    assert actuation.verification_outcome(look())[0] == actuation.Outcome.VERIFIED
-    outcome, reason = actuation.verification_outcome(look(after={}))
-    assert outcome == actuation.Outcome.INCONCLUSIVE and "no figures" in reason
-    outcome, _ = actuation.verification_outcome(look(before={}, after={"gpuBusyP95": 0.6}))
-    assert outcome == actuation.Outcome.INCONCLUSIVE
+    assert verification_outcome(look())[0] == Outcome.VERIFIED
+    outcome, reason = verification_outcome(look(after={}))
+    assert outcome == Outcome.INCONCLUSIVE and "no figures" in reason
+    outcome, _ = verification_outcome(look(before={}, after={"gpuBusyP95": 0.6}))
+    assert outcome == Outcome.INCONCLUSIVE
 
 
 def test_verification_waits_for_the_rollout_and_gives_up_inconclusive() -> None:
     early = look(applied_at=NOW - timedelta(minutes=2), rolled_out_at=None, rollout="1/2 replicas updated")
-    assert actuation.verification_outcome(early)[0] == actuation.Outcome.WAIT
+    assert verification_outcome(early)[0] == Outcome.WAIT
     done = look(applied_at=NOW - timedelta(minutes=2), rolled_out_at=None, rollout=None)
-    assert actuation.verification_outcome(done)[0] == actuation.Outcome.ROLLED_OUT
+    assert verification_outcome(done)[0] == Outcome.ROLLED_OUT
     late = look(applied_at=NOW - timedelta(hours=2), rolled_out_at=None, rollout="1/2 replicas updated")
-    assert actuation.verification_outcome(late)[0] == actuation.Outcome.INCONCLUSIVE
+    assert verification_outcome(late)[0] == Outcome.INCONCLUSIVE
     measuring = look(rolled_out_at=NOW - timedelta(minutes=5))
-    assert actuation.verification_outcome(measuring)[0] == actuation.Outcome.WAIT
+    assert verification_outcome(measuring)[0] == Outcome.WAIT
 
 
 def test_pods_that_never_start_fail_the_change_within_minutes() -> None:
     stuck = PodHealth(total=1, image_pull=1, messages=("p: ImagePullBackOff",))
-    outcome, reason = actuation.verification_outcome(
+    outcome, reason = verification_outcome(
         look(applied_at=NOW - timedelta(minutes=1), rolled_out_at=None, rollout="0/1 available", health=stuck)
     )
-    assert outcome == actuation.Outcome.REGRESSED and "ImagePullBackOff" in reason
+    assert outcome == Outcome.REGRESSED and "ImagePullBackOff" in reason
     deadline = look(rolled_out_at=None, rollout="x", failure="rollout failed: ProgressDeadlineExceeded")
-    assert actuation.verification_outcome(deadline)[0] == actuation.Outcome.REGRESSED
+    assert verification_outcome(deadline)[0] == Outcome.REGRESSED
     gated = PodHealth(total=1, gated=1)
     assert (
-        actuation.verification_outcome(
+        verification_outcome(
             look(applied_at=NOW - timedelta(minutes=1), rolled_out_at=None, rollout="x", health=gated)
         )[0]
-        == actuation.Outcome.WAIT
+        == Outcome.WAIT
     )
     assert (
-        actuation.verification_outcome(
+        verification_outcome(
             look(applied_at=NOW - timedelta(minutes=6), rolled_out_at=None, rollout="x", health=gated)
         )[0]
-        == actuation.Outcome.REGRESSED
+        == Outcome.REGRESSED
     )
 
 
@@ -863,6 +883,6 @@ def test_policy_durations_are_bounded() -> None:
 
 def test_a_cronjob_change_disrupts_no_running_pod() -> None:
     job = deployment(kind="CronJob")
-    plan = actuation.plan_change(job, [cpu_action("4")], settings())
-    assert plan is not None and not actuation.disrupts_pods(plan, job)
-    assert actuation.check_availability(plan, actuation.Availability(job), settings()) is None
+    plan = plan_change(job, [cpu_action("4")], settings())
+    assert plan is not None and not disrupts_pods(plan, job)
+    assert check_availability(plan, Availability(job), settings()) is None

@@ -7,11 +7,11 @@ from tests.unit.logic.test_capacity import MIG_MIXED, TIME_SLICED, WHOLE
 from tests.unit.logic.test_diagnose import oversized as narrow_oversized
 from tests.unit.logic.test_recommend import rare_job
 
-from gpu_rightsizer.handlers import cycle
 from gpu_rightsizer.logic.capacity import capacity_from_nodes
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.recommender import cycle
 
 
 def oversized() -> WorkloadWindow:

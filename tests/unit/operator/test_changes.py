@@ -1,8 +1,9 @@
-"""The actuator's step (handlers/changes.py) driven against an in-memory cluster.
+"""The actuator's step (actuator/step.py) driven against an in-memory cluster.
 
 The fake keeps what the API server guarantees and the actuator relies on: status writes are RFC 7386
 merge patches, and every write carrying a resourceVersion is refused with 409 when the object moved
-on since. Each test replays one way the old actuator did harm (re-sent gated-out patches, verified
+on since. The change record (GPURightsizingChange) is a separate object from the recommendation, as on
+the server. Each test replays one way the old actuator did harm (re-sent gated-out patches, verified
 without evidence, rolled back over a person's edit, retried a regression forever, wrote without the
 lease) and asserts it no longer happens.
 """
@@ -18,13 +19,17 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from gpu_rightsizer.handlers import changes
-from gpu_rightsizer.handlers.changes import Actuator, LeadershipLostError, WorkloadCase
-from gpu_rightsizer.handlers.cycle import merge_patched
-from gpu_rightsizer.logic import actuation
+from gpu_rightsizer.actuator import loop
+from gpu_rightsizer.actuator.gates import CLEAR_REGRESSIONS_ANNOTATION
+from gpu_rightsizer.actuator.plan import CHANGE_ANNOTATION
+from gpu_rightsizer.actuator.record import ChangeRecord
+from gpu_rightsizer.actuator.step import Actuator
+from gpu_rightsizer.actuator.verify import REVISION_ANNOTATION
+from gpu_rightsizer.actuator.writes import LeadershipLostError, WorkloadCase
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
+from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import (
     Allocation,
     GPUObservation,
@@ -54,7 +59,7 @@ class Cluster:
             "kind": "Deployment",
             "metadata": {
                 "name": "trainer", "namespace": "team-a", "uid": "d-1", "generation": 1,
-                "resourceVersion": "100", "annotations": {actuation.REVISION_ANNOTATION: "1"},
+                "resourceVersion": "100", "annotations": {REVISION_ANNOTATION: "1"},
             },
             "spec": {
                 "replicas": replicas,
@@ -73,6 +78,8 @@ class Cluster:
             "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"}},
             "status": {},
         }
+        self.change: dict[str, Any] | None = None
+        self.mirrors = 0
         self.revision = 1
         self.pod_state: dict[str, Any] = {"phase": "Running"}
         self.writes: list[str] = []
@@ -100,13 +107,25 @@ class Cluster:
         metadata["generation"] += 1
         metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + 1)
         self.revision += 1
-        metadata["annotations"][actuation.REVISION_ANNOTATION] = str(self.revision)
+        metadata["annotations"][REVISION_ANNOTATION] = str(self.revision)
 
     def cpu(self) -> str:
         return str(self.workload["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"])
 
     def apply(self) -> dict[str, Any]:
+        """The actuator's state: its change record's status, or (no record yet: no change was ever
+        started) the verdict it showed on the recommendation."""
+        if self.change is not None:
+            return dict(self.change.get("status") or {})
         return dict(self.recommendation["status"].get("apply") or {})
+
+    def forge_change(self, status: dict[str, Any], uid: str = "d-1") -> None:
+        """Put a change record in place as if an earlier actuator had written it."""
+        self.change = {
+            "metadata": {"name": "deployment-trainer", "namespace": "team-a", "resourceVersion": "50"},
+            "spec": {"targetRef": {"kind": "Deployment", "name": "trainer"}, "workloadUid": uid},
+            "status": status,
+        }
 
     def publish(self, cores: str = "4", now: datetime = T0, **status: Any) -> None:
         """The recommender's status: a CPU action with its target, for the live generation."""
@@ -134,8 +153,38 @@ class Cluster:
             raise conflict()
         self.recommendation["status"] = merge_patched(self.recommendation["status"], dict(status))
         metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + 1)
-        self.writes.append(f"status:{(status.get('apply') or {}).get('phase', '-')}")
+        self.mirrors += 1
         return copy.deepcopy(self.recommendation)
+
+    # --- the change records (adapters.change_store.ChangeStore) ------------------------------------
+
+    def get_change(self, ref: WorkloadRef) -> dict[str, Any] | None:
+        return copy.deepcopy(self.change)
+
+    def list_changes(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        return [copy.deepcopy(self.change)] if self.change is not None else []
+
+    def create_change(self, ref: WorkloadRef, spec: Mapping[str, Any]) -> dict[str, Any]:
+        if self.change is not None:
+            raise conflict()
+        self.change = {
+            "metadata": {"name": "deployment-trainer", "namespace": "team-a", "resourceVersion": "1"},
+            "spec": dict(spec), "status": {},
+        }  # fmt: skip
+        return copy.deepcopy(self.change)
+
+    def patch_change(
+        self, ref: WorkloadRef, body: Mapping[str, Any], *, resource_version: str | None, status: bool
+    ) -> dict[str, Any]:
+        assert self.change is not None, "a change record is patched only after it was created"
+        metadata = self.change["metadata"]
+        if resource_version is not None and resource_version != metadata["resourceVersion"]:
+            raise conflict()
+        key = "status" if status else "spec"
+        self.change[key] = merge_patched(self.change.get(key) or {}, dict(body[key]))
+        metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + 1)
+        self.writes.append(f"status:{(body.get('status') or {}).get('phase', '-')}" if status else "spec")
+        return copy.deepcopy(self.change)
 
     def strategic_patch(
         self, ref: WorkloadRef, body: Mapping[str, Any], *, resource_version: str | None = None
@@ -174,7 +223,7 @@ class Cluster:
         rs = {
             "metadata": {
                 "labels": {"pod-template-hash": f"h{self.revision}"},
-                "annotations": {actuation.REVISION_ANNOTATION: str(self.revision)},
+                "annotations": {REVISION_ANNOTATION: str(self.revision)},
                 "ownerReferences": [{"uid": "d-1", "controller": True}],
             }
         }
@@ -188,7 +237,9 @@ class Cluster:
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.deleted_pods.append(name)
 
-    def patch_hpa(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    def patch_hpa(
+        self, namespace: str, name: str, body: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> None:
         raise AssertionError("no HPA in these tests")
 
 
@@ -226,17 +277,29 @@ class Driver:
         self.cluster = cluster
         self.leader = True
         self.recent: list[tuple[str, datetime]] = []
+        self.before: WorkloadWindow | None = window(0.3, 0.98)
         self.after = after
-        self.actuator = Actuator(cluster, lambda: self.leader, self.measure)  # type: ignore[arg-type]
+        #: Answers of the next verification reads: an exception is raised, None means "no series".
+        self.bad_answers: list[Exception | None] = []
+        self.actuator = Actuator(cluster, cluster, lambda: self.leader, self.measure)  # type: ignore[arg-type]
 
-    def measure(self, start: datetime, end: datetime) -> list[WorkloadWindow]:
-        return [self.after] if self.after is not None else []
+    def measure(self, ref: WorkloadRef, start: datetime, end: datetime) -> WorkloadWindow | None:
+        """The one-workload read: the baseline before a change, the new pods' window after it."""
+        assert ref == REF, "the actuator reads only the workload it steps"
+        if self.cluster.apply().get("phase") not in ("Applied", "RolledOut"):
+            return self.before
+        if self.bad_answers:
+            answer = self.bad_answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return None
+        return self.after
 
     def step(self, now: datetime, settings: Any = None, **extra: Any) -> None:
         case = WorkloadCase(
-            ref=REF, uid="d-1", workload=copy.deepcopy(self.cluster.workload),
+            ref=REF, uid=extra.pop("uid", "d-1"), workload=copy.deepcopy(self.cluster.workload),
             recommendation=copy.deepcopy(self.cluster.recommendation), settings=settings or policy(),
-            window=window(0.3, 0.98), hpa=None, now=now, **extra,
+            hpa=extra.pop("hpa", None), now=now, **extra,
         )  # fmt: skip
         self.actuator.step(case, self.recent)
 
@@ -296,9 +359,9 @@ def test_a_recorded_intent_is_never_resent_without_its_policy(settings: Any, wor
     driver.step(T0)  # apply it, then forge the interrupted intent of the old format
     apply = cluster.apply()
     cluster.workload = Cluster().workload  # the change never landed
-    cluster.recommendation["status"]["apply"] = {
+    cluster.forge_change({
         "state": "Pending", "policy": "apply", "patch": apply["patch"], "appliedAt": apply["appliedAt"], "dryRun": False,
-    }  # fmt: skip
+    })  # fmt: skip
     cluster.writes.clear()
     driver.step(T0 + timedelta(minutes=1), settings)
     assert cluster.writes == ["status:Abandoned"] and cluster.cpu() == "1"
@@ -355,15 +418,18 @@ def test_no_change_without_a_recommendation_for_the_live_generation() -> None:
     assert cluster.cpu() == "2" and "waiting for a fresh analysis" in cluster.apply()["reason"]
 
 
-def test_a_status_written_by_someone_else_meanwhile_stops_the_step() -> None:
+def test_a_change_record_written_by_someone_else_meanwhile_stops_the_step() -> None:
     cluster = Cluster()
     driver = Driver(cluster)
     cluster.publish()
-    stale_read = copy.deepcopy(cluster.recommendation)
-    cluster.recommendation["metadata"]["resourceVersion"] = "8"  # another writer
+    cluster.forge_change({"state": "Skipped", "reason": "earlier"})
+    stale_read = copy.deepcopy(cluster.change)
+    assert cluster.change is not None
+    cluster.change["metadata"]["resourceVersion"] = "51"  # another writer
+    cluster.get_change = lambda ref: copy.deepcopy(stale_read)  # type: ignore[method-assign]
     case = WorkloadCase(
-        ref=REF, uid="d-1", workload=copy.deepcopy(cluster.workload), recommendation=stale_read,
-        settings=policy(), window=window(0.3, 0.98), hpa=None, now=T0,
+        ref=REF, uid="d-1", workload=copy.deepcopy(cluster.workload),
+        recommendation=copy.deepcopy(cluster.recommendation), settings=policy(), hpa=None, now=T0,
     )  # fmt: skip
     driver.actuator.step(case, [])
     assert cluster.writes == [] and cluster.cpu() == "1"
@@ -391,6 +457,9 @@ def test_no_data_is_inconclusive_never_verified() -> None:
     cluster.roll_out()
     driver.step(T0 + timedelta(minutes=1))
     assert cluster.apply()["phase"] == "RolledOut"
+    for hours in (1, 2):  # a read without figures is retried, not a verdict
+        driver.step(T0 + timedelta(hours=hours))
+        assert cluster.apply()["phase"] == "RolledOut" and cluster.apply()["failedReads"] == hours
     driver.step(T0 + timedelta(hours=3))
     assert cluster.apply()["state"] == "Inconclusive" and "no figures" in cluster.apply()["reason"]
     assert cluster.cpu() == "4"  # Hold is the default
@@ -405,8 +474,10 @@ def test_inconclusive_rolls_back_when_the_policy_says_so() -> None:
     driver.step(T0, settings)
     cluster.roll_out()
     driver.step(T0 + timedelta(minutes=1), settings)
-    driver.step(T0 + timedelta(hours=1), settings)
+    for hours in (1, 2, 3):
+        driver.step(T0 + timedelta(hours=hours), settings)
     assert cluster.cpu() == "1" and cluster.apply()["state"] == "RolledBack"
+    assert cluster.apply()["rollbacks"] == 0  # an inconclusive rollback does not count toward maxRollbacks
 
 
 def test_a_rollout_that_never_completes_is_inconclusive() -> None:
@@ -426,7 +497,8 @@ def test_verification_waits_for_the_rollout_and_measures_only_new_pods() -> None
     assert cluster.apply()["phase"] == "Applied" and "rollout" in cluster.apply()["reason"]
     cluster.roll_out()
     driver.step(T0 + timedelta(minutes=6))
-    driver.step(T0 + timedelta(minutes=20))
+    for minutes in (20, 25, 30):
+        driver.step(T0 + timedelta(minutes=minutes))
     assert cluster.apply()["state"] == "Inconclusive"  # the old pods' figures are never used
     cluster2 = Cluster()
     driver2 = Driver(cluster2)
@@ -458,7 +530,9 @@ def test_pods_that_never_pull_their_image_are_rolled_back_within_minutes() -> No
 # --------------------------------------------------------------------------------------------------
 
 
-def test_a_rollback_keeps_a_persons_edit_made_after_the_change() -> None:
+def test_a_persons_later_revision_is_not_blamed_on_our_change() -> None:
+    """M-E: a person edits the template after our change and that revision fails: our change is
+    superseded (not verified, not a regression, not counted), and the person's revision is left alone."""
     cluster = Cluster()
     driver = Driver(cluster)
     applied(cluster, driver)
@@ -467,10 +541,13 @@ def test_a_rollback_keeps_a_persons_edit_made_after_the_change() -> None:
         "phase": "Pending",
         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     }
+    cluster.writes.clear()
     driver.step(T0 + timedelta(minutes=1))
     resources = cluster.workload["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert resources["limits"]["cpu"] == "6" and resources["requests"]["cpu"] == "1"
-    assert "left as changed since by someone else: " + CPU in cluster.apply()["reason"]
+    assert resources["limits"]["cpu"] == "6" and resources["requests"]["cpu"] == "4"
+    assert cluster.writes == ["status:Done"] and "superseded" in cluster.apply()["reason"]
+    assert cluster.apply()["rollbacks"] == 0 if "rollbacks" in cluster.apply() else True
+    assert "ChangeSuperseded" in cluster.events
 
 
 def test_a_crash_during_rollback_never_undoes_the_rollback() -> None:
@@ -522,7 +599,7 @@ def test_a_regressed_change_is_not_retried_until_the_spec_changes_and_n_rollback
     cluster.publish(now=much_later)
     driver.step(much_later)
     assert cluster.apply()["state"] == "Blocked" and "clear-regressions" in cluster.apply()["reason"]
-    cluster.workload["metadata"]["annotations"][actuation.CLEAR_REGRESSIONS_ANNOTATION] = "ticket-42"
+    cluster.workload["metadata"]["annotations"][CLEAR_REGRESSIONS_ANNOTATION] = "ticket-42"
     driver.step(much_later + timedelta(minutes=1))
     assert cluster.cpu() == "4" and cluster.apply()["rollbacks"] == 0
 
@@ -603,12 +680,8 @@ def test_partial_data_is_not_acted_on() -> None:
     cluster = Cluster()
     driver = Driver(cluster)
     cluster.publish()
-    partial = window(0.3, 0.98).model_copy(update={"warnings": ["team-a/trainer-1-1: no GPU series"]})
-    case = WorkloadCase(
-        ref=REF, uid="d-1", workload=copy.deepcopy(cluster.workload),
-        recommendation=copy.deepcopy(cluster.recommendation), settings=policy(), window=partial, hpa=None, now=T0,
-    )  # fmt: skip
-    driver.actuator.step(case, [])
+    driver.before = window(0.3, 0.98).model_copy(update={"warnings": ["team-a/trainer-1-1: no GPU series"]})
+    driver.step(T0)
     assert cluster.cpu() == "1" and "partial data" in cluster.apply()["reason"]
 
 
@@ -628,15 +701,15 @@ def policy_dry_run() -> Any:
     )
 
 
-def test_in_flight_pods_and_recent_changes_come_from_statuses() -> None:
-    recs = [
+def test_in_flight_pods_and_recent_changes_come_from_the_change_records() -> None:
+    records = [
         {"metadata": {"namespace": "a"}, "spec": {"targetRef": {"kind": "Deployment", "name": "x"}},
-         "status": {"allocation": {"replicas": 3}, "apply": {"phase": "Applied", "policy": "p", "appliedAt": "2026-03-04T11:30:00Z"}}},
+         "status": {"replicas": 3, "phase": "Applied", "policy": "p", "appliedAt": "2026-03-04T11:30:00Z"}},
         {"metadata": {"namespace": "a"}, "spec": {"targetRef": {"kind": "Deployment", "name": "y"}},
-         "status": {"apply": {"state": "Blocked", "policy": "p", "appliedAt": "2026-03-04T11:40:00Z"}}},
+         "status": {"state": "Blocked", "policy": "p", "appliedAt": "2026-03-04T11:40:00Z"}},
     ]  # fmt: skip
-    assert changes.in_flight_pods(recs) == {"p": {"a/Deployment/x": 3}}
-    assert len(changes.recent_changes(recs, T0)) == 2  # a Blocked change that was sent still counts
+    assert loop.in_flight_pods(records) == {"p": {"a/Deployment/x": 3}}
+    assert len(loop.recent_changes(records, T0)) == 2  # a Blocked change that was sent still counts
 
 
 def test_a_statefulset_rollback_deletes_only_the_stuck_pods_of_the_failed_revision() -> None:
@@ -662,9 +735,9 @@ def test_a_statefulset_rollback_deletes_only_the_stuck_pods_of_the_failed_revisi
     sts = {"kind": "StatefulSet", "metadata": {"name": "db"}, "status": {"updateRevision": "good"}}
     case = WorkloadCase(
         ref=WorkloadRef(namespace="team-a", kind="StatefulSet", name="db"), uid="s", workload=sts,
-        recommendation={}, settings=policy(), window=None, hpa=None, now=T0,
+        recommendation={}, settings=policy(), hpa=None, now=T0,
     )  # fmt: skip
-    Actuator(pods, lambda: True, lambda start, end: [])._unstick_statefulset(case, "bad")  # type: ignore[arg-type]
+    Actuator(pods, Cluster(), lambda: True, lambda ref, start, end: None)._unstick_statefulset(case, "bad")  # type: ignore[arg-type]
     assert pods.deleted == ["db-0"]
 
 
@@ -672,9 +745,9 @@ def test_a_forged_change_record_cannot_shorten_the_cooldown() -> None:
     cluster = Cluster()
     driver = Driver(cluster)
     cluster.publish()
-    cluster.recommendation["status"]["apply"] = {"state": "Verified", "appliedAt": "2026-03-04T11:50:00Z"}
-    forged = actuation.ChangeRecord(change_id="c-x", at=T0 - timedelta(days=30), target={}, previous={})
-    cluster.workload["metadata"]["annotations"][actuation.CHANGE_ANNOTATION] = forged.to_annotation()
+    cluster.forge_change({"state": "Verified", "appliedAt": "2026-03-04T11:50:00Z"})
+    forged = ChangeRecord(change_id="c-x", at=T0 - timedelta(days=30), target={}, previous={})
+    cluster.workload["metadata"]["annotations"][CHANGE_ANNOTATION] = forged.to_annotation()
     driver.step(T0)
     assert cluster.cpu() == "1"
 
@@ -685,11 +758,9 @@ def test_without_metrics_no_new_change_starts_but_a_change_in_flight_is_still_wa
     cluster.publish()
 
     def step_without_window(now: datetime) -> None:
-        case = WorkloadCase(
-            ref=REF, uid="d-1", workload=copy.deepcopy(cluster.workload),
-            recommendation=copy.deepcopy(cluster.recommendation), settings=policy(), window=None, hpa=None, now=now,
-        )  # fmt: skip
-        driver.actuator.step(case, [])
+        driver.before = driver.after = None
+        driver.step(now)
+        driver.before = window(0.3, 0.98)
 
     step_without_window(T0)
     assert cluster.cpu() == "1" and "no metrics" in cluster.apply()["reason"]
@@ -710,8 +781,8 @@ def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight
 
     from gpu_rightsizer.adapters.kube import ResolvedWorkload
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
-    from gpu_rightsizer.handlers.context import OperatorContext
+    from gpu_rightsizer.recommender import wiring as recommender
+    from gpu_rightsizer.runtime.context import OperatorContext
 
     workload = {"metadata": {"name": "trainer", "annotations": {"gpurightsizer.io/ignore": "true"}}}
 
@@ -723,7 +794,12 @@ def test_an_opted_out_pod_never_deletes_a_recommendation_with_a_change_in_flight
             return ResolvedWorkload(ref=REF, uid="d-1", obj=workload)
 
         def get_recommendation(self, ref: WorkloadRef) -> dict[str, Any]:
-            return {"status": {"apply": {"phase": phase}}}
+            target = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+            return {
+                "metadata": {"namespace": ref.namespace, "name": "r"},
+                "spec": {"targetRef": target},
+                "status": {"apply": {"phase": phase}},
+            }
 
         def delete_recommendation(self, ref: WorkloadRef) -> bool:
             self.deleted.append(ref.key)

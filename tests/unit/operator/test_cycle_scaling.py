@@ -9,10 +9,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from tests.unit.operator.test_cycle_windows import NOW, FakeKube, FetchRecorder, cluster, memo_for, policy
+from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_for, policy
 
-from gpu_rightsizer.handlers import cycle
+from gpu_rightsizer.actuator import loop
+from gpu_rightsizer.actuator.step import Actuator
+from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.recommender import cycle, writes
 
 
 class ListingKube(FakeKube):
@@ -51,7 +54,7 @@ class ListingKube(FakeKube):
     def patch_recommendation_status(self, ref: WorkloadRef, status: Mapping[str, Any]) -> None:
         super().patch_recommendation_status(ref, status)
         stored = self.recommendations[(ref.namespace, ref.name)]
-        stored["status"] = cycle.merge_patched(stored.get("status") or {}, status)
+        stored["status"] = merge_patched(stored.get("status") or {}, status)
 
 
 def stored_status(kube: FakeKube, namespace: str, name: str) -> dict[str, Any]:
@@ -74,7 +77,6 @@ def hpa() -> dict[str, Any]:
 
 def test_workloads_and_hpas_are_listed_once_per_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     seen: dict[str, Any] = {}
     original = cycle.analyse
 
@@ -97,7 +99,6 @@ def test_workloads_and_hpas_are_listed_once_per_cycle(monkeypatch: pytest.Monkey
 
 def test_a_namespace_scoped_operator_lists_only_its_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     memo = memo_for(kube, namespaces=("team-a", "team-b"), all_namespaces=False)
 
     assert cycle.run_cycle(memo, now=NOW) == 3
@@ -114,7 +115,6 @@ def test_a_namespace_scoped_operator_lists_only_its_namespaces(monkeypatch: pyte
 def test_when_listing_is_refused_each_workload_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = listing_cluster()
     kube.failing_lists = True
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
 
     assert cycle.run_cycle(memo_for(kube), now=NOW) == 4
 
@@ -126,7 +126,6 @@ def test_an_unchanged_status_is_written_again_only_when_its_window_grows_old(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     memo = memo_for(kube, interval_seconds=60.0)
     cycle.run_cycle(memo, now=NOW)
     assert len(kube.status_patches) == 4
@@ -148,7 +147,6 @@ def test_a_changed_diagnosis_is_written_at_once(monkeypatch: pytest.MonkeyPatch)
     from tests.unit.operator.test_cycle_windows import _analysis_with
 
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     memo = memo_for(kube, interval_seconds=60.0)
     cycle.run_cycle(memo, now=NOW)
     kube.status_patches.clear()
@@ -164,7 +162,7 @@ def test_a_changed_diagnosis_is_written_at_once(monkeypatch: pytest.MonkeyPatch)
 def test_merge_patch_follows_rfc_7386() -> None:
     target = {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}
     patch = {"a": None, "b": {"c": 4}, "e": [3], "f": {"g": 5}}
-    assert cycle.merge_patched(target, patch) == {"b": {"c": 4, "d": 3}, "e": [3], "f": {"g": 5}}
+    assert merge_patched(target, patch) == {"b": {"c": 4, "d": 3}, "e": [3], "f": {"g": 5}}
     assert target == {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}, "the target is not modified"
 
 
@@ -176,15 +174,15 @@ def test_status_unchanged_ignores_the_window_times_and_small_moves() -> None:
     moved = {"window": {"start": "2026-03-04T11:01:00Z", "end": "2026-03-04T12:01:00Z", "samples": 60}}
     later = NOW + timedelta(minutes=1)
     fresh = timedelta(minutes=10)
-    assert cycle.status_unchanged(old, moved, later, fresh)
-    assert cycle.status_unchanged(old, {**moved, "apply": {"policy": "a"}}, later, fresh)
-    assert not cycle.status_unchanged(old, {**moved, "apply": {"policy": "b"}}, later, fresh)
+    assert writes.status_unchanged(old, moved, later, fresh)
+    assert writes.status_unchanged(old, {**moved, "apply": {"policy": "a"}}, later, fresh)
+    assert not writes.status_unchanged(old, {**moved, "apply": {"policy": "b"}}, later, fresh)
     a_few_more = {"window": {**moved["window"], "samples": 61}}  # within the figures' tolerance
-    assert cycle.status_unchanged(old, a_few_more, later, fresh)
+    assert writes.status_unchanged(old, a_few_more, later, fresh)
     more = {"window": {**moved["window"], "samples": 40}}
-    assert not cycle.status_unchanged(old, more, later, fresh)
-    assert not cycle.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
-    assert not cycle.status_unchanged({}, moved, later, fresh), "nothing stored yet"
+    assert not writes.status_unchanged(old, more, later, fresh)
+    assert not writes.status_unchanged(old, moved, NOW + fresh, fresh), "an old window is refreshed"
+    assert not writes.status_unchanged({}, moved, later, fresh), "nothing stored yet"
 
 
 class _Elector:
@@ -206,21 +204,35 @@ def test_a_standby_actuator_does_nothing_at_all() -> None:
     assert cycle.run_cycle(ctx, now=NOW) == 0
 
 
+class NoRecords:
+    """An actuator's change records before any change: none."""
+
+    def list_changes(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        return []
+
+    def get_change(self, ref: WorkloadRef) -> None:
+        return None
+
+
+def actuator_for(kube: Any) -> Actuator:
+    return Actuator(kube, NoRecords(), lambda: True, lambda ref, start, end: None)  # type: ignore[arg-type]
+
+
 def test_the_actuator_acts_on_published_statuses_and_never_analyses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actuator's own loop steps every workload with a recommendation; the analysis cycle in an
+    actuator-only process does nothing at all."""
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
 
     def no_analysis(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the actuator re-ran the analysis")
 
     monkeypatch.setattr(cycle, "analyse", no_analysis)
     stepped: list[str] = []
-    monkeypatch.setattr(
-        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
-    )
+    monkeypatch.setattr(Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key))
     ctx = memo_for(kube, role="actuator")
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
-    cycle.run_cycle(ctx, now=NOW)
+    assert cycle.run_cycle(ctx, now=NOW) == 0
+    loop.run_once(kube, NoRecords(), actuator_for(kube), NOW)  # type: ignore[arg-type]
     assert sorted(stepped) == sorted(f"{ns}/Deployment/{name}" for ns, name in kube.workloads)
     assert kube.status_patches == []  # the recommender's status is not written by an actuator
 
@@ -232,17 +244,15 @@ def test_a_change_started_in_a_cycle_counts_against_the_disruption_budget_at_onc
 
     base = cluster(policy("a", "team-a"))
     kube = ListingKube(base)
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     seen: list[tuple[str, int]] = []
 
     def step(self: Any, case: Any, recent: Any) -> ChangePhase:
         seen.append((case.ref.key, case.pods_in_disruption))
         return ChangePhase.APPLIED  # every step starts a change
 
-    monkeypatch.setattr(cycle.changes.Actuator, "step", step)
-    ctx = memo_for(kube, role="actuator", namespaces=("team-a",), all_namespaces=False)
-    ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
-    cycle.run_cycle(ctx, now=NOW)
+    monkeypatch.setattr(Actuator, "step", step)
+    kube.recommendations = {k: v for k, v in kube.recommendations.items() if k[0] == "team-a"}
+    loop.run_once(kube, NoRecords(), actuator_for(kube), NOW)  # type: ignore[arg-type]
     assert [pods for _, pods in seen] == [0, 1]  # team-a/one's new change counts for team-a/two
 
 
@@ -250,16 +260,11 @@ def test_an_opted_out_workload_with_a_change_in_flight_is_settled_before_its_rec
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = ListingKube(cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"}))
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Applied", "policy": "a"}
-    stepped: list[str] = []
-    monkeypatch.setattr(
-        cycle.changes.Actuator, "step", lambda self, case, recent: stepped.append(case.ref.key)
-    )
     ctx = memo_for(kube, role="all")
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
     cycle.run_cycle(ctx, now=NOW)
-    assert "team-c/Deployment/solo" in stepped and "team-c/Deployment/solo" not in kube.deleted
+    assert "team-c/Deployment/solo" not in kube.deleted
     kube.recommendations[("team-c", "solo")]["status"]["apply"] = {"phase": "Abandoned", "policy": "a"}
     cycle.run_cycle(ctx, now=NOW)
     assert "team-c/Deployment/solo" in kube.deleted
@@ -316,7 +321,6 @@ def moving_analysis(figures: dict[str, Any]) -> Any:
 def _first_cycle(monkeypatch: pytest.MonkeyPatch) -> tuple[ListingKube, Any, dict[str, Any]]:
     """One cycle of four workloads whose analysis reads `figures`; the kube, the memo and the figures."""
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     figures: dict[str, Any] = {"busy": 0.212, "confidence": 0.834, "samples": 60}
     monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
     memo = memo_for(kube, interval_seconds=15.0)
@@ -375,7 +379,6 @@ def test_figures_drifting_slowly_are_written_once_they_pass_the_tolerance(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     figures: dict[str, Any] = {"busy": 0.30, "confidence": 0.80, "samples": 60}
     monkeypatch.setattr(cycle, "analyse", moving_analysis(figures))
     memo = memo_for(kube, interval_seconds=15.0)
@@ -395,7 +398,6 @@ def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
     """The actuator's freshness gate reads the stored window's end: a skipped write must never make it
     stale. With a 5 min interval, 10 intervals would be 50 min, far beyond maxStaleness (15 min)."""
     kube = listing_cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
     memo = memo_for(kube, interval_seconds=300.0)
     max_staleness = timedelta(minutes=15)  # the default spec.safety.maxStaleness
@@ -419,25 +421,25 @@ def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
 def test_refresh_periods_follow_the_policy_max_staleness_and_spread_over_cycles() -> None:
     fifteen = timedelta(minutes=15)
     draws = [f"ns/Deployment/wl-{i} 2026-03-04T12:00:{i % 60:02d}Z" for i in range(200)]
-    periods = {cycle.refresh_period(15.0, fifteen, key) for key in draws}
+    periods = {writes.refresh_period(15.0, fifteen, key) for key in draws}
     assert max(periods) <= fifteen / 2, "never beyond half maxStaleness, whatever is drawn"
-    assert min(periods) >= fifteen / 2 * (1 - cycle.REFRESH_SPREAD)
+    assert min(periods) >= fifteen / 2 * (1 - writes.REFRESH_SPREAD)
     assert len(periods) > 100, "the refreshes are spread"
     # the chart's 5 min interval: every second cycle at most, never every cycle
-    assert {cycle.refresh_period(300.0, fifteen, key) for key in draws} == {timedelta(minutes=7.5)}
+    assert {writes.refresh_period(300.0, fifteen, key) for key in draws} == {timedelta(minutes=7.5)}
     # maxStaleness below two intervals: every cycle, as the gate needs
-    assert cycle.refresh_period(300.0, timedelta(minutes=2), "x") == timedelta(minutes=1)
-    assert cycle.refresh_period(15.0, timedelta(hours=24), "x") <= cycle.REFRESH_AT_MOST
+    assert writes.refresh_period(300.0, timedelta(minutes=2), "x") == timedelta(minutes=1)
+    assert writes.refresh_period(15.0, timedelta(hours=24), "x") <= writes.REFRESH_AT_MOST
 
 
 def test_write_reasons() -> None:
     old = {"window": {"start": "2026-03-04T11:00:00Z", "end": "2026-03-04T12:00:00Z", "samples": 60}}
     slid = {"window": {"start": "2026-03-04T11:01:00Z", "end": "2026-03-04T12:01:00Z", "samples": 60}}
     fresh = timedelta(minutes=5)
-    assert cycle.write_reason({}, slid, NOW, fresh) == "new"
-    assert cycle.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
-    assert cycle.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
-    assert cycle.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
+    assert writes.write_reason({}, slid, NOW, fresh) == "new"
+    assert writes.write_reason(old, slid, NOW + timedelta(minutes=1), fresh) is None
+    assert writes.write_reason(old, slid, NOW + fresh, fresh) == "refresh"
+    assert writes.write_reason(old, {**slid, "workloadGeneration": 2}, NOW, fresh) == "changed"
 
 
 def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_stale(
@@ -446,7 +448,8 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     """Recommender and actuator in one process under an Apply policy with maxStaleness 20m, a cycle
     every 5 min for an hour, nothing new to say: the actuator's gates, on the published status, never
     find it stale (with a refresh after 10 intervals, 50 min, they did from +25 min on)."""
-    from gpu_rightsizer.logic import actuation
+    from gpu_rightsizer.actuator.gates import Verdict
+    from gpu_rightsizer.model.codes import ApplyState
 
     class ActingKube(ListingKube):
         def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:
@@ -457,17 +460,16 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     kube = ActingKube(cluster(apply_policy))
     for workload in kube.workloads.values():
         workload["metadata"]["generation"] = 3
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
     verdicts: list[tuple[str, str]] = []
-    gates = cycle.changes.Actuator._gates
+    gates = Actuator._gates
 
-    def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> actuation.Verdict:
+    def recording(self: Any, case: Any, recent: Any, **kwargs: Any) -> Verdict:
         verdicts.append((case.ref.key, gates(self, case, recent, **kwargs).reason))
-        return actuation.Verdict(False, actuation.ApplyState.SKIPPED, "recorded by the test")
+        return Verdict(False, ApplyState.SKIPPED, "recorded by the test")
 
-    monkeypatch.setattr(cycle.changes.Actuator, "_gates", recording)
-    monkeypatch.setattr(cycle.changes.Actuator, "_set_state", lambda *args: None)
+    monkeypatch.setattr(Actuator, "_gates", recording)
+    monkeypatch.setattr(Actuator, "_set_state", lambda *args: None)
     ctx = memo_for(kube, role="all", interval_seconds=300.0)
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
     writes = []
@@ -475,6 +477,7 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
         kube.status_patches.clear()
         cycle.run_cycle(ctx, now=NOW + timedelta(minutes=minutes))
         writes.append(len(kube.status_patches))
+        loop.run_once(kube, NoRecords(), actuator_for(kube), NOW + timedelta(minutes=minutes))  # type: ignore[arg-type]
     governed = [reason for key, reason in verdicts if key.startswith("team-a/")]
     assert len(governed) == 13 * 2, "the actuator stepped team-a's two workloads every cycle"
     assert set(governed) == {"all safety gates passed"}, governed

@@ -10,14 +10,21 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from tests.unit.fake_source import FakeSource
 
-from gpu_rightsizer.adapters.incremental import CycleReport
+from gpu_rightsizer.actuator.loop import SourceNotReadyError, scoped_measure
+from gpu_rightsizer.adapters.kube import ResolvedWorkload
+from gpu_rightsizer.adapters.prometheus import PrometheusSource
+from gpu_rightsizer.adapters.source import Scope
+from gpu_rightsizer.adapters.source_registry import open_source
+from gpu_rightsizer.adapters.windows import WindowSources
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import cycle, metrics
-from gpu_rightsizer.handlers.context import OperatorContext
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
-from gpu_rightsizer.model.observation import Allocation, WorkloadRef, WorkloadWindow
+from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
+from gpu_rightsizer.recommender import cycle
+from gpu_rightsizer.runtime import metrics
+from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 
@@ -38,7 +45,7 @@ class FakeKube:
             key: {
                 "metadata": {"namespace": key[0], "name": f"deployment-{key[1]}", "generation": 1},
                 "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": key[1]}},
-                "status": {"diagnosis": {"primary": "InsufficientData"}},
+                "status": {"diagnosis": {"primary": "InsufficientData", "confidence": 0.0}},
             }
             for key in workloads
         }
@@ -46,6 +53,7 @@ class FakeKube:
         self.policy_patches: dict[str, Mapping[str, Any]] = {}
         self.deleted: list[str] = []
         self.events: list[tuple[str, str, str]] = []
+        self.created: list[str] = []
 
     def list_recommendations(self, namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         return [r for (ns, _), r in self.recommendations.items() if not namespaces or ns in namespaces]
@@ -79,6 +87,17 @@ class FakeKube:
 
     def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.policy_patches[name] = status
+
+    def ensure_recommendation(self, workload: ResolvedWorkload) -> dict[str, Any]:
+        key = (workload.ref.namespace, workload.ref.name)
+        if key not in self.recommendations:
+            self.created.append(workload.ref.key)
+            target = {"apiVersion": "apps/v1", "kind": workload.ref.kind, "name": workload.ref.name}
+            self.recommendations[key] = {
+                "metadata": {"namespace": key[0], "name": f"deployment-{key[1]}", "generation": 1},
+                "spec": {"targetRef": target},
+            }
+        return self.recommendations[key]
 
 
 def deployment(namespace: str, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -118,41 +137,23 @@ def cluster(*policies: dict[str, Any], annotations: dict[str, str] | None = None
     return FakeKube(workloads, namespaces, list(policies))
 
 
-def memo_for(kube: FakeKube, **config: Any) -> OperatorContext:
-    """The operator context a cycle runs with, over the fake cluster."""
-    return OperatorContext(
-        config=OperatorConfig(
-            **{"prometheus_url": "http://prometheus.invalid", "window_seconds": 3600.0, **config}
-        ),
-        kube=kube,  # type: ignore[arg-type]
+def memo_for(kube: FakeKube, source: FakeSource | None = None, **config: Any) -> OperatorContext:
+    """The operator context a cycle runs with, over the fake cluster and a fake metrics source (none
+    when the configuration names no Prometheus)."""
+    cfg = OperatorConfig(
+        **{"prometheus_url": "http://prometheus.invalid", "window_seconds": 3600.0, **config}
     )
+    if source is None and cfg.prometheus_url:
+        source = source_over(kube)
+    return OperatorContext(config=cfg, kube=kube, source=source, verify_source=source)  # type: ignore[arg-type]
 
 
-class FetchRecorder:
-    """Stands in for `fetch_windows`: records each batch's window and returns one window per workload."""
-
-    def __init__(self, kube: FakeKube, failing: frozenset[float] = frozenset()) -> None:
-        self.kube = kube
-        self.failing = failing
-        self.calls: list[float] = []
-
-    def __call__(
-        self, cfg: OperatorConfig, start: datetime, end: datetime, owners: object = None
-    ) -> list[WorkloadWindow]:
-        seconds = (end - start).total_seconds()
-        self.calls.append(seconds)
-        if seconds in self.failing:
-            raise ValueError("Prometheus answered something that is not JSON")
-        return [
-            WorkloadWindow(
-                workload=WorkloadRef(namespace=ns, kind="Deployment", name=name),
-                start=start,
-                end=end,
-                step_seconds=max(1.0, seconds / 60),
-                allocation=Allocation(),
-            )
-            for ns, name in self.kube.workloads
-        ]
+def source_over(kube: FakeKube, **options: Any) -> FakeSource:
+    """A fake metrics source with one window per workload of the fake cluster (as it is at each read)."""
+    return FakeSource(
+        lambda: [WorkloadRef(namespace=ns, kind="Deployment", name=name) for ns, name in kube.workloads],
+        **options,
+    )
 
 
 @pytest.fixture
@@ -183,13 +184,12 @@ def test_each_policy_window_costs_one_batch_and_governs_its_workloads(
         policy("short", "team-a", {"window": "10m", "minSamples": 5}),
         policy("defaults", "team-b"),  # sets no window: the operator's --window applies
     )
-    fetch = FetchRecorder(kube)
-    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+    fetch = source_over(kube)
 
-    updated = cycle.run_cycle(memo_for(kube), now=NOW)
+    updated = cycle.run_cycle(memo_for(kube, source=fetch), now=NOW)
 
     assert updated == 4
-    assert sorted(fetch.calls) == [600.0, 3600.0]  # one batch per distinct window, not per workload
+    assert sorted(fetch.lengths) == [600.0, 3600.0]  # one batch per distinct window, not per workload
     assert analysed_with == {
         "team-a/Deployment/one": 600.0,
         "team-a/Deployment/two": 600.0,
@@ -201,10 +201,9 @@ def test_each_policy_window_costs_one_batch_and_governs_its_workloads(
 
 def test_one_window_when_every_workload_shares_it(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = cluster(policy("same", "team-a", {"window": "1h"}))
-    fetch = FetchRecorder(kube)
-    monkeypatch.setattr(cycle, "fetch_windows", fetch)
-    cycle.run_cycle(memo_for(kube), now=NOW)
-    assert fetch.calls == [3600.0]
+    fetch = source_over(kube)
+    cycle.run_cycle(memo_for(kube, source=fetch), now=NOW)
+    assert fetch.lengths == [3600.0]
 
 
 def test_observation_seconds_prefers_an_explicit_policy_window() -> None:
@@ -229,11 +228,10 @@ def test_a_failing_batch_changes_nothing_for_its_workloads_only(
     monkeypatch: pytest.MonkeyPatch, analysed_with: dict[str, float | None]
 ) -> None:
     kube = cluster(policy("short", "team-a", {"window": "10m"}))
-    fetch = FetchRecorder(kube, failing=frozenset({600.0}))
-    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+    fetch = source_over(kube, failing=frozenset({600.0}))
     errors_before = metrics.ERRORS.labels("metrics_source")._value.get()
 
-    cycle.run_cycle(memo_for(kube), now=NOW)
+    cycle.run_cycle(memo_for(kube, source=fetch), now=NOW)
 
     assert metrics.ERRORS.labels("metrics_source")._value.get() == errors_before + 1
     assert metrics.METRICS_SOURCE_UP.labels("600s")._value.get() == 0
@@ -253,12 +251,11 @@ def test_a_failing_batch_changes_nothing_for_its_workloads_only(
 
 def test_without_a_metrics_source_the_cycle_still_keeps_house(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = cluster(policy("a", "team-a"), annotations={"gpurightsizer.io/ignore": "true"})
-    fetch = FetchRecorder(kube)
-    monkeypatch.setattr(cycle, "fetch_windows", fetch)
+    fetch = source_over(kube)
 
     assert cycle.run_cycle(memo_for(kube, prometheus_url=None), now=NOW) == 0
 
-    assert fetch.calls == []
+    assert fetch.calls == []  # never handed to the cycle: no source is configured
     assert kube.status_patches == []
     assert kube.deleted == ["team-c/Deployment/solo"]  # the opted-out workload's recommendation
     assert kube.policy_patches["a"]["matchedWorkloads"] == 2
@@ -266,7 +263,6 @@ def test_without_a_metrics_source_the_cycle_still_keeps_house(monkeypatch: pytes
 
 def test_a_diagnosis_change_event_speaks_plain_words(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = cluster()
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube))
     monkeypatch.setattr(cycle, "analyse", _analysis_with("IdleAllocation", "The GPU sat idle."))
     cycle.run_cycle(memo_for(kube), now=NOW)
     messages = {key: message for key, reason, message in kube.events if reason == "DiagnosisChanged"}
@@ -294,32 +290,6 @@ def _analysis_with(code: str, summary: str) -> Any:
     return fake
 
 
-class FakeWindowSources:
-    """Stands in for the incremental `WindowSources`: backfilling for `cycles` reads, then windows."""
-
-    def __init__(self, kube: FakeKube, cycles: int) -> None:
-        self.recorder = FetchRecorder(kube)
-        self.cycles = cycles
-        self.reads: dict[float, int] = {}
-        self.kept: list[set[float]] = []
-        self.detections: dict[float, Any] = {}
-
-    def fetch(
-        self, window_seconds: float, end: datetime, *, namespace: str | None = None, **assembly: Any
-    ) -> tuple[list[WorkloadWindow] | None, CycleReport]:
-        done = self.reads[window_seconds] = self.reads.get(window_seconds, 0) + 1
-        report = CycleReport(backfilling=done <= self.cycles, samples=10 * done)
-        report.backfill_done, report.backfill_total = min(done, self.cycles), self.cycles
-        report.timed("pod:cpu_usage_cores", 0.25)
-        if done <= self.cycles:
-            return None, report
-        return self.recorder(OperatorConfig(), end - timedelta(seconds=window_seconds), end), report
-
-    def keep_only(self, window_lengths: set[float]) -> list[float]:
-        self.kept.append(window_lengths)
-        return []
-
-
 def sample(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
 
@@ -329,10 +299,8 @@ def test_statuses_keep_their_last_analysis_until_the_window_is_backfilled(
 ) -> None:
     """After a start, no status is rewritten from part of a window; the cycle says how far it is."""
     kube = cluster(policy("short", "team-a", {"window": "10m"}))
-    monkeypatch.setattr(cycle, "fetch_windows", FetchRecorder(kube, failing=frozenset({600.0, 3600.0})))
-    ctx = memo_for(kube)
-    sources = FakeWindowSources(kube, cycles=2)
-    ctx.windows = sources  # type: ignore[assignment]
+    sources = source_over(kube, backfill_reads=2)
+    ctx = memo_for(kube, source=sources)
     durations_before = sample("gpu_rightsizer_query_duration_seconds_count", family="pod") or 0.0
 
     assert cycle.run_cycle(ctx, now=NOW) == 0
@@ -353,10 +321,68 @@ def test_statuses_keep_their_last_analysis_until_the_window_is_backfilled(
     assert sources.kept[-1] == {600.0, 3600.0}
 
 
-def test_window_sources_are_made_unless_whole_windows_are_asked_for() -> None:
-    assert cycle.window_sources(OperatorConfig(prometheus_url="http://p.invalid")) is not None
-    assert (
-        cycle.window_sources(OperatorConfig(prometheus_url="http://p.invalid", full_window_reads=True))
-        is None
-    )
-    assert cycle.window_sources(OperatorConfig()) is None
+def test_the_configured_source_reads_incrementally_unless_whole_windows_are_asked_for() -> None:
+    assert isinstance(open_source(OperatorConfig(prometheus_url="http://p.invalid")), WindowSources)
+    whole = open_source(OperatorConfig(prometheus_url="http://p.invalid", full_window_reads=True))
+    assert isinstance(whole, PrometheusSource)
+    assert open_source(OperatorConfig()) is None
+
+
+def test_the_actuator_reads_whole_windows_of_the_one_workload_it_verifies() -> None:
+    kube = cluster()
+    source = source_over(kube)
+    ref = WorkloadRef(namespace="team-a", kind="Deployment", name="two")
+
+    window = scoped_measure(source)(ref, NOW - timedelta(minutes=10), NOW)
+
+    assert window is not None and window.workload.key == "team-a/Deployment/two"
+    assert source.calls == [(600.0, Scope(namespace="team-a", workload="Deployment/two"))]
+    with pytest.raises(SourceNotReadyError):  # no source: no figures, never an empty "all fine"
+        scoped_measure(None)(ref, NOW - timedelta(minutes=10), NOW)
+
+
+def test_a_deleted_recommendation_is_made_again_and_analysed_in_the_next_cycle() -> None:
+    kube = cluster()
+    ctx = memo_for(kube)
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="three")
+    workload = ResolvedWorkload(ref=ref, uid="uid-three", obj=kube.workloads[("team-b", "three")])
+    ctx.known[ref.key] = KnownWorkload(workload=workload, pod_spec={})
+    del kube.recommendations[("team-b", "three")]  # someone deleted it; no pod changes afterwards
+
+    assert cycle.run_cycle(ctx, now=NOW) == 4
+
+    assert kube.created == ["team-b/Deployment/three"]
+    assert "diagnosis" in dict(kube.status_patches)["team-b/Deployment/three"]  # analysed at once
+
+
+def test_a_known_workload_that_is_gone_is_forgotten_not_recreated() -> None:
+    kube = cluster()
+    ctx = memo_for(kube)
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="gone")
+    ctx.known[ref.key] = KnownWorkload(workload=ResolvedWorkload(ref=ref, uid="u", obj={}), pod_spec={})
+
+    cycle.run_cycle(ctx, now=NOW)
+
+    assert kube.created == [] and ref.key not in ctx.known
+
+
+def test_a_recreated_workload_gets_its_recommendation_again_from_its_pods() -> None:
+    import kopf
+
+    from gpu_rightsizer.recommender import wiring as recommender
+
+    kube = cluster()
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="three")
+    old = ResolvedWorkload(ref=ref, uid="uid-old", obj=kube.workloads[("team-b", "three")])
+    ctx = memo_for(kube)
+    ctx.known[ref.key] = KnownWorkload(workload=old, pod_spec={})
+    del kube.recommendations[("team-b", "three")]  # collected with the old workload
+    new = ResolvedWorkload(ref=ref, uid="uid-new", obj=kube.workloads[("team-b", "three")])
+    kube.resolve_owner = lambda pod: new  # type: ignore[attr-defined]
+    pod = {"metadata": {"name": "three-0", "namespace": "team-b"}, "spec": {"containers": []}}
+
+    recommender.gpu_pod_event(type="ADDED", body=pod, memo=kopf.Memo(context=ctx))  # type: ignore[arg-type]
+
+    assert kube.created == ["team-b/Deployment/three"]
+    assert ctx.known[ref.key].workload.uid == "uid-new"
+    assert dict(kube.status_patches)["team-b/Deployment/three"]["diagnosis"]["primary"] == "InsufficientData"

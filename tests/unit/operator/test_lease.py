@@ -14,10 +14,10 @@ from kopf._core.reactor.inventory import ResourceMemories
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_rightsizer.actuator import wiring as actuator
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import actuator
-from gpu_rightsizer.handlers.context import OperatorContext, context_of
+from gpu_rightsizer.runtime.context import OperatorContext, context_of
 
 
 class FakeLeases:

@@ -89,8 +89,8 @@ def test_the_recommender_feeds_the_cache_from_watch_events() -> None:
 
     from gpu_rightsizer.adapters.kube import KubeAdapter
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.handlers import recommender
-    from gpu_rightsizer.handlers.context import OperatorContext
+    from gpu_rightsizer.recommender import wiring as recommender
+    from gpu_rightsizer.runtime.context import OperatorContext
 
     kube = KubeAdapter()
     kube.owner_cache = OwnerCache()
@@ -102,7 +102,7 @@ def test_the_recommender_feeds_the_cache_from_watch_events() -> None:
     assert kube.owner_cache.get("ReplicaSet", "ml", "web-1") is not None
     handler(type="DELETED", body=listed, memo=memo)
     assert kube.owner_cache.get("ReplicaSet", "ml", "web-1") is None
-    assert {kind for *_, kind in recommender.OWNER_KINDS} >= {
+    assert {owner.kind for owner in recommender.OWNER_KINDS} >= {
         "ReplicaSet",
         "Deployment",
         "Job",

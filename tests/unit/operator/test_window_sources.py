@@ -8,11 +8,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gpu_rightsizer.adapters.incremental import CycleReport
+from gpu_rightsizer.adapters import windows as window_sources
 from gpu_rightsizer.adapters.recording_rules import Detection
-from gpu_rightsizer.handlers import windows as window_sources
-from gpu_rightsizer.handlers.cycle import BACKFILL_PAUSE_SECONDS, next_delay
-from gpu_rightsizer.handlers.windows import WindowSources, step_for
+from gpu_rightsizer.adapters.source import CycleReport, step_for
+from gpu_rightsizer.adapters.windows import WindowSources
+from gpu_rightsizer.recommender.cycle import BACKFILL_PAUSE_SECONDS, next_delay
 
 END = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -131,9 +131,9 @@ def test_cycles_follow_each_other_while_a_window_backfills_then_wait_the_interva
     sources: WindowSources,
 ) -> None:
     """A cold start reads back to back (each cycle within its budget) instead of an interval apart."""
-    ctx: Any = SimpleNamespace(config=SimpleNamespace(interval_seconds=300.0), windows=None)
+    ctx: Any = SimpleNamespace(config=SimpleNamespace(interval_seconds=300.0), source=None)
     assert next_delay(ctx) == 300.0  # full-window reads: nothing to backfill
-    ctx.windows = sources
+    ctx.source = sources
     assert next_delay(ctx) == 300.0  # no window in use yet
     sources.fetch(3600.0, END)
     assert next_delay(ctx) == BACKFILL_PAUSE_SECONDS

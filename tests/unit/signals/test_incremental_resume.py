@@ -11,19 +11,20 @@ from typing import Any
 
 import kopf
 import pytest
+from tests.unit.fake_source import FakeSource
 from tests.unit.signals.test_incremental import CPU, GPU, NOW, STEP, WINDOW, FakeTSDB
 
+from gpu_rightsizer.adapters import windows as window_sources
 from gpu_rightsizer.adapters.incremental import IncrementalReader, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
 from gpu_rightsizer.adapters.state import StateDir
+from gpu_rightsizer.adapters.windows import WindowSources
+from gpu_rightsizer.adapters.windows import sources_for as window_sources_for
 from gpu_rightsizer.commands import run as run_command
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers import recommender
-from gpu_rightsizer.handlers import windows as window_sources
-from gpu_rightsizer.handlers.context import OperatorContext
-from gpu_rightsizer.handlers.cycle import window_sources as window_sources_for
-from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.logic.streaming import StateError
+from gpu_rightsizer.recommender import wiring as recommender
+from gpu_rightsizer.runtime.context import OperatorContext
 
 FINGERPRINT = "families-v1"
 
@@ -230,13 +231,13 @@ def test_a_failed_save_is_logged_and_tried_again_after_the_interval(
 def test_shutdown_saves_every_window_after_the_last_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     saved: list[str] = []
 
-    class Windows:
+    class Windows(FakeSource):
         def save_all(self) -> int:
             saved.append("all")
             return 1
 
     context = OperatorContext(config=OperatorConfig(), kube=object())  # type: ignore[arg-type]
-    context.windows = Windows()  # type: ignore[assignment]
+    context.source = Windows(list)
     memo = kopf.Memo(context=context)
     asyncio.run(recommender.operator_cleanup(memo=memo))
     assert saved == ["all"] and context.stop.is_set()

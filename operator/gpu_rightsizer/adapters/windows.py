@@ -22,10 +22,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_rightsizer.adapters.incremental import CycleReport, IncrementalSource
-from gpu_rightsizer.adapters.prometheus import PrometheusSource
+from gpu_rightsizer.adapters.incremental import IncrementalSource
+from gpu_rightsizer.adapters.prometheus import PrometheusSource, source_for
 from gpu_rightsizer.adapters.recording_rules import Detection, detect
+from gpu_rightsizer.adapters.source import (
+    EVERYWHERE,
+    CycleReport,
+    ExtraOwners,
+    Scope,
+    WindowRead,
+    scoped,
+    step_for,
+)
 from gpu_rightsizer.adapters.state import StateDir
+from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.streaming import StateError
 from gpu_rightsizer.model.observation import WorkloadWindow
 
@@ -35,13 +46,9 @@ LOG = logging.getLogger(__name__)
 REDETECT_SECONDS = 900.0
 
 
-def step_for(window_seconds: float) -> float:
-    """About 60 points per window, between 1 s and 60 s (short test and demo windows keep samples)."""
-    return max(1.0, min(60.0, window_seconds / 60.0))
-
-
 class WindowSources:
-    """One incremental source per window length, created on first use and dropped when unused."""
+    """`WindowSource` from incremental Prometheus reads: one incremental source per window length,
+    created on first use and dropped when unused."""
 
     def __init__(
         self,
@@ -187,6 +194,36 @@ class WindowSources:
         self.save(window_seconds)
         return (windows if source.complete else None), source.report
 
+    @property
+    def backfilling(self) -> bool:
+        return any(not source.complete for source in list(self.sources.values()))
+
+    @property
+    def where(self) -> str:
+        return self.make_source().config.url
+
+    def read_windows(
+        self,
+        window_seconds: float,
+        at: datetime,
+        *,
+        scope: Scope = EVERYWHERE,
+        owners: ExtraOwners | None = None,
+    ) -> WindowRead:
+        """`WindowSource.read_windows`: the window's incremental read (no windows while backfilling)."""
+        windows, report = self.fetch(window_seconds, at, namespace=scope.namespace, owners=owners)
+        detection = self.detections.get(window_seconds) or Detection()
+        return WindowRead(
+            windows=None if windows is None else scoped(windows, scope),
+            report=report,
+            recorded=tuple(sorted(detection.used)),
+            raw=tuple(sorted(detection.fallback)),
+        )
+
+    def read_capacity(self, at: datetime) -> ClusterCapacity:
+        """Node capacity from one instant query set (nothing incremental about it)."""
+        return self.make_source().read_capacity(at)
+
     def keep_only(self, window_lengths: set[float]) -> list[float]:
         """Forget the sources of window lengths no workload uses any more (their memory with them);
         returns the lengths forgotten."""
@@ -203,3 +240,15 @@ class WindowSources:
                     except OSError as error:
                         LOG.warning("cannot remove the saved state of the %g s window: %s", seconds, error)
             return gone
+
+
+def sources_for(cfg: OperatorConfig) -> WindowSources:
+    """Incremental windows for the operator's life. A cycle spends at most half an interval on
+    backfill queries, so it still finishes in time."""
+    return WindowSources(
+        lambda: source_for(cfg),
+        budget_seconds=max(5.0, cfg.interval_seconds / 2),
+        step_seconds=cfg.prometheus_step_seconds,
+        state=StateDir(cfg.state_dir) if cfg.state_dir else None,
+        save_every_seconds=cfg.state_save_interval_seconds,
+    )

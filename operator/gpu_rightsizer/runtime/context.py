@@ -11,15 +11,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
-from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector
+from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector, ResolvedWorkload
+from gpu_rightsizer.adapters.source import WindowSource
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.handlers.windows import WindowSources
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
+
+
+@dataclass(frozen=True)
+class KnownWorkload:
+    """A GPU workload the recommender made a recommendation for."""
+
+    workload: ResolvedWorkload
+    pod_spec: Mapping[str, Any]
 
 
 @dataclass
@@ -29,8 +38,10 @@ class OperatorContext:
     config: OperatorConfig
     kube: KubeAdapter
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Keys of workloads whose recommendation exists (guarded by `lock`).
-    known: set[str] = field(default_factory=set)
+    #: GPU workloads whose recommendation was made, by key (guarded by `lock`): the workload as
+    #: resolved (its uid tells a recreated one apart) and a pod spec for the first status. The cycle
+    #: makes the recommendation again when it is gone while the workload is still there.
+    known: dict[str, KnownWorkload] = field(default_factory=dict)
     #: The policies as of the last cycle (replaced as a whole, read by the pod handler).
     policies: list[GPURightsizingPolicy] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -42,9 +53,14 @@ class OperatorContext:
     last_refreshed: int = 0
     cycle_task: asyncio.Task[Any] | None = None
     elector: LeaseElector | None = None
-    #: Incremental metric windows kept across cycles (None: every cycle reads whole windows).
-    windows: WindowSources | None = None
+    #: Where the recommender reads every workload's windows (None: no metrics backend configured).
+    source: WindowSource | None = None
+    #: Where the actuator reads one workload's window to verify a change: whole windows, scoped to
+    #: that workload (`adapters.source.Scope`), never the recommender's incremental state.
+    verify_source: WindowSource | None = None
     lease_task: asyncio.Task[Any] | None = None
+    #: The actuator's own loop (`actuator.loop.actuator_loop`), waited for on shutdown.
+    actuator_task: asyncio.Task[Any] | None = None
 
 
 def context_of(memo: kopf.Memo) -> OperatorContext:

@@ -1,7 +1,7 @@
 """The actuator's kopf wiring: leader election on a Lease (SPEC §6).
 
 Importing this module registers the handlers. Only the lease holder changes workloads; the work
-itself is `handlers.changes.Actuator.step()`, driven by the analysis cycle. Times are observed
+itself is `actuator.step.Actuator.step()`, driven by the actuator's own loop (`actuator.loop`). Times are observed
 locally (client-go semantics, see `LeaseElector`); a process that loses the lease exits at once,
 and on a clean shutdown the lease is released only after the running cycle has finished.
 """
@@ -14,13 +14,16 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kopf
 
+from gpu_rightsizer.actuator.loop import actuator_loop, scoped_measure
+from gpu_rightsizer.actuator.step import Actuator
+from gpu_rightsizer.adapters.change_store import ChangeStore
 from gpu_rightsizer.adapters.kube import LeaseElector
-from gpu_rightsizer.handlers.context import context_of
+from gpu_rightsizer.runtime.context import OperatorContext, context_of
 
 LOG = logging.getLogger(__name__)
 
@@ -36,6 +39,19 @@ async def actuator_startup(memo: kopf.Memo, **_: Any) -> None:
         duration_seconds=cfg.lease_seconds,
     )  # fmt: skip
     ctx.lease_task = asyncio.create_task(keep_lease(ctx.elector, ctx.stop))
+    ctx.actuator_task = asyncio.create_task(start_actuator(ctx))
+
+
+def start_actuator(ctx: OperatorContext) -> Coroutine[Any, Any, None]:
+    """The actuator's loop over its own change records and the one-workload metric reads."""
+    records = ChangeStore(ctx.kube.api_client)
+    acting = Actuator(ctx.kube, records, ctx.elector.is_leader if ctx.elector else lambda: False,
+                      scoped_measure(ctx.verify_source))  # fmt: skip
+    interval = ctx.config.actuator_interval_seconds or ctx.config.interval_seconds
+    namespaces = () if ctx.config.all_namespaces else ctx.config.namespaces
+    return actuator_loop(
+        ctx.kube, records, acting, interval_seconds=interval, stop=ctx.stop, namespaces=namespaces
+    )
 
 
 def _lost_lease(identity: str) -> None:
@@ -72,9 +88,10 @@ async def actuator_cleanup(memo: kopf.Memo, **_: Any) -> None:
     """Hand the lease over on a clean shutdown, only after the running cycle has finished."""
     ctx = context_of(memo)
     ctx.stop.set()
-    if ctx.cycle_task is not None:  # the cycle thread may be writing: wait for it, never cancel it
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.shield(ctx.cycle_task)
+    for task in (ctx.cycle_task, ctx.actuator_task):  # a pass may be writing: wait, never cancel it
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(task)
     if ctx.lease_task is not None:
         ctx.lease_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

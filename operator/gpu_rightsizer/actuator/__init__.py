@@ -1,0 +1,1 @@
+"""The actuator wing: status -> gates -> patch -> verify (SPEC §6)."""

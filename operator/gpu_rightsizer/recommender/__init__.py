@@ -1,0 +1,1 @@
+"""The recommender wing: metric source -> engine -> GPURecommendation status (never the apply state)."""
