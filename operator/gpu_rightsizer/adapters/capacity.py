@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpu_rightsizer.adapters.exposition import ReadLimits
 from gpu_rightsizer.logic.capacity import (
+    LABEL_MIG_CAPABLE,
     LABEL_MIG_CONFIG,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
@@ -37,13 +38,14 @@ KSM_NODE_LABELS: dict[str, str] = {
     mn.NODE_LABEL_GPU_REPLICAS: LABEL_REPLICAS,
     mn.NODE_LABEL_MIG_STRATEGY: LABEL_MIG_STRATEGY,
     mn.NODE_LABEL_MIG_CONFIG: LABEL_MIG_CONFIG,
+    mn.NODE_LABEL_MIG_CAPABLE: LABEL_MIG_CAPABLE,
     mn.NODE_LABEL_GPU_MEMORY: "nvidia.com/gpu.memory",
 }
+#: The one allowlist recipe (docs/install.md and docs/clusters.md quote it): the node labels read above.
+NODE_LABELS_ALLOWLIST = "nodes=[" + ",".join(KSM_NODE_LABELS.values()) + "]"
 ALLOWLIST_HINT = (
     "kube_node_labels carries no node labels (kube-state-metrics exports only allowlisted labels): set "
-    "kube-state-metrics metricLabelsAllowlist "
-    '"nodes=[nvidia.com/gpu.product,nvidia.com/gpu.memory,nvidia.com/gpu.sharing-strategy,'
-    'nvidia.com/gpu.replicas,nvidia.com/mig.strategy,nvidia.com/mig.config]"; MIG strategy and GPU '
+    f'kube-state-metrics metricLabelsAllowlist "{NODE_LABELS_ALLOWLIST}"; MIG strategy and GPU '
     "sharing are read from the allocatable resources only"
 )
 

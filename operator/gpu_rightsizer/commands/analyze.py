@@ -77,6 +77,8 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the `analyze` options."""
+    from gpu_rightsizer.model.codes import SharingStrategy
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
@@ -121,11 +123,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
     parser.add_argument(
         "--sharing",
-        choices=("auto", "mig-mixed", "mig-single", "time-slicing", "mps", "none"),
+        choices=("auto", *(strategy.value for strategy in SharingStrategy)),
         default="auto",
         help="the cluster's GPU-sharing strategy (what a smaller allocation may be); auto (default) "
         "reads it from the nodes' GPU feature discovery labels and allocatable resources in the data "
-        "(kube-state-metrics), and assumes mig-mixed only when the data has no node at all",
+        "(kube-state-metrics), and assumes mig-mixed only when the data has no node at all (its MIG or "
+        "share then is advice, its savings counted apart); time-slicing names nvidia.com/gpu.shared "
+        "(renameByDefault: true), time-slicing-no-rename the device plugin's default (nvidia.com/gpu on "
+        "a -SHARED product); none: no MIG or sharing action",
     )
     auth = parser.add_argument_group("Prometheus connection")
     auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
@@ -197,7 +202,10 @@ def diagnose(
         ) -> Analysis:
             return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
 
-        analysis = with_notes(analyze_within(capacity, window.allocation.gpu_model, run), notes)
+        stated = explicit is not None
+        analysis = with_notes(
+            analyze_within(capacity, window.allocation.gpu_model, run, stated=stated), notes
+        )
         yield window, analysis, notes
 
 

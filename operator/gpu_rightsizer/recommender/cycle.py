@@ -127,7 +127,8 @@ def analyse(
         )
 
     allowed = list(settings.allowed_mig_profiles) or None
-    return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed), notes)
+    stated = settings.policy is not None  # the policy's sharingStrategy stands in for node facts
+    return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed, stated), notes)
 
 
 def with_hpa(window: WorkloadWindow, hpa: Mapping[str, Any] | None) -> WorkloadWindow:

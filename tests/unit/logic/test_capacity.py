@@ -53,6 +53,22 @@ RENAMED = node(
     {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"},
     {"nvidia.com/gpu.shared": "32"},
 )
+#: A default GPU Operator install: GFD writes mig.strategy=single on every GPU node, MIG or not.
+OPERATOR_WHOLE = node(
+    "op-1", {"nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "false"}, {"nvidia.com/gpu": "8"}
+)
+OPERATOR_TIME_SLICED = node(
+    "op-ts-1",
+    {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.config": "all-disabled",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.product": f"{H100}-SHARED",
+    },
+    {"nvidia.com/gpu": "32"},
+)
 
 
 def test_pools_read_the_gfd_labels_and_allocatable() -> None:
@@ -73,8 +89,11 @@ def test_pools_read_the_gfd_labels_and_allocatable() -> None:
     [
         ([WHOLE], SharingStrategy.NONE),
         ([WHOLE, MIG_SINGLE], SharingStrategy.MIG_SINGLE),
-        ([WHOLE, TIME_SLICED], SharingStrategy.TIME_SLICING),
+        ([WHOLE, TIME_SLICED], SharingStrategy.TIME_SLICING_NO_RENAME),
+        ([WHOLE, RENAMED], SharingStrategy.TIME_SLICING),
         ([WHOLE, MIG_MIXED, TIME_SLICED], SharingStrategy.MIG_MIXED),
+        ([OPERATOR_WHOLE], SharingStrategy.NONE),
+        ([OPERATOR_WHOLE, OPERATOR_TIME_SLICED], SharingStrategy.TIME_SLICING_NO_RENAME),
         ([], SharingStrategy.NONE),
     ],
 )
@@ -186,10 +205,50 @@ def test_more_gpus_than_one_node_holds_is_advice() -> None:
     )
 
 
-def test_without_node_facts_nothing_changes() -> None:
+def test_without_node_facts_a_slice_is_advice_counted_apart_unless_the_sharing_was_stated() -> None:
     analysis = analyze_window(oversized(), sharing=SharingStrategy.MIG_MIXED)
-    assert constrain_to_capacity(analysis, ClusterCapacity()) == analysis
+    assert analysis.savings.gpu_hours_per_day > 0
+    assert constrain_to_capacity(analysis, ClusterCapacity(), stated=True) == analysis
+    unknown = constrain_to_capacity(analysis, ClusterCapacity())
+    mig = next(a for a in unknown.actions if a.type is ActionType.MIG_PROFILE)
+    assert not mig.automatic and mig.target is None and "unknown (no node data)" in mig.reason
+    assert unknown.savings.gpu_hours_per_day == 0
+    assert unknown.savings.if_offered_gpu_hours_per_day == analysis.savings.gpu_hours_per_day
+    assert "If the cluster offered nvidia.com/mig-2g.20gb" in mig.reason
     assert allocation().gpu_resource == "nvidia.com/gpu"
+
+
+def test_unlandable_savings_are_counted_apart() -> None:
+    analysis = analyze_window(oversized(), sharing=SharingStrategy.MIG_MIXED)
+    constrained = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE]))
+    assert constrained.savings.gpu_hours_per_day == 0
+    assert constrained.savings.if_offered_gpu_hours_per_day == analysis.savings.gpu_hours_per_day
+
+
+def test_a_default_gpu_operator_pool_is_not_mig_single() -> None:
+    capacity = capacity_from_nodes([OPERATOR_WHOLE, OPERATOR_TIME_SLICED])
+    assert capacity.mig_profiles(H100) == []
+    described = " ".join(p.describe() for p in capacity.pools)
+    assert "MIG single" not in described and "time-slicing ×4 without rename" in described
+    enabled = node(
+        "cap-1",
+        {
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/mig.capable": "true",
+            "nvidia.com/mig.config": "all-1g.10gb",
+        },
+        {"nvidia.com/gpu": "56"},
+    )
+    assert capacity_from_nodes([enabled]).sharing_strategy(H100) is SharingStrategy.MIG_SINGLE
+
+
+def test_a_share_on_a_non_renamed_pool_is_schedulable_advice() -> None:
+    analysis = analyze_window(rare_job(), PROVEN, sharing=SharingStrategy.TIME_SLICING_NO_RENAME)
+    constrained = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE, TIME_SLICED]), H100)
+    assert constrained == analysis  # the -SHARED product exists: nothing to demote
+    elsewhere = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE]), H100)
+    advice = next(a for a in elsewhere.actions if a.type is ActionType.GPU_SHARING)
+    assert f"{H100}-SHARED" in advice.reason and "time-slicing without rename" in advice.reason
 
 
 def test_a_share_of_another_gpu_model_does_not_count() -> None:
