@@ -192,6 +192,7 @@ def test_enums_patterns_and_bounds_reach_the_schema() -> None:
         "mig-mixed",
         "mig-single",
         "time-slicing",
+        "time-slicing-no-rename",
         "mps",
         "none",
     ]

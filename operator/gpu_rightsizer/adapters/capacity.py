@@ -9,9 +9,10 @@ none), so an empty one is said, not read as "no MIG, no sharing".
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from gpu_rightsizer.logic.capacity import (
     ClusterCapacity,
     capacity_from_nodes,
 )
+from gpu_rightsizer.logic.floors import UnheldGPU, learn_idle_floors
 from gpu_rightsizer.model import metric_names as mn
 
 LOG = logging.getLogger(__name__)
@@ -106,6 +108,25 @@ def load_capacity(kube: Any, fallback: Any = None) -> ClusterCapacity:
         except Exception as error:
             LOG.warning("no node capacity from kube-state-metrics either: %s", error)
     return ClusterCapacity()
+
+
+#: The look-back the idle floors are learned over: long enough for DCGM's polling to show its highs.
+IDLE_FLOOR_LOOKBACK_SECONDS = 3600.0
+
+
+def with_idle_floors(
+    capacity: ClusterCapacity, read: Callable[[], list[UnheldGPU]] | None
+) -> ClusterCapacity:
+    """The capacity with the idle floors learned from `read()` (the unheld GPUs); unchanged when that
+    fails or finds none, so the engine's fixed idle thresholds apply."""
+    if read is None:
+        return capacity
+    try:
+        floors = learn_idle_floors(read())
+    except Exception as error:  # a metrics outage: the fixed thresholds apply, the cycle goes on
+        LOG.debug("no idle floors this cycle: %s", error)
+        return capacity
+    return dataclasses.replace(capacity, idle_floors=floors) if floors else capacity
 
 
 def capacity_from_file(path: Path, limits: ReadLimits | None = None) -> ClusterCapacity:

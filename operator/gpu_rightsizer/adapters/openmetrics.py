@@ -28,6 +28,7 @@ from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
@@ -1108,3 +1109,7 @@ class OpenMetricsFile:
     def read_capacity(self, at: datetime | None = None) -> ClusterCapacity:
         """Node pools from the file's kube-state-metrics series (`capacity.capacity_from_file`)."""
         return capacity_from_file(self.path, self.limits)
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        """None: the file reader keeps only GPUs a pod holds (no idle floors from files yet)."""
+        return []

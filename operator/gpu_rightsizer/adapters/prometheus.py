@@ -34,6 +34,7 @@ from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, Windo
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     GPUObservation,
@@ -539,6 +540,40 @@ class PrometheusSource:
             ((dict(row["metric"]), _value(row)) for row in allocatable),
             (dict(row["metric"]) for row in labels),
         )
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        """GR and largest PCIe direction maxima of the GPUs no pod holds, per node and model.
+
+        An unheld GPU's series has no pod label; under kube-prometheus-stack's renaming the `pod` label
+        is the exporter's own and `exported_pod` is absent.
+        """
+        end = at.timestamp()
+        span = _duration(window_seconds)
+
+        def unheld(names: str) -> str:
+            by = "Hostname, hostname, modelName"
+            return (
+                f'max by ({by}) (max_over_time({{__name__=~"{names}", pod=""}}[{span}])) or '
+                f'max by ({by}) (max_over_time({{__name__=~"{names}", exported_pod="", '
+                f'pod=~".*dcgm-exporter.*"}}[{span}]))'
+            )
+
+        def rows(what: str, metric: str) -> dict[tuple[str, str], float]:
+            found: dict[tuple[str, str], float] = {}
+            for row in self.instant(what, unheld(metric), end):
+                labels = row["metric"]
+                key = (labels.get("Hostname") or labels.get("hostname") or "", labels.get("modelName") or "")
+                value = _value(row)
+                if all(key) and math.isfinite(value):
+                    found[key] = max(found.get(key, 0.0), value)
+            return found
+
+        gr = rows("idle floor GR", mn.DCGM_GR_ENGINE_ACTIVE)
+        pcie = rows("idle floor PCIe", f"{mn.DCGM_PCIE_TX_BYTES}|{mn.DCGM_PCIE_RX_BYTES}")
+        return [
+            UnheldGPU(node, model, gr.get((node, model)), pcie.get((node, model)))
+            for node, model in gr | pcie
+        ]
 
     # -- assembly -----------------------------------------------------------------------------------
     def assemble(

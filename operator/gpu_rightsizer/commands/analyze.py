@@ -191,6 +191,7 @@ def diagnose(
     """
     from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.logic.floors import floor_for, with_idle_floor
     from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
 
     for read_window in windows:
@@ -200,7 +201,8 @@ def diagnose(
         def run(
             profiles: list[str] | None, window: WorkloadWindow = window, sharing: SharingStrategy = sharing
         ) -> Analysis:
-            return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
+            floored = with_idle_floor(settings, floor_for(capacity.idle_floors, window))
+            return analyze_window(window, floored, sharing=sharing, allowed_mig_profiles=profiles)
 
         stated = explicit is not None
         analysis = with_notes(
@@ -211,7 +213,7 @@ def diagnose(
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
-    from gpu_rightsizer.adapters.capacity import capacity_from_file
+    from gpu_rightsizer.adapters.capacity import capacity_from_file, with_idle_floors
     from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
@@ -285,7 +287,11 @@ def run(args: argparse.Namespace) -> int:
                 workload=args.workload,
                 progress=_progress,
             )
-            capacity = source.read_capacity(args.at)
+            window_end = args.at or datetime.now(tz=UTC)
+            span = args.window or DEFAULT_WINDOW_SECONDS
+            capacity = with_idle_floors(
+                source.read_capacity(args.at), lambda: source.read_unheld_gpus(window_end, span)
+            )
             for note in source.notes:
                 _progress(f"note: {note}")
     except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_rightsizer.logic.floors import IdleFloor
 from gpu_rightsizer.logic.mig import model_key_for_product
 from gpu_rightsizer.logic.savings import HOURS_PER_DAY, estimate_savings
 from gpu_rightsizer.logic.workloads import QuantityError, format_cpu, format_memory, parse_quantity
@@ -138,6 +139,8 @@ class ClusterCapacity:
     pools: tuple[NodePool, ...] = ()
     source: str = "none"  # api | kube-state-metrics | none
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: (node, GPU model) -> idle floor learned from that node's unheld GPUs (logic/floors.py)
+    idle_floors: Mapping[tuple[str, str], IdleFloor] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -494,18 +497,19 @@ def constrain_to_capacity(
     - CPU and memory raises are capped at the largest node's allocatable; a cap at or below today's
       value leaves advice only.
     `product` is the workload's GPU model (GFD product label): slices and shares are looked for in
-    the pools of that model first. Without any node facts (`capacity.known` false) a MIG slice or share
-    is advice counted apart, unless a person `stated` the cluster's sharing; the rest is unchanged.
+    the pools of that model first. Without any node facts (`capacity.known` false) nothing is known to
+    land: every saving counts apart, and a MIG slice or share is advice unless a person `stated` the
+    cluster's sharing.
     """
-    if not analysis.actions or (not capacity.known and stated):
+    if not analysis.actions:
         return analysis
-    changed = False
+    changed = not capacity.known and analysis.savings.gpu_hours_per_day > 0
     demoted_shape = False
     actions: list[Action] = []
     for action in analysis.actions:
         new = action
         if not capacity.known:
-            if action.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING):
+            if action.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING) and not stated:
                 new = _unknown(action)
                 demoted_shape = True
         elif action.type is ActionType.GPU_MODEL:
@@ -526,7 +530,17 @@ def constrain_to_capacity(
     if not changed:
         return analysis
     savings = _landable_savings(analysis, actions) if demoted_shape else analysis.savings
-    if savings.if_offered_gpu_hours_per_day > 0:
+    if not capacity.known:  # nothing is known to land without node data: every saving counts apart
+        savings = Savings(
+            gpu_hours_per_day=0.0,
+            share_of_allocation=0.0,
+            if_offered_gpu_hours_per_day=analysis.savings.gpu_hours_per_day,
+        )
+    if (
+        demoted_shape
+        and savings.if_offered_gpu_hours_per_day > 0
+        and any(a.type in _SHAPE_ACTIONS and not a.automatic for a in actions)
+    ):
         shape = next(a for a in actions if a.type in _SHAPE_ACTIONS and not a.automatic)
         index = actions.index(shape)
         actions[index] = shape.model_copy(
@@ -542,12 +556,10 @@ def constrain_to_capacity(
             f"do: {first_old.type.value} → {first_old.to_value}",
             f"do: {first_new.type.value} → {first_new.to_value}",
         )
-    if demoted_shape:
-        summary += (
-            " (the GPU change needs capacity this cluster lacks: advice only)"
-            if capacity.known
-            else " (GPU change: advice only, the cluster's offer is unknown without node data)"
-        )
+    if not capacity.known:
+        summary += " (no node data: what the cluster offers is unknown, savings counted apart)"
+    elif demoted_shape:
+        summary += " (the GPU change needs capacity this cluster lacks: advice only)"
     return analysis.model_copy(update={"actions": actions, "savings": savings, "summary": summary})
 
 

@@ -208,7 +208,8 @@ def test_more_gpus_than_one_node_holds_is_advice() -> None:
 def test_without_node_facts_a_slice_is_advice_counted_apart_unless_the_sharing_was_stated() -> None:
     analysis = analyze_window(oversized(), sharing=SharingStrategy.MIG_MIXED)
     assert analysis.savings.gpu_hours_per_day > 0
-    assert constrain_to_capacity(analysis, ClusterCapacity(), stated=True) == analysis
+    stated = constrain_to_capacity(analysis, ClusterCapacity(), stated=True)
+    assert stated.actions == analysis.actions and stated.savings.gpu_hours_per_day == 0
     unknown = constrain_to_capacity(analysis, ClusterCapacity())
     mig = next(a for a in unknown.actions if a.type is ActionType.MIG_PROFILE)
     assert not mig.automatic and mig.target is None and "unknown (no node data)" in mig.reason

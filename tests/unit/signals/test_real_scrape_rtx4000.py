@@ -1,0 +1,63 @@
+"""The real scrape of an idle RTX 4000 Ada (GPU Operator v25.10 on LKE): 1 MiB of framebuffer used, no
+CUDA context, GR 0.5 % and PCIe 78/46 MB/s, which is that platform's idle floor, not work."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_rightsizer.commands import analyze
+
+SCRAPE = (
+    Path(__file__).resolve().parents[2]
+    / "fixtures"
+    / "real-scrapes"
+    / "lke-rtx4000ada-gpu-operator-v25.10.prom"
+)
+START = 1_764_600_000
+
+
+def two_hours(path: Path) -> Path:
+    """The one scrape repeated every 30 s for 2 h, as OpenMetrics (its README's recipe)."""
+    lines = [line for line in SCRAPE.read_text().splitlines() if line.strip()]
+    names = sorted({line.split("{", 1)[0] for line in lines})
+    out: list[str] = []
+    for name in names:
+        out.append(f"# TYPE {name} gauge")
+        own = [line for line in lines if line.split("{", 1)[0] == name]
+        out.extend(f"{line} {START + 30 * step}" for step in range(240) for line in own)
+    path.write_text("\n".join([*out, "# EOF"]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("sharing", ["auto", "none", "time-slicing", "mig-mixed"])
+def test_the_idle_rtx4000_reads_idle_names_no_missing_resource_and_claims_no_savings(
+    sharing: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    analyze.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--openmetrics",
+            str(two_hours(tmp_path / "rtx.om")),
+            "--window",
+            "2h",
+            "--sharing",
+            sharing,
+            "-o",
+            "json",
+        ]
+    )
+    assert analyze.run(args) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["primary"] == "IdleAllocation"
+    named = {a["resource"] for a in row["actions"]} | {
+        key for a in row["actions"] if a.get("target") for key in a["target"]["requests"]
+    }
+    assert named <= {"nvidia.com/gpu"}, named  # the node publishes nvidia.com/gpu and nothing else
+    assert not any("gpu.shared" in a["to"] or "mig-" in a["to"] for a in row["actions"])
+    assert row["savings"]["gpuHoursPerDay"] == 0
+    assert not any(a["automatic"] for a in row["actions"])
