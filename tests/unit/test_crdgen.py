@@ -186,7 +186,7 @@ def test_enums_patterns_and_bounds_reach_the_schema() -> None:
     }  # fmt: skip
     assert "software" not in nodes[".spec.actions[]"]["enum"]
     assert nodes[".spec.actions"]["x-kubernetes-list-type"] == "set"
-    assert nodes[".spec.safety.cooldown"]["pattern"] == r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+    assert nodes[".spec.safety.cooldown"]["pattern"] == r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h|d|w))+$"
     assert nodes[".spec.safety.maintenanceWindows[].start"]["pattern"].startswith("^([01][0-9]|2[0-3])")
     assert nodes[".spec.safety.sharingStrategy"]["enum"] == [
         "mig-mixed",

@@ -411,7 +411,7 @@ class PrometheusSource:
         """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
-        step = step_seconds or 60.0
+        step = step_seconds or self.step_seconds or step_for(window_seconds)  # the operator's one rule
         rate_window = rate_window_seconds(step)
         say = progress or (lambda _message: None)
         self.check(end)

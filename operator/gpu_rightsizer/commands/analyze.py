@@ -95,7 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--at", type=parse_time, default=None, help="end of the window (default: now / newest sample)"
     )
     parser.add_argument(
-        "--step", type=parse_duration, default=None, help="sample step (default: inferred, 60s)"
+        "--step",
+        type=parse_duration,
+        default=None,
+        help="sample step (default: the operator's rule, window/60 between 1s and 60s; a file's own spacing)",
     )
     parser.add_argument(
         "--min-window",
