@@ -90,6 +90,31 @@ class PrometheusConfig:
     extra_matchers: tuple[str, ...] = ()
 
 
+#: Where a person sets the token, named in the 401/403 message (CLI, operator flag, chart value).
+TOKEN_SETTINGS = (
+    "--bearer-token / --bearer-token-file (analyze), --prometheus-token-file (run), "
+    "prometheus.bearerToken.secretName (chart)"
+)
+_HTTP_STATUS = re.compile(r"HTTP Status Code (\d+) \((b?)(['\"])(.*)\3\)$", re.S)
+
+
+def refusal_text(url: str, what: str, error: str) -> str:
+    """prometheus-api-client's `HTTP Status Code 401 (b'Unauthorized\\n')` as a sentence a person can act on."""
+    match = _HTTP_STATUS.search(error)
+    if match is None:
+        return f"Prometheus at {url} refused the query for {what}: {error}"
+    code, body = int(match.group(1)), match.group(4).replace("\\n", " ").strip()
+    text = f"Prometheus at {url} refused the query for {what}: HTTP {code}" + (
+        f" ({body[:200]})" if body else ""
+    )
+    if code in (401, 403):
+        text += (
+            ". It wants credentials (401) or refuses these (403): check the bearer token, set with "
+            f"{TOKEN_SETTINGS}"
+        )
+    return text
+
+
 def _duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
@@ -329,7 +354,7 @@ class PrometheusSource:
         except requests.exceptions.RequestException as error:
             raise PrometheusSourceError(f"cannot reach Prometheus at {self.config.url}: {error}") from error
         except PrometheusApiClientException as error:
-            raise PrometheusSourceError(f"Prometheus refused the query for {what}: {error}") from error
+            raise PrometheusSourceError(refusal_text(self.config.url, what, str(error))) from error
         except (ValueError, KeyError, TypeError) as error:
             raise PrometheusSourceError(
                 f"{self.config.url} did not answer like Prometheus ({what}): {error}"
