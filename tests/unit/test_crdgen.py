@@ -239,7 +239,16 @@ def test_names_scope_and_subresources() -> None:
 def test_recommendation_printer_columns() -> None:
     columns = {c["name"]: c for c in _version("gpurecommendations")["additionalPrinterColumns"]}
     default = [name for name, c in columns.items() if not c.get("priority")]
-    assert default == ["Workload", "Diagnosis", "Metrics", "Action", "GPU Busy P95", "Savings", "State", "Age"]
+    assert default == [
+        "Workload",
+        "Diagnosis",
+        "Metrics",
+        "Action",
+        "GPU Busy P95",
+        "Savings",
+        "State",
+        "Age",
+    ]
     assert {name for name, c in columns.items() if c.get("priority") == 1} == {"Confidence", "Window"}
     nodes = dict(_walk(_schema("gpurecommendations")))
     for column in columns.values():

@@ -35,7 +35,7 @@ from gpu_rightsizer.logic.floors import IdleFloor
 from gpu_rightsizer.logic.mig import model_key_for_product
 from gpu_rightsizer.logic.savings import HOURS_PER_DAY, estimate_savings
 from gpu_rightsizer.logic.workloads import QuantityError, format_cpu, format_memory, parse_quantity
-from gpu_rightsizer.model.codes import ActionType, SharingStrategy
+from gpu_rightsizer.model.codes import ActionType, DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.result import Action, Analysis, Savings
 
 LABEL_PRODUCT = "nvidia.com/gpu.product"
@@ -322,8 +322,37 @@ def analyze_within(
     if restricted:
         analysis = run(restricted)
         if any(a.type is ActionType.MIG_PROFILE for a in analysis.actions):
-            return constrain_to_capacity(analysis, capacity, product, stated)
-    return constrain_to_capacity(run(list(allowed) if allowed else None), capacity, product, stated)
+            return with_final_change(constrain_to_capacity(analysis, capacity, product, stated))
+    unrestricted = run(list(allowed) if allowed else None)
+    return with_final_change(constrain_to_capacity(unrestricted, capacity, product, stated))
+
+
+#: The first sentence of a finding's "Change:" part (a profile's dots are not followed by a space).
+_CHANGE = re.compile(r"Change: .+?\.(?=\s|$)")
+_STILL_RUNS = re.compile(r" Kernels still run \(not idle, never released\):[^.]*\.")
+
+
+def with_final_change(analysis: Analysis) -> Analysis:
+    """Findings rendered from the final action: the sizing finding's "Change:" names the slice or share
+    the (pool-constrained) action proposes, and no finding says kernels run where the idle rule found none."""
+    shape = next(
+        (a for a in analysis.actions if a.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING)), None
+    )
+    idle = any(f.code is DiagnosisCode.IDLE_ALLOCATION for f in analysis.findings)
+    findings = []
+    for finding in analysis.findings:
+        message = finding.message
+        if finding.code is DiagnosisCode.OVERSIZED_GPU and shape is not None:
+            advice = "" if shape.automatic else " (advice: see the action's reason)"
+            message = _CHANGE.sub(f"Change: {shape.type.value} → {shape.to_value}{advice}.", message, count=1)
+        if idle:
+            message = _STILL_RUNS.sub("", message)
+        findings.append(
+            finding if message == finding.message else finding.model_copy(update={"message": message})
+        )
+    if findings == analysis.findings:
+        return analysis
+    return analysis.model_copy(update={"findings": findings})
 
 
 def _gpu_resources_of(action: Action) -> dict[str, int]:

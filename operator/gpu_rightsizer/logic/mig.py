@@ -372,7 +372,9 @@ def profiles_for(spec: GPUModelSpec | None, overrides: MigTables | None = None) 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: A MIG profile in either spelling: NVML/mig-parted ('1g.10gb+me', '1g.24gb+me.all', '1g.24gb+gfx',
 #: '1g.24gb-me') or the device plugin's, which writes every '+' as '.' ('1g.10gb.me', '1g.24gb.me.all').
-_PROFILE_SPELLING = re.compile(r"^(?P<base>[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$")
+_PROFILE_SPELLING = re.compile(
+    r"^(?P<base>(?:[1-7]c\.)?[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$"
+)  # a compute-instance profile ('1c.3g.20gb', go-nvlib mig_profile.go) has its CI count first
 
 
 def device_plugin_profile_name(name: str) -> str:

@@ -40,7 +40,7 @@ CLOCK_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 #: MIG profile names as the device plugin exposes them (`nvidia.com/mig-<profile>`): 1g.10gb, 1g.10gb.me,
 #: 1g.24gb.gfx, 1g.24gb.me.all, 1g.24gb-me. The device plugin writes NVML's '+' as '.', so '+me' is no
 #: resource anywhere and is refused.
-MIG_PROFILE_PATTERN = r"^[1-7]g\.[0-9]+gb([.-][a-z][a-z0-9]*)*$"
+MIG_PROFILE_PATTERN = r"^([1-7]c\.)?[1-7]g\.[0-9]+gb([.-][a-z][a-z0-9]*)*$"
 #: IANA time-zone names (Europe/Berlin, UTC, America/Argentina/Buenos_Aires, Etc/GMT+2).
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*$"
 #: metav1.Condition reason: CamelCase identifier.

@@ -299,3 +299,26 @@ def test_the_slice_is_chosen_among_the_profiles_the_pool_offers() -> None:
     assert chosen.savings.gpu_hours_per_day > 0
     single = capacity_from_nodes([MIG_SINGLE])
     assert single.mig_profiles(H100) == ["2g.20gb"]
+
+
+def test_the_sizing_finding_names_the_slice_the_final_action_proposes() -> None:
+    from gpu_rightsizer.logic.capacity import analyze_within
+    from gpu_rightsizer.model.codes import DiagnosisCode
+
+    only_3g = node("mig-3g", {"nvidia.com/mig.strategy": "mixed"}, {"nvidia.com/mig-3g.40gb": "16"})
+    window = oversized()
+
+    def run(profiles: list[str] | None) -> Analysis:
+        return analyze_window(
+            window, PROVEN, sharing=SharingStrategy.MIG_MIXED, allowed_mig_profiles=profiles
+        )
+
+    # the sizing rule names the smallest slice that fits; the action, bound by slowdown and pools, another
+    assert (
+        "slice 1g.20gb"
+        in next(f for f in run(None).findings if f.code is DiagnosisCode.OVERSIZED_GPU).message
+    )
+    chosen = analyze_within(capacity_from_nodes([WHOLE, only_3g]), H100, run)
+    finding = next(f for f in chosen.findings if f.code is DiagnosisCode.OVERSIZED_GPU)
+    assert "Change: migProfile → nvidia.com/mig-3g.40gb: 1." in finding.message
+    assert "1g.20gb" not in finding.message

@@ -61,3 +61,18 @@ def test_the_idle_rtx4000_reads_idle_names_no_missing_resource_and_claims_no_sav
     assert not any("gpu.shared" in a["to"] or "mig-" in a["to"] for a in row["actions"])
     assert row["savings"]["gpuHoursPerDay"] == 0
     assert not any(a["automatic"] for a in row["actions"])
+
+
+def test_no_finding_says_kernels_run_on_the_idle_rtx4000(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    analyze.add_arguments(parser)
+    assert (
+        analyze.run(parser.parse_args(["--openmetrics", str(two_hours(tmp_path / "rtx.om")), "-o", "json"]))
+        == 0
+    )
+    (row,) = json.loads(capsys.readouterr().out)
+    messages = " ".join(f["message"] for f in row["findings"])
+    assert "Kernels still run" not in messages and "enable MIG" not in messages
+    assert "unknown" in row["summary"] or row["savings"]["ifOfferedGpuHoursPerDay"] > 0
