@@ -107,7 +107,9 @@ def recorded() -> Iterator[FakePrometheus]:
 def test_recorded_answers_give_each_workload_its_diagnosis(recorded: FakePrometheus) -> None:
     windows = {
         w.workload.name: w
-        for w in read_prometheus(PrometheusConfig(recorded.url), window_seconds=1800, at=END, step_seconds=60.0)
+        for w in read_prometheus(
+            PrometheusConfig(recorded.url), window_seconds=1800, at=END, step_seconds=60.0
+        )
     }
     assert set(windows) == {"trainer", "chat", "slice"}
     assert analyze_window(windows["trainer"]).primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
@@ -231,7 +233,9 @@ def test_a_window_ends_at_its_newest_sample_so_stopped_data_reads_stale() -> Non
     with FakePrometheus(stopped) as server:
         windows = {
             w.workload.name: w
-            for w in read_prometheus(PrometheusConfig(server.url), window_seconds=1800, at=END, step_seconds=60.0)
+            for w in read_prometheus(
+                PrometheusConfig(server.url), window_seconds=1800, at=END, step_seconds=60.0
+            )
         }
 
     assert windows["trainer"].end.timestamp() == stopped_at
@@ -261,5 +265,7 @@ def test_prometheus_warnings_mark_every_window_as_partial() -> None:
         )
         assert source.answer_warnings == []  # carried by these windows, not by the next read's
     with FakePrometheus(_replay) as server:
-        clean = PrometheusSource(PrometheusConfig(server.url)).read(window_seconds=1800, at=END, step_seconds=60.0)
+        clean = PrometheusSource(PrometheusConfig(server.url)).read(
+            window_seconds=1800, at=END, step_seconds=60.0
+        )
     assert not any("partial data" in w for window in clean for w in window.warnings)
