@@ -259,6 +259,18 @@ def _gpu_resources(action: dict[str, Any]) -> set[str]:
     return {name for name in named if GPU_RESOURCE.match(name)}
 
 
+def _analysed(kube: Kube, namespace: str, workloads: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Each Deployment's recommendation status once every one has a diagnosis other than InsufficientData."""
+    found = {name: recommendation(kube, namespace, f"deployment-{name}") for name in workloads}
+    done = all(
+        rec
+        and ((rec.get("status") or {}).get("diagnosis") or {}).get("primary")
+        not in (None, "InsufficientData")
+        for rec in found.values()
+    )
+    return {k: v["status"] for k, v in found.items() if v} if done else None
+
+
 def test_advice_names_only_resources_the_node_pools_offer(
     kube: Kube, sharing_pools: list[str], live_metrics: str, run_operator: Any
 ) -> None:
@@ -278,19 +290,9 @@ def test_advice_names_only_resources_the_node_pools_offer(
         create(kube, manifest)
     operator = run_operator("-n", namespace, "--prometheus-url", live_metrics, *FAST)
 
-    def analysed() -> dict[str, dict[str, Any]] | None:
-        found = {name: recommendation(kube, namespace, f"deployment-{name}") for name in workloads}
-        done = all(
-            rec
-            and ((rec.get("status") or {}).get("diagnosis") or {}).get("primary")
-            not in (None, "InsufficientData")
-            for rec in found.values()
-        )
-        return {k: v for k, v in found.items() if v} if done else None
-
-    statuses = {
-        k: v["status"] for k, v in wait(analysed, 240, "the four workloads analysed", operator).items()
-    }
+    statuses = wait(
+        lambda: _analysed(kube, namespace, workloads), 240, "the four workloads analysed", operator
+    )
     nodes = _nodes_offering(kube)
     products = {
         "on-h100": "NVIDIA-H100-80GB-HBM3", "on-h200": "NVIDIA-H200", "on-l4-shared": "NVIDIA-L4",
@@ -339,17 +341,9 @@ def test_a_default_gpu_operator_pool_gets_only_schedulable_advice(
             create(kube, manifest)
         operator = run_operator("-n", namespace, "--prometheus-url", live_metrics, *FAST)
 
-        def analysed() -> dict[str, dict[str, Any]] | None:
-            found = {name: recommendation(kube, namespace, f"deployment-{name}") for name in workloads}
-            done = all(
-                rec
-                and ((rec.get("status") or {}).get("diagnosis") or {}).get("primary")
-                not in (None, "InsufficientData")
-                for rec in found.values()
-            )
-            return {k: v["status"] for k, v in found.items() if v} if done else None
-
-        statuses = wait(analysed, 240, "the two L4 workloads analysed", operator)
+        statuses = wait(
+            lambda: _analysed(kube, namespace, workloads), 240, "the L4 workloads analysed", operator
+        )
         labels = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in kube.get_json("nodes")["items"]
         }

@@ -184,7 +184,8 @@ def test_a_share_without_rename_selects_the_shared_product_with_nvidia_com_gpu()
     assert not sharing.automatic and sharing.target is None  # a node-selector move: advice
 
 
-def test_mig_strategy_on_a_gpu_without_mig_says_so_and_never_enable_mig() -> None:
+def l4_job() -> WorkloadWindow:
+    """The rare training Job on an L4, a GPU without MIG, using 6 GB."""
     base = (
         rare_job().pods[0].gpus[0].model_copy(update={"model_name": "NVIDIA L4", "memory_total_mib": 23034})
     )
@@ -193,6 +194,11 @@ def test_mig_strategy_on_a_gpu_without_mig_says_so_and_never_enable_mig() -> Non
         alloc=allocation(gpu_model="NVIDIA-L4", workload_type="training"),
         kind="Job",
     )
+    return w
+
+
+def test_mig_strategy_on_a_gpu_without_mig_says_so_and_never_enable_mig() -> None:
+    w = l4_job()
     for strategy in (SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE):
         sharing = next(a for a in analyze_window(w, PROVEN, sharing=strategy).actions)
         assert sharing.type is ActionType.GPU_SHARING
@@ -206,14 +212,7 @@ def test_allowed_profiles_restrict_the_choice() -> None:
 
 
 def test_non_mig_gpu_falls_back_to_sharing() -> None:
-    base = (
-        rare_job().pods[0].gpus[0].model_copy(update={"model_name": "NVIDIA L4", "memory_total_mib": 23034})
-    )
-    w = window(
-        [pod(gpus=[base.model_copy(update={"stats": {**base.stats, Signal.FB_USED_MIB: stat(6000)}})])],
-        alloc=allocation(gpu_model="NVIDIA-L4", workload_type="training"),
-        kind="Job",
-    )
+    w = l4_job()
     types = action_types(w)
     assert ActionType.MIG_PROFILE not in types
     assert ActionType.GPU_SHARING in types
