@@ -13,8 +13,12 @@ bandwidth column (d · max(…, b / β) with β = s / SMs, b = DRAM_ACTIVE / GR_
 model's own figure, not a measurement. Each (method, SM count) runs in its own process, so one failure
 costs one row.
 
-    python3 bench/slowdown_validation.py [--sms 128,64,32,16] [--mps-sms 66,33] [--method green|mps|both]
-                                         [--json OUT]
+Time-sliced shares (`--share 2,4`): the workload runs next to N − 1 processes that keep the GPU busy
+with GEMMs (the worst case the bound covers: every sharer busy whenever this one is), under the
+driver's default time-slicing, against (1 − d) + d · N.
+
+    python3 bench/slowdown_validation.py [--sms 128,64,32,16] [--mps-sms 66,33]
+                                         [--method green|mps|both|none] [--share 2,4] [--json OUT]
 """
 
 from __future__ import annotations
@@ -31,13 +35,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from gpu_rightsizer.logic.width import PhaseShape, predicted_slowdown
+from gpu_rightsizer.logic.width import PhaseShape, predicted_slowdown, predicted_time_sliced_slowdown
 
 #: Timed steps run at least this long, so GPM's two samples span many steps.
 MEASURE_SECONDS = 2.0
 MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/mps-pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/mps-log"}
 
 Step = Callable[[], None]
+
+#: A sharer that keeps the GPU busy all the time: bf16 GEMMs back to back.
+BUSY_SHARER = (
+    "import torch\n"
+    "a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
+    "while True:\n"
+    "    for _ in range(8):\n"
+    "        torch.matmul(a, a)\n"
+    "    torch.cuda.synchronize()\n"
+)
 
 
 def _workloads() -> dict[str, Callable[[], Step]]:
@@ -137,6 +151,13 @@ def child(method: str, sms: int, names: list[str]) -> dict[str, Any]:
         context = green_contexts.GreenContext.create(sms, 0)
         enter = getattr(context, "set_context", None) or context.make_current
         enter()
+    sharers = (
+        [subprocess.Popen([sys.executable, "-c", BUSY_SHARER]) for _ in range(sms - 1)]
+        if method == "share"
+        else []
+    )
+    if sharers:
+        time.sleep(8.0)  # past their imports and first GEMMs
     nvml: Any = None
     handle: Any = None
     if method == "none":
@@ -173,6 +194,9 @@ def child(method: str, sms: int, names: list[str]) -> dict[str, Any]:
     if context is not None:
         leave = getattr(context, "pop_context", None) or context.pop_current
         leave()
+    for sharer in sharers:
+        sharer.kill()
+        sharer.wait()
     return rows
 
 
@@ -221,25 +245,47 @@ def table(baseline: dict[str, Any], limited: list[dict[str, Any]], total_sms: in
             cell = run.get(name)
             if not isinstance(cell, dict) or "step_s" not in cell:
                 continue
+            if run["method"] == "share":
+                sharers = int(run["sms"])
+                row = _row(name, shape, base, cell, "time-slice", f"1/{sharers}")
+                if shape is not None:
+                    row["predicted"] = predicted_time_sliced_slowdown(shape, sharers)
+                out.append(row)
+                continue
             device_sms = int(run.get("device_sms", total_sms))
             sms = device_sms if run["method"] == "mps" and device_sms < total_sms else int(run["sms"])
-            row = {
-                "workload": name,
-                "method": run["method"],
-                "sms": sms,
-                "duty": None if shape is None else shape.duty,
-                "width_sms": None if shape is None else shape.width_sms,
-                "dram_share": None if shape is None else shape.bandwidth_share,
-                "base_ms": base["step_s"] * 1000,
-                "step_ms": cell["step_s"] * 1000,
-                "measured": cell["step_s"] / base["step_s"],
-                "predicted": None if shape is None else predicted_slowdown(shape, sms, total_sms),
-                "predicted_bw": None
-                if shape is None
-                else predicted_slowdown(shape, sms, total_sms, slice_bandwidth_fraction=sms / total_sms),
-            }
+            row = _row(name, shape, base, cell, run["method"], sms)
+            if shape is not None:
+                row["predicted"] = predicted_slowdown(shape, sms, total_sms)
+                row["predicted_bw"] = predicted_slowdown(
+                    shape, sms, total_sms, slice_bandwidth_fraction=sms / total_sms
+                )
             out.append(row)
     return out
+
+
+def _row(
+    name: str,
+    shape: PhaseShape | None,
+    base: dict[str, Any],
+    cell: dict[str, Any],
+    method: str,
+    limit: int | str,
+) -> dict[str, Any]:
+    """The measured part of one table row; the caller adds the predictions where a shape is known."""
+    return {
+        "workload": name,
+        "method": method,
+        "sms": limit,
+        "duty": None if shape is None else shape.duty,
+        "width_sms": None if shape is None else shape.width_sms,
+        "dram_share": None if shape is None else shape.bandwidth_share,
+        "base_ms": base["step_s"] * 1000,
+        "step_ms": cell["step_s"] * 1000,
+        "measured": cell["step_s"] / base["step_s"],
+        "predicted": None,
+        "predicted_bw": None,
+    }
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -270,10 +316,11 @@ def main() -> int:
     parser.add_argument(
         "--mps-sms", default="66,33", help="SM counts for MPS (any count; rounded by the driver)"
     )
-    parser.add_argument("--method", choices=("green", "mps", "both"), default="green")
+    parser.add_argument("--method", choices=("green", "mps", "both", "none"), default="green")
+    parser.add_argument("--share", default="", help="time-sliced shares to measure: sharer counts N")
     parser.add_argument("--only", default="", help="comma-separated workloads (default: all)")
     parser.add_argument("--json", type=Path, help="also write the raw rows here")
-    parser.add_argument("--child", choices=("none", "green", "mps"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("none", "green", "mps", "share"), help=argparse.SUPPRESS)
     parser.add_argument("--child-sms", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or list(_workloads())
@@ -286,7 +333,7 @@ def main() -> int:
     total_sms = int(baseline.get("device_sms", 132))
     print("baseline:", json.dumps(baseline), flush=True)
     limited: list[dict[str, Any]] = []
-    methods = ["green", "mps"] if args.method == "both" else [args.method]
+    methods = {"both": ["green", "mps"], "none": []}.get(args.method, [args.method])
     for method in methods:
         counts = [int(s) for s in (args.mps_sms if method == "mps" else args.sms).split(",") if s]
         if method == "mps":
@@ -302,6 +349,10 @@ def main() -> int:
         finally:
             if method == "mps":
                 _mps(start=False)
+    for count in [int(n) for n in args.share.split(",") if n]:
+        result = _run_child("share", count, names, env)
+        print(f"share {count}:", json.dumps(result), flush=True)
+        limited.append(result)
     rows = table(baseline, limited, total_sms)
     print()
     print_table(rows)

@@ -76,13 +76,44 @@ def _worker_init(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def train_with_loader(args: argparse.Namespace) -> dict[str, float]:
+def _train_resnet(
+    loader: torch.utils.data.DataLoader[tuple[torch.Tensor, int]],
+    normalise: Any,
+    args: argparse.Namespace,
+    warm_steps: int,
+) -> _Timer:
+    """ResNet-50 bf16 training on what `loader` yields; ready after `warm_steps`, then timed."""
     import torchvision
 
-    workers = args.workers or max(1, len(os.sched_getaffinity(0)))
-    torch.set_num_threads(1)
     model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    timer: _Timer | None = None
+    warm = 0
+    for images, labels in loader:
+        x = normalise(images.cuda(non_blocking=True).float()).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), labels.cuda(non_blocking=True))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        if timer is None:
+            warm += 1
+            if warm == warm_steps:
+                torch.cuda.synchronize()
+                _ready(args.ready)
+                timer = _Timer(args.duration)
+            continue
+        timer.steps += 1
+        if not timer.running():
+            break
+    torch.cuda.synchronize()
+    assert timer is not None
+    return timer
+
+
+def train_with_loader(args: argparse.Namespace) -> dict[str, float]:
+    workers = args.workers or max(1, len(os.sched_getaffinity(0)))
+    torch.set_num_threads(1)
     loader = torch.utils.data.DataLoader(
         HeavyPreprocessDataset(args.cpu_ms),
         batch_size=args.batch,
@@ -94,30 +125,7 @@ def train_with_loader(args: argparse.Namespace) -> dict[str, float]:
     )
     mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1) * 255
-    timer: _Timer | None = None
-    warm = 0
-    for images, labels in loader:
-        x = ((images.cuda(non_blocking=True).float() - mean) / std).contiguous(
-            memory_format=torch.channels_last
-        )
-        y = labels.cuda(non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
-        if timer is None:
-            warm += 1
-            if warm == 5:
-                torch.cuda.synchronize()
-                _ready(args.ready)
-                timer = _Timer(args.duration)
-            continue
-        timer.steps += 1
-        if not timer.running():
-            break
-    torch.cuda.synchronize()
-    assert timer is not None
+    timer = _train_resnet(loader, lambda x: (x - mean) / std, args, warm_steps=5)
     timer.extra.update({"loader_workers": workers, "batch": args.batch, "cpu_ms_per_sample": args.cpu_ms})
     return timer.result()
 
@@ -125,12 +133,17 @@ def train_with_loader(args: argparse.Namespace) -> dict[str, float]:
 # --- (3) tiny inference server -----------------------------------------------------------------------
 
 
-def tiny_inference(args: argparse.Namespace) -> dict[str, float]:
-    torch.set_num_threads(1)
+def _serving_mlp() -> torch.nn.Module:
+    """The served model: six 2048-wide layers, small enough that one request is a sliver of an H200."""
     layers: list[torch.nn.Module] = []
     for _ in range(6):
         layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
-    model = torch.nn.Sequential(*layers).cuda().eval()
+    return torch.nn.Sequential(*layers).cuda().eval()
+
+
+def tiny_inference(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(1)
+    model = _serving_mlp()
     # Weights a real server keeps resident (embeddings, other heads), read by no request here.
     resident = torch.ones(int(args.model_gib * 2**28), dtype=torch.float32, device="cuda")
     period = 1.0 / args.rate
@@ -304,6 +317,24 @@ def fp32_gemm_train(args: argparse.Namespace) -> dict[str, float]:
 # --- (9) a loop that waits on the host each step: kernels in every second, GPU mostly idle ----------------
 
 
+def _with_host_wait(step: Any, args: argparse.Namespace, warm_steps: int) -> tuple[_Timer, float]:
+    """Warm up, time the GPU step alone (ms), then run it with `--wait-ms` of host wait after each."""
+    for _ in range(warm_steps):
+        step()
+    torch.cuda.synchronize()
+    started = time.monotonic()
+    for _ in range(20):
+        step()
+    step_ms = (time.monotonic() - started) / 20 * 1000
+    _ready(args.ready)
+    timer = _Timer(args.duration)
+    while timer.running():
+        step()
+        time.sleep(args.wait_ms / 1000.0)  # waiting on the host: a queue, a file, a lock, an environment
+        timer.steps += 1
+    return timer, step_ms
+
+
 def host_wait(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(1)
     width = 4096
@@ -317,19 +348,7 @@ def host_wait(args: argparse.Namespace) -> dict[str, float]:
                 y = torch.tanh(y @ w)
         return float(y.float().mean().item())  # the host reads the result, as a training loop logs loss
 
-    for _ in range(10):
-        step()
-    torch.cuda.synchronize()
-    started = time.monotonic()
-    for _ in range(20):
-        step()
-    gpu_step_ms = (time.monotonic() - started) / 20 * 1000
-    _ready(args.ready)
-    timer = _Timer(args.duration)
-    while timer.running():
-        step()
-        time.sleep(args.wait_ms / 1000.0)  # waiting on something on the host (a queue, a file, a lock)
-        timer.steps += 1
+    timer, gpu_step_ms = _with_host_wait(step, args, warm_steps=10)
     timer.extra.update({"wait_ms": args.wait_ms, "step_ms_without_wait": gpu_step_ms, "inner": args.inner})
     return timer.result()
 
@@ -367,8 +386,6 @@ class SlowReadDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
 
 
 def slow_read_loader(args: argparse.Namespace) -> dict[str, float]:
-    import torchvision
-
     path = "/tmp/gpu-proof-shards.bin"
     if not os.path.exists(path) or os.path.getsize(path) < 2**30:
         with open(path, "wb") as shard:
@@ -381,8 +398,6 @@ def slow_read_loader(args: argparse.Namespace) -> dict[str, float]:
     os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)  # reads go to the disk, as remote reads would
     os.close(descriptor)
     torch.set_num_threads(1)
-    model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last)
-    optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loader = torch.utils.data.DataLoader(
         SlowReadDataset(path, args.read_mib_per_s),
         batch_size=args.batch,
@@ -392,26 +407,7 @@ def slow_read_loader(args: argparse.Namespace) -> dict[str, float]:
         prefetch_factor=2,
         worker_init_fn=_worker_init,
     )
-    timer: _Timer | None = None
-    warm = 0
-    for images, labels in loader:
-        x = (images.cuda(non_blocking=True).float() / 255).contiguous(memory_format=torch.channels_last)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), labels.cuda(non_blocking=True))
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
-        if timer is None:
-            warm += 1
-            if warm == 2:
-                torch.cuda.synchronize()
-                _ready(args.ready)
-                timer = _Timer(args.duration)
-            continue
-        timer.steps += 1
-        if not timer.running():
-            break
-    assert timer is not None
+    timer = _train_resnet(loader, lambda x: x / 255, args, warm_steps=2)
     timer.extra.update({"read_mib_per_s_per_worker": args.read_mib_per_s, "workers": args.workers or 4})
     return timer.result()
 
@@ -476,18 +472,7 @@ def wide_duty(args: argparse.Namespace) -> dict[str, float]:
             torch.matmul(a, b)
         torch.cuda.synchronize()
 
-    for _ in range(5):
-        phase()
-    started = time.monotonic()
-    for _ in range(20):
-        phase()
-    phase_ms = (time.monotonic() - started) / 20 * 1000
-    _ready(args.ready)
-    timer = _Timer(args.duration)
-    while timer.running():
-        phase()
-        time.sleep(args.wait_ms / 1000.0)  # the host: an environment step, a reward model, a remote call
-        timer.steps += 1
+    timer, phase_ms = _with_host_wait(phase, args, warm_steps=5)
     timer.extra.update({"phase_ms": phase_ms, "wait_ms": args.wait_ms, "inner": args.inner})
     return timer.result()
 
@@ -530,10 +515,7 @@ def tokenizer_server(args: argparse.Namespace) -> dict[str, float]:
     import random
 
     torch.set_num_threads(1)
-    layers: list[torch.nn.Module] = []
-    for _ in range(6):
-        layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
-    model = torch.nn.Sequential(*layers).cuda().eval()
+    model = _serving_mlp()
     rng = random.Random(0)
     waiting: collections.deque[float] = collections.deque()
     dropped = 0

@@ -31,7 +31,18 @@ def apply_policy(kube: Kube, name: str, namespace: str, actions: list[str], **sa
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
         "mode": "Apply",
         "actions": actions,
-        "observation": {"minSamples": 10},  # no window: the operator's short --window applies
+        # no window: the operator's short --window applies; the shrink gate's minimum windows and
+        # memory look-back lowered as a policy may (the defaults ask a day of a Deployment), and
+        # minConfidence with them (a serving window far shorter than a day lowers confidence to ~0.6)
+        "observation": {
+            "minSamples": 10,
+            "thresholds": {
+                "minConfidence": 0.5,
+                "shrinkMinWindowServiceSeconds": 0,
+                "shrinkMinWindowJobSeconds": 0,
+                "memoryLookbackMinSeconds": 0,
+            },
+        },
         # the workloads here have one replica: restarting it is accepted (never by default)
         "safety": {"cooldown": "1h", "verifyFor": "30s", "allowSingleReplica": True, **safety},
     }

@@ -317,10 +317,14 @@ def test_advice_names_only_resources_the_node_pools_offer(
     for action in statuses["on-l4-shared"].get("actions") or []:
         if action["type"] == "gpuSharing":
             assert not action.get("automatic") and "renameByDefault" in action["reason"], action
-    # the H200 pool with MIG mixed offers some slices: the one chosen is among them, and automatic
+    # the H200 pool with MIG mixed offers some slices: the one chosen is among them; with no policy the
+    # shrink gate keeps it advice until a Deployment has been watched for a day
     h200 = [a for a in statuses["on-h200"].get("actions") or [] if a["type"] == "migProfile"]
     offered_h200 = {k for base, offer in nodes if base == "NVIDIA-H200" for k in offer}
-    assert h200 and all(a.get("automatic") and a["resource"] in offered_h200 for a in h200), h200
+    assert h200 and all(a["resource"] in offered_h200 for a in h200), h200
+    assert all(a.get("automatic") or "a Deployment is shrunk only after 24 h" in a["reason"] for a in h200), (
+        h200
+    )
 
 
 def test_a_default_gpu_operator_pool_gets_only_schedulable_advice(

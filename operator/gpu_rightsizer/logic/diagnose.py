@@ -21,7 +21,8 @@ from gpu_rightsizer.logic.figures import (
     summarise,
 )
 from gpu_rightsizer.logic.mig import MigTables
-from gpu_rightsizer.logic.rules.common import SUSPECTED_CAUSE_CONFIDENCE, FindingBuilder, base_confidence
+from gpu_rightsizer.logic.rules.common import FindingBuilder, base_confidence
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.rules.data_path import check_data_path, cpu_plateau_cores
 from gpu_rightsizer.logic.rules.efficiency import check_efficiency
 from gpu_rightsizer.logic.rules.failures import check_failures
@@ -93,7 +94,7 @@ def diagnose_figures(
         out.add(
             DiagnosisCode.INSUFFICIENT_DATA,
             Severity.INFO,
-            0.9,
+            C.insufficient_data,
             f"Seen: {'; '.join(problems)}. Meaning: the window cannot be trusted for sizing. Change: nothing "
             "yet; fix the metric source or wait for a longer, complete window.",
             {"busySamples": float(figures.busy_samples), "coverage": figures.coverage},
@@ -133,7 +134,7 @@ def _add_suspected_cause(
     out.add(
         cause,
         BY_CODE[cause].severity,
-        base_confidence(figures, settings) * SUSPECTED_CAUSE_CONFIDENCE,
+        base_confidence(figures, settings) * C.suspected_cause,
         f"Seen: {seen}. Meaning: {meaning}. Change: nothing is shrunk; measure next: {measure}.",
         {"suspected": 1.0, "vetoes": float(len(vetoes))},
     )

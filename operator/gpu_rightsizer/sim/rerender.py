@@ -467,6 +467,9 @@ def render(
         collect(successor, start, variant, store, rng, active=(cut + 60.0, end))
     elif variant.perturbation == "second-replica":
         pod, node, uuid = _pod_names(base)
+        for (metric, _), values in base.items():
+            if metric in (mn.KSM_DEPLOYMENT_REPLICAS, mn.KSM_STATEFULSET_REPLICAS):
+                values[:] = [2 * v for v in values]
         collect(base, start, variant, store, rng)
         other = stretched(recording, variant, seed_offset=1)
         if rename:

@@ -8,6 +8,7 @@ the coarse window has enough steps; counters keep increasing across the seams.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -29,7 +30,8 @@ def _is_interval_average(name: str) -> bool:
 
 
 def tile(samples: Iterable[Sample], min_seconds: float) -> list[Sample]:
-    """Repeat a stationary recording until it spans at least `min_seconds` (counters keep rising)."""
+    """Repeat a stationary recording until it spans at least `min_seconds` (counters keep rising, or
+    repeat their resets)."""
     rows = [row for row in samples if row[3] is not None]
     if not rows:
         return []
@@ -45,9 +47,12 @@ def tile(samples: Iterable[Sample], min_seconds: float) -> list[Sample]:
     for (name, _), series in by_series.items():
         series.sort(key=lambda r: r[3] or 0.0)
         increment = 0.0
-        if _is_counter(name) and len(series) > 1:
+        resets = any(later[2] < earlier[2] for earlier, later in itertools.pairwise(series))
+        if _is_counter(name) and len(series) > 1 and not resets:
             rise = series[-1][2] - series[0][2]
             increment = rise + rise / (len(series) - 1)
+        # A counter that resets (a container restart) replays its container lives in every copy: an
+        # offset of last - first would be negative and make every later copy fall.
         for copy in range(copies):
             for row_name, labels, value, stamp in series:
                 out.append((row_name, labels, value + copy * increment, (stamp or 0.0) + copy * period))

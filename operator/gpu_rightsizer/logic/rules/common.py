@@ -6,24 +6,13 @@ import math
 from dataclasses import dataclass, field
 
 from gpu_rightsizer.logic.figures import WorkloadFigures
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.result import Finding
 
-#: R14 LaunchBound's base: two signals agree (narrow phases, one pinned thread). Heur.
-LAUNCH_BOUND_CONFIDENCE = 0.75
-#: A cause named only by a veto (no rule claimed it exactly): suspected, advice only. Heur.
-SUSPECTED_CAUSE_CONFIDENCE = 0.5
-#: R12 CrashLooping: restarts are counted by the kubelet, not inferred. Heur.
-CRASH_LOOPING_CONFIDENCE = 0.85
-#: R13 ServingHostBound: a queue with the GPU unsaturated; where the host spends the time is inferred. Heur.
-SERVING_HOST_BOUND_CONFIDENCE = 0.7
-
-#: R8b OversizedGPU where no slice holds the memory: the compute is measured, the advice is indirect. Heur.
-NO_SLICE_FITS_CONFIDENCE = 0.7
-
 #: No finding claims certainty: window statistics can always miss what happened between samples.
-MAX_CONFIDENCE = 0.95
+MAX_CONFIDENCE = CONFIDENCE.max_confidence
 
 
 def pct(value: float) -> str:
@@ -69,9 +58,9 @@ class ConfidenceFactor:
 
 
 #: Samples cover less of the window than `good_coverage`: gaps may hide what happened. Heur.
-GAPPY_WINDOW_FACTOR = 0.85
+GAPPY_WINDOW_FACTOR = CONFIDENCE.gappy_window
 #: The metric source reported warnings (duplicates, resets, unknown labels). Heur.
-SOURCE_WARNINGS_FACTOR = 0.9
+SOURCE_WARNINGS_FACTOR = CONFIDENCE.source_warnings
 
 
 def window_factors(

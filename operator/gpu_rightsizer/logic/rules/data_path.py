@@ -10,12 +10,12 @@ import math
 
 from gpu_rightsizer.logic.figures import WorkloadFigures
 from gpu_rightsizer.logic.rules.common import (
-    LAUNCH_BOUND_CONFIDENCE,
     FindingBuilder,
     base_confidence,
     compute_is_low,
     pct,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.rules.idle import no_kernels
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
@@ -110,7 +110,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         out.add(
             DiagnosisCode.LAUNCH_BOUND,
             Severity.WARNING,
-            base * LAUNCH_BOUND_CONFIDENCE,
+            base * C.launch_bound,
             f"Seen: GPU busy p50 {pct(busy)} but only {pct(ratio)} of the SMs busy while the GPU is "
             f"(SM/GR), and one thread at a core (busiest process "
             f"{figures.process_cpu_max_p50 or figures.cpu_usage_p50 or 0.0:.2f} cores). Meaning: one thread "
@@ -129,7 +129,9 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
     # R2: input pipeline CPU-bound (at the limit), or R2c: a CPU plateau below it
     if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_utilisation):
         confidence = (
-            base * (0.8 if clearly_low else 0.7) + (0.1 if sawtooth else 0.0) + (0.05 if anti else 0.0)
+            base * (C.cpu_bound_clear if clearly_low else C.cpu_bound)
+            + (C.cpu_sawtooth_bonus if sawtooth else 0.0)
+            + (C.cpu_anticorrelated_bonus if anti else 0.0)
         )
         reference = figures.cpu_reference_cores
         sat_text = (
@@ -173,7 +175,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         out.add(
             DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
             Severity.WARNING,
-            base * (0.8 if process_pinned else (0.75 if sawtooth else 0.6)),
+            base * (C.plateau_pinned if process_pinned else (C.plateau_sawtooth if sawtooth else C.plateau)),
             f"Seen: container CPU flat at {figures.cpu_usage_p50 or 0.0:.2f} cores (p50; p95 "
             f"{figures.cpu_usage_p95 or 0.0:.2f}){limit_text}, not throttled, while GPU busy p50 is "
             f"{pct(busy)}{'; busy alternates high/low (sawtooth)' if sawtooth else ''}"
@@ -207,7 +209,9 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         and io is not None
         and io >= settings.io_bytes_per_s
     ):
-        confidence = base * (0.6 if clearly_low else 0.5) + (0.1 if sawtooth else 0.0)
+        confidence = base * (C.io_bound_clear if clearly_low else C.io_bound) + (
+            C.io_sawtooth_bonus if sawtooth else 0.0
+        )
         out.add(
             DiagnosisCode.INPUT_PIPELINE_IO_BOUND,
             Severity.WARNING,
@@ -242,7 +246,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         out.add(
             DiagnosisCode.HOST_TRANSFER_BOUND,
             Severity.WARNING,
-            base * (0.75 if link_saturated else 0.7),
+            base * (C.transfer_link_saturated if link_saturated else C.transfer_sustained),
             f"Seen: PCIe transfers at {pct(pcie)} of link capacity (p95)"
             f"{f', {p50_bytes / 1e9:.1f} GB/s median' if p50_bytes is not None else ''} while {compute_name} "
             f"p50 is "
@@ -264,9 +268,9 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
             DiagnosisCode.COMMUNICATION_BOUND,
             Severity.WARNING,
             base
-            * (0.8 if link >= settings.nvlink_utilisation * 1.4 else 0.7)
+            * (C.communication_strong if link >= settings.nvlink_utilisation * 1.4 else C.communication)
             * (1.0 if math_p50 is not None else settings.busy_as_sm_proxy_penalty)
-            * (1.0 if figures.nvlink_nominal_known else 0.85),
+            * (1.0 if figures.nvlink_nominal_known else C.nominal_unknown),
             f"Seen: {figures.gpus_per_pod} GPUs per pod, {link_name} traffic at {pct(link)} of the nominal "
             f"per-direction bandwidth (busier direction, p50){nominal_text} while {math_text}. Meaning: the "
             "GPUs wait on each other (communication and synchronisation; NCCL kernels count as SM-active, so "

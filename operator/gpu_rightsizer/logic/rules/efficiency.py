@@ -9,6 +9,7 @@ from gpu_rightsizer.logic.rules.common import (
     base_confidence,
     pct,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 
@@ -39,7 +40,7 @@ def check_efficiency(figures: WorkloadFigures, settings: EngineSettings, out: Fi
             out.add(
                 DiagnosisCode.LOW_OCCUPANCY,
                 Severity.WARNING,
-                base * (0.8 if low_occ or occ is None else 0.7),
+                base * (C.low_occupancy if low_occ or occ is None else C.low_occupancy_occupied),
                 f"Seen: GPU busy p50 {pct(busy)} but SM activity p50 {pct(sm)}"
                 f"{f', occupancy p50 {pct(occ)}' if occ is not None else ''}. Meaning: kernels run all the "
                 "time but keep most SMs idle (small kernels, small batch, launch-bound). Change: larger "
@@ -67,7 +68,9 @@ def check_efficiency(figures: WorkloadFigures, settings: EngineSettings, out: Fi
         and (tensor is None or tensor < settings.dram_bound_max_tensor)
         and sm_or_busy >= settings.low_busy
     ):
-        confidence = base * 0.8 * (1.0 if tensor is not None else 0.8) * proxy_factor
+        confidence = (
+            base * C.bandwidth_bound * (1.0 if tensor is not None else C.no_tensor_field) * proxy_factor
+        )
         out.add(
             DiagnosisCode.MEMORY_BANDWIDTH_BOUND,
             Severity.INFO,
@@ -103,7 +106,7 @@ def check_efficiency(figures: WorkloadFigures, settings: EngineSettings, out: Fi
         out.add(
             DiagnosisCode.NO_TENSOR_CORES,
             Severity.INFO,
-            base * (0.8 if fp32 is not None else 0.5) * proxy_factor,
+            base * (C.no_tensor_cores if fp32 is not None else C.no_tensor_cores_no_fp32) * proxy_factor,
             f"Seen: {compute_name} p50 {pct(sm_or_busy)}, tensor-core activity p95 {pct(tensor)}"
             f"{f', FP32 pipe p50 {pct(fp32)}' if fp32 is not None else ''}. Meaning: the math runs on the "
             "FP32 pipes and skips the tensor cores. Change: enable mixed precision (AMP with BF16/FP16) or "

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpu_rightsizer.logic.figures import WorkloadFigures
-from gpu_rightsizer.logic.rules.common import CRASH_LOOPING_CONFIDENCE, FindingBuilder, base_confidence, pct
+from gpu_rightsizer.logic.rules.common import FindingBuilder, base_confidence, pct
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.rules.sizing import gpu_oom_suspected
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
@@ -35,7 +36,7 @@ def check_failures(figures: WorkloadFigures, settings: EngineSettings, out: Find
     out.add(
         DiagnosisCode.CRASH_LOOPING,
         Severity.WARNING,
-        base_confidence(figures, settings, gpu_signals=False) * CRASH_LOOPING_CONFIDENCE,
+        base_confidence(figures, settings, gpu_signals=False) * C.crash_looping,
         f"Seen: {figures.restarts} container restart(s) in the window"
         f"{', OOMKilled' if figures.oom_killed else ''}. Meaning: {meaning}. Nothing is shrunk while it "
         "restarts: the window mixes container lives and the GPU figures undercount the work.",

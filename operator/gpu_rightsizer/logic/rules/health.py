@@ -10,6 +10,7 @@ from gpu_rightsizer.logic.rules.common import (
     FindingBuilder,
     pct,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import Signal
@@ -29,7 +30,7 @@ def check_health(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         out.add(
             DiagnosisCode.HARDWARE_FAULT,
             Severity.CRITICAL,
-            0.95,
+            C.hardware_fault,
             f"Seen: {listed}. These Xid codes mean a hardware or driver fault, not a workload issue. "
             "Change: no right-sizing on this data; follow the NVIDIA Xid catalog action (restart the app, "
             "reset the GPU or drain the node) and open a node-health ticket.",
@@ -57,7 +58,7 @@ def check_health(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         out.add(
             DiagnosisCode.THROTTLED,
             Severity.CRITICAL,
-            0.9 if corroborated else 0.75,
+            C.throttled_corroborated if corroborated else C.throttled,
             f"Seen: GPU {gpu.uuid} was clock-throttled (thermal, HW slowdown or power brake) for "
             f"{pct(fraction)} of the window (limit {pct(settings.throttle_fraction)}){clock_text}. "
             "Meaning: the platform, not the workload, capped throughput, so utilisation figures are not "

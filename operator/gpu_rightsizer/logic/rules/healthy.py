@@ -8,6 +8,7 @@ from gpu_rightsizer.logic.rules.common import (
     base_confidence,
     pct,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 
@@ -70,13 +71,13 @@ def check_healthy(figures: WorkloadFigures, settings: EngineSettings, out: Findi
     else:
         missing.append("GPU memory used")
     near = _near_misses(figures, settings)
-    confidence = base_confidence(figures, settings) * 0.9
+    confidence = base_confidence(figures, settings) * C.healthy
     if not figures.profiling_fields:
-        confidence *= 0.8
+        confidence *= C.healthy_no_sm
     if len(missing) > (0 if figures.profiling_fields else 1):
-        confidence *= 0.9
+        confidence *= C.healthy_missing
     if near:
-        confidence *= 0.85
+        confidence *= C.healthy_near_threshold
     notes = ""
     if not figures.profiling_fields:
         notes += " No SM_ACTIVE: LowOccupancy was not checked, and busy stood in for SM activity elsewhere."

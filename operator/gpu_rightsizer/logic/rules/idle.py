@@ -12,6 +12,7 @@ from gpu_rightsizer.logic.rules.common import (
     base_confidence,
     pct,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import Signal
@@ -63,7 +64,7 @@ def check_idle(figures: WorkloadFigures, settings: EngineSettings, out: FindingB
     window = figures.window
     confidence = base_confidence(figures, settings)
     if window.duration_seconds < settings.idle_min_window_seconds:
-        confidence *= 0.8
+        confidence *= C.idle_short_window
     if not figures.profiling_fields:
         confidence *= settings.missing_profiling_confidence
     signal = (

@@ -7,12 +7,12 @@ from gpu_rightsizer.logic.figures import (
     fleet_replicas_needed,
 )
 from gpu_rightsizer.logic.rules.common import (
-    SERVING_HOST_BOUND_CONFIDENCE,
     FindingBuilder,
     base_confidence,
     pct,
     window_factor,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 
@@ -39,7 +39,7 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
             DiagnosisCode.UNDER_REPLICATED,
             Severity.WARNING,
             base
-            * (0.85 if figures.sm_p95 is not None else 0.7)
+            * (C.under_replicated if figures.sm_p95 is not None else C.under_replicated_busy)
             * (settings.queue_at_peaks_confidence if at_peaks else 1.0),
             f"Seen: requests queue for {share} of the window "
             f"(queue p50 {queue_p50 or 0:.1f}, p95 {figures.queue_length_p95 or 0:.1f}"
@@ -65,7 +65,7 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
         out.add(
             DiagnosisCode.SERVING_HOST_BOUND,
             Severity.WARNING,
-            base * SERVING_HOST_BOUND_CONFIDENCE,
+            base * C.serving_host_bound,
             f"Seen: requests queue for {pct(queue_active) if queue_active is not None else 'most'} of the "
             f"window (queue p50 {queue_p50 or 0:.1f}) while {saturation_name} p95 is only {pct(saturation)}"
             f"{cpu_text}. Meaning: requests wait on the host side, not on the GPU: tokenisation or "
@@ -108,7 +108,7 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
         out.add(
             DiagnosisCode.OVER_REPLICATED,
             Severity.INFO,
-            base * (0.8 if low_fleet else 0.7),
+            base * (C.over_replicated_low if low_fleet else C.over_replicated),
             f"Seen: {figures.replicas} replicas, fleet busy p95 {pct(fleet)} (replicas' p95 averaged; "
             f"busiest {pct(figures.busy_p95_max or 0.0)}), fleet busy p50 {pct(fleet_median or 0.0)}, "
             f"{pct(idle_share or 0.0)} of replicas idle at the median, and "

@@ -5,12 +5,12 @@ from __future__ import annotations
 from gpu_rightsizer.logic.figures import SizingNeed, WorkloadFigures, sizing_need
 from gpu_rightsizer.logic.mig import SliceNeed, smallest_fitting_profile
 from gpu_rightsizer.logic.rules.common import (
-    NO_SLICE_FITS_CONFIDENCE,
     FindingBuilder,
     base_confidence,
     pct,
     window_factor,
 )
+from gpu_rightsizer.logic.rules.confidence import CONFIDENCE as C
 from gpu_rightsizer.logic.thresholds import EngineSettings
 from gpu_rightsizer.model.codes import DiagnosisCode, Severity
 
@@ -37,7 +37,7 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         and need.share_of_device <= settings.oversized_max_device_share
         and not already_smallest
     ):
-        confidence = base * 0.85 * (settings.busy_as_sm_proxy_penalty if need.sm_from_busy else 1.0)
+        confidence = base * C.oversized * (settings.busy_as_sm_proxy_penalty if need.sm_from_busy else 1.0)
         if figures.is_serving:
             confidence *= window_factor(figures.window.duration_seconds, settings.inference_window_seconds)
         device = (
@@ -108,7 +108,8 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
             out.add(
                 DiagnosisCode.MEMORY_CAPACITY_BOUND,
                 Severity.WARNING,
-                base * ((0.8 if full else 0.7) if crashed else 0.65),
+                base
+                * ((C.memory_crash_full if full else C.memory_crash) if crashed else C.memory_small_batches),
                 f"Seen: p99 GPU memory {figures.fb_used_p99_gib or 0:.1f} GiB of "
                 f"{figures.capacity_gib or 0:.0f} GiB "
                 f"({pct(share)}) and {symptom}. Meaning: GPU memory capacity, not compute, limits the work. "
@@ -160,7 +161,7 @@ def check_no_slice_fits(figures: WorkloadFigures, settings: EngineSettings, out:
     out.add(
         DiagnosisCode.OVERSIZED_GPU,
         Severity.WARNING,
-        base_confidence(figures, settings) * NO_SLICE_FITS_CONFIDENCE,
+        base_confidence(figures, settings) * C.no_slice_fits,
         f"Seen: SM activity p95 {pct(compute)} but GPU memory p99 {figures.fb_used_p99_gib or 0.0:.1f} of "
         f"{capacity:.0f} GiB ({pct(share)}). Meaning: the work needs little of the GPU's compute, but holds "
         "more memory than any slice that small. Change: lower the memory the process reserves (a "
