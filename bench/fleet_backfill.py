@@ -395,6 +395,7 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
         interval_seconds=args.interval,
         window_seconds=args.window,
         prometheus_step_seconds=args.step,
+        trusted_gpu_targets=(),  # the backfilled fleet has no scrape targets: every series is read
     )
     server = PrometheusServer(
         workdir=workdir,

@@ -62,6 +62,43 @@ def parse_matchers(texts: list[str]) -> tuple[str, ...]:
     return tuple(matchers)
 
 
+#: A trusted GPU scrape target: PromQL matchers on the target's own labels (`adapters.gpu_targets`).
+TrustedTarget = tuple[str, ...]
+#: The GPU Operator's dcgm-exporter as kube-prometheus-stack scrapes it through the GPU Operator's
+#: ServiceMonitor: Service `nvidia-dcgm-exporter` in namespace `gpu-operator` (docs/clusters.md).
+DEFAULT_TRUSTED_GPU_TARGETS: tuple[TrustedTarget, ...] = (
+    ('namespace="gpu-operator"', 'service="nvidia-dcgm-exporter"'),
+)
+#: The `--trusted-gpu-target` value that reads every target's GPU series (with a warning).
+ANY_TARGET = "any"
+_TARGET_MATCHER = re.compile(r'\s*([a-zA-Z_]\w*\s*(?:=~|!=|!~|=)\s*(?:"(?:[^"\\]|\\.)*"|[^",]*))\s*(,|$)')
+
+
+def parse_trusted_targets(texts: list[str]) -> tuple[TrustedTarget, ...]:
+    """Trusted targets from `namespace=gpu-operator,service=nvidia-dcgm-exporter` texts, one per
+    target (quote a regex: `pod=~"agent-.*"`); `any` alone means every target (an empty tuple)."""
+    if [text.strip() for text in texts] == [ANY_TARGET]:
+        return ()
+    targets = []
+    for text in texts:
+        parts, position = [], 0
+        for match in _TARGET_MATCHER.finditer(text):
+            if match.start() != position:
+                break
+            parts.append(match.group(1).strip())
+            position = match.end()
+        if not parts or position != len(text):
+            raise MatcherError(
+                f"invalid trusted target {text!r} (example: namespace=gpu-operator,service=nvidia-dcgm-exporter)"
+            )
+        targets.append(parse_matchers(parts))
+    return tuple(targets)
+
+
+def _trusted_targets(texts: list[str]) -> tuple[TrustedTarget, ...]:
+    return parse_trusted_targets(texts) if texts else DEFAULT_TRUSTED_GPU_TARGETS
+
+
 def _optional_duration(text: str | None) -> float | None:
     return parse_duration(text) if text else None
 
@@ -79,6 +116,10 @@ class OperatorConfig:
     prometheus_step_seconds: float | None = None
     #: Extra label matchers for every query (`cluster="prod"`), for multi-cluster stores.
     prometheus_matchers: tuple[str, ...] = ()
+    #: Scrape targets whose GPU series are believed; empty means every target's (with a warning).
+    trusted_gpu_targets: tuple[TrustedTarget, ...] = DEFAULT_TRUSTED_GPU_TARGETS
+    #: The user declares that GPU exporters are scraped with honorLabels: true.
+    gpu_honor_labels: bool = False
     interval_seconds: float = 300.0
     #: The actuator loop's own interval (env GPURS_ACTUATOR_INTERVAL); None: `interval_seconds`.
     actuator_interval_seconds: float | None = None
@@ -132,6 +173,13 @@ class OperatorConfig:
             prometheus_matchers=parse_matchers(
                 list(getattr(args, "prometheus_label", None) or [])
                 or [m for m in env.get("GPURS_PROMETHEUS_LABELS", "").split(";") if m.strip()]
+            ),
+            trusted_gpu_targets=_trusted_targets(
+                list(getattr(args, "trusted_gpu_target", None) or [])
+                or [t for t in env.get("GPURS_TRUSTED_GPU_TARGETS", "").split(";") if t.strip()]
+            ),
+            gpu_honor_labels=bool(
+                getattr(args, "gpu_honor_labels", False) or env.get("GPURS_GPU_HONOR_LABELS") == "true"
             ),
             interval_seconds=parse_duration(args.interval or env.get("GPURS_INTERVAL", "5m")),
             actuator_interval_seconds=(

@@ -23,6 +23,9 @@ K8S_DURATION = DURATION_PATTERN
 PROM_DURATION = r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: one trusted GPU scrape target: comma-separated label matchers, or "any" (config.parse_trusted_targets)
+_TARGET_MATCHER = r'[a-zA-Z_][a-zA-Z0-9_]*\s*((=~|!=|!~|=)"[^"]*"|=[^",]*)'
+TRUSTED_TARGET = rf"^(any|{_TARGET_MATCHER}(,\s*{_TARGET_MATCHER})*)$"
 QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 
@@ -165,6 +168,12 @@ def build() -> JsonSchema:
                                 "pattern": r'^[a-zA-Z_][a-zA-Z0-9_]*((=~|!=|!~|=)"[^"]*"|=[^"{},]*)$',
                             },
                         },
+                        "trustedGpuTargets": {
+                            "type": "array",
+                            "maxItems": 8,
+                            "items": {"type": "string", "pattern": TRUSTED_TARGET},
+                        },
+                        "gpuHonorLabels": {"type": "boolean"},
                     },
                     required=["url"],
                 ),

@@ -169,21 +169,29 @@ def start_background(args: list[str], log: Path, env: dict[str, str] | None = No
     return Background(process=process, log=log)
 
 
-@pytest.fixture(scope="session")
-def live_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The live workload-metrics simulator following the cluster's pods, scraped by a real Prometheus.
+def start_simulator(kube: Kube, workdir: Path) -> tuple[Background, int]:
+    """The live workload-metrics simulator following the cluster's pods, and its port."""
+    from gpu_rightsizer.testcluster.prometheus import free_port
 
-    Yields the Prometheus URL.
-    """
-    from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
-
-    workdir = tmp_path_factory.mktemp("live-metrics")
     port = free_port()
     simulator = start_background(
         [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(kube.kubeconfig),
          "--host", "127.0.0.1", "--port", str(port)],
         workdir / "simulator.log",
     )  # fmt: skip
+    return simulator, port
+
+
+@pytest.fixture(scope="session")
+def live_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The live workload-metrics simulator following the cluster's pods, scraped by a real Prometheus.
+
+    Yields the Prometheus URL.
+    """
+    from gpu_rightsizer.testcluster.prometheus import PrometheusServer
+
+    workdir = tmp_path_factory.mktemp("live-metrics")
+    simulator, port = start_simulator(kube, workdir)
     prometheus = PrometheusServer(
         workdir / "prometheus", scrape_targets=[f"127.0.0.1:{port}"], scrape_interval="2s"
     )

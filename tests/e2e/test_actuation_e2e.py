@@ -194,7 +194,8 @@ def test_cpu_starved_trainer_is_patched_and_verified(
     pod_name = pods[0]["metadata"]["name"]
     busy = kube.wait_for(
         lambda: promql(
-            live_metrics, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{pod_name}"}}'
+            live_metrics,
+            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{exported_namespace="{namespace}",exported_pod="{pod_name}"}}',
         ),
         timeout=60,
         what="GPU series of the new pod",
@@ -216,7 +217,7 @@ def test_cpu_starved_trainer_is_patched_and_verified(
 
 
 def gpu_series_node(url: str, namespace: str) -> set[str]:
-    rows = promql(url, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}"}}')
+    rows = promql(url, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{exported_namespace="{namespace}"}}')
     return {r["metric"].get("Hostname", r["metric"].get("hostname", "")) for r in rows}
 
 

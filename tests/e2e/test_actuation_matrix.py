@@ -59,16 +59,20 @@ class Env:
 
 
 def until(predicate: Callable[[], Any], timeout: float, what: str) -> Iterator[None]:
-    """Yield until `predicate()` is truthy (API errors count as not yet); CaseFailedError on timeout."""
+    """Yield until `predicate()` is truthy (API errors count as not yet); CaseFailedError on timeout.
+    The predicate is asked once more after the deadline: a slow round over the other cases (a loaded
+    machine) must not fail a case whose condition came true meanwhile."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        last = time.monotonic() >= deadline
         try:
             if predicate():
                 return
         except Exception:
             pass
+        if last:
+            raise CaseFailedError(f"timed out waiting for {what}")
         yield
-    raise CaseFailedError(f"timed out waiting for {what}")
 
 
 def hold(seconds: float) -> Iterator[None]:
@@ -215,7 +219,7 @@ def mode_switch(env: Env, case: Case) -> Script:
     trainer(kube, ns)
     yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
     before = generation(kube, ns)
-    policy(kube, ns, mode="Recommend", verifyFor="10m")
+    policy(kube, ns, mode="Recommend", verifyFor="10m", onDisable="Keep")
     yield from until(lambda: in_phase(kube, ns, "Abandoned"), 60, "the change to be abandoned")
     yield from hold(20)
     writes = generation(kube, ns) - before
@@ -727,7 +731,7 @@ def policy_off_mid_change(env: Env, case: Case) -> Script:
 
 def cases() -> list[Case]:
     return [
-        Case("mode switch mid-change", "Abandoned, no workload write after the switch", mode_switch),
+        Case("mode switch mid-change", "onDisable Keep: Abandoned, no workload write after the switch", mode_switch),
         Case("human edit between apply and rollback", "superseded, not blamed: no rollback, limit 6, request 4", human_edit),
         Case("SIGKILL during apply", "intent recorded, workload untouched; resumed once: Verified, 1 rollout", crash_during_apply, shared_operator=False),
         Case("SIGKILL during rollback", "rollback intent recorded; resumed: RolledBack, cpu 1, never re-applied", crash_during_rollback, shared_operator=False),
@@ -805,3 +809,68 @@ def diagnostics(kube: Kube, row: Case, shared: Background) -> str:
     apply = json.dumps(change_record(kube, row.namespace), indent=1)[:1500]
     logs = [p.output()[-1500:] for p in row.processes] or [shared.output()[-1500:]]
     return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nchange record: {apply}\n" + "\n".join(logs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Row "spoofed exported_* series": its own Prometheus, which scrapes a tenant's target as well
+# --------------------------------------------------------------------------------------------------
+#: After the first analysis, how long the spoofed trainer is watched for a change (a MIG change of
+#: believed spoofed figures lands within one or two cycles of 5 s).
+SPOOF_WATCH_SECONDS = 25.0
+#: Apply states that mean no change was started.
+NO_CHANGE = (None, "Skipped", "Blocked")
+
+from tests.e2e.test_actuation_e2e import apply_policy, container_resources, operator_args  # noqa: E402
+from tests.e2e.test_gpu_spoofing import SpoofedMetrics, spoof_a_busy_trainer, spoofed_metrics  # noqa: E402, F401
+
+
+def test_matrix_spoofed_exported_series(
+    kube: Kube,
+    spoofed_metrics: SpoofedMetrics,  # noqa: F811 (the imported session fixture)
+    run_operator: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    row = Case(
+        "spoofed exported_* series",
+        "victim keeps its figures (Healthy), no automatic action, untouched",
+        lambda env, case: iter(()),
+    )
+    namespace = row.namespace = kube.create_namespace("mx-spoof")
+    apply_policy(
+        kube, f"apply-{namespace}", namespace, ["migProfile"],
+        sharingStrategy="mig-mixed", allowedMigProfiles=["1g.18gb", "2g.35gb", "3g.71gb"],
+    )  # fmt: skip
+    spoof_a_busy_trainer(kube, spoofed_metrics, namespace, product="NVIDIA-H200")
+    operator = run_operator(*operator_args(spoofed_metrics.url, namespace), name="spoof")
+
+    def analysed() -> dict[str, Any] | None:
+        status = (recommendation(kube, namespace, "deployment-trainer") or {}).get("status") or {}
+        enough = (status.get("diagnosis") or {}).get("primary") not in (None, "InsufficientData")
+        return status if enough else None
+
+    first = kube.wait_for(analysed, timeout=120, what="an analysis of the trainer with enough samples")
+    deadline = time.monotonic() + SPOOF_WATCH_SECONDS
+    status = first
+    while (
+        time.monotonic() < deadline
+        and apply_status(kube, namespace, "deployment-trainer").get("state") in NO_CHANGE
+    ):
+        time.sleep(ROUND)
+        status = analysed() or status
+    limits = container_resources(kube, namespace, "trainer")["limits"]
+    automatic = [a["type"] for a in status.get("actions") or [] if a.get("automatic")]
+    apply = apply_status(kube, namespace, "deployment-trainer")
+    primary = status["diagnosis"]["primary"]
+    gpu_limits = sorted(k for k in limits if k.startswith("nvidia.com/"))
+    row.seen = (
+        f"{primary}, automatic {automatic or 'none'}; apply {apply.get('state', 'none')}, limits {gpu_limits}"
+    )
+    row.ok = (
+        primary == "Healthy"
+        and not automatic
+        and apply.get("state") in NO_CHANGE
+        and gpu_limits == ["nvidia.com/gpu"]
+    )
+    with capsys.disabled():
+        print("\n" + table([row]) + "\n")
+    assert row.ok, "\n" + table([row]) + diagnostics(kube, row, operator)

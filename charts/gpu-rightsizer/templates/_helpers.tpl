@@ -265,6 +265,17 @@ Prometheus connection: container args. Call with the root context.
 {{- range .Values.prometheus.extraMatchers }}
 - {{ printf "--prometheus-label=%s" . | quote }}
 {{- end }}
+{{- range .Values.prometheus.trustedGpuTargets }}
+- {{ printf "--trusted-gpu-target=%s" . | quote }}
+{{- else }}
+- --trusted-gpu-target=namespace=gpu-operator,service=nvidia-dcgm-exporter
+{{- if .Values.agent.enabled }}
+- {{ printf "--trusted-gpu-target=namespace=%s,pod=~\"%s-agent-.*\"" (include "gpurs.agent.namespace" .) (include "gpurs.fullname" .) | quote }}
+{{- end }}
+{{- end }}
+{{- if .Values.prometheus.gpuHonorLabels }}
+- --gpu-honor-labels
+{{- end }}
 {{- end }}
 
 {{/*

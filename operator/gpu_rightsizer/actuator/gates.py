@@ -15,7 +15,6 @@ from typing import Any
 
 from gpu_rightsizer.actuator.plan import (
     REPLICAS_PATH,
-    SCALABLE_KINDS,
     ChangePlan,
     current_value,
     dig,
@@ -24,6 +23,7 @@ from gpu_rightsizer.actuator.plan import (
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.logic.policy import EffectiveSettings, in_maintenance_window
 from gpu_rightsizer.model.codes import HEALTH_CODES, ApplyState, DiagnosisCode, PolicyMode
+from gpu_rightsizer.model.kinds import SCALABLE_KINDS
 
 # --------------------------------------------------------------------------------------------------
 # Gates

@@ -24,13 +24,11 @@ from gpu_rightsizer.logic.policy import readable_policies, settings_for_workload
 from gpu_rightsizer.logic.workloads import target_of
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 from gpu_rightsizer.model.k8s import parse_time
+from gpu_rightsizer.model.kinds import SCALABLE_KINDS
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
-
-#: Kinds with a replica count an HPA may scale (their HPA is read for the replicas rule and bounds).
-_SCALED_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})
 
 
 class SourceNotReadyError(RuntimeError):
@@ -122,7 +120,7 @@ def run_once(
         others = {k: v for k, v in in_flight.get(settings.policy or "", {}).items() if k != ref.key}
         case = WorkloadCase(
             ref=ref, uid=str(metadata.get("uid") or ""), workload=workload, recommendation=recommendation,
-            settings=settings, hpa=kube.hpa_for(ref) if ref.kind in _SCALED_KINDS else None, now=now,
+            settings=settings, hpa=kube.hpa_for(ref) if ref.kind in SCALABLE_KINDS else None, now=now,
             pdbs=pdbs.get(ref.namespace, ()), pods_in_disruption=sum(others.values()),
         )  # fmt: skip
         try:

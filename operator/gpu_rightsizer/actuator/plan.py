@@ -23,6 +23,7 @@ from gpu_rightsizer.logic.workloads import (
     parse_quantity,
 )
 from gpu_rightsizer.model.codes import ActionType
+from gpu_rightsizer.model.kinds import KINDS, SCALABLE_KINDS
 from gpu_rightsizer.model.result import Action, ActionTarget
 
 #: JSON record of the last change on the workload: change id, previous and target values, baseline.
@@ -30,13 +31,10 @@ CHANGE_ANNOTATION = "gpurightsizer.io/previous"
 
 DEFAULT_MIN_DELTA_RATIO = 0.10
 
+#: Pod-template paths of the kinds the actuator may patch (from the kinds table).
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    name: kind.template_path for name, kind in KINDS.items() if kind.patchable and kind.template_path
 }
-SCALABLE_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})
 
 CONTAINER_PATH = re.compile(
     r"^containers\[(?P<container>[^\]]+)\]\.resources\.(?P<section>limits|requests)\[(?P<resource>[^\]]+)\]$"

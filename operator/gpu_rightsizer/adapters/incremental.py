@@ -732,7 +732,11 @@ class IncrementalSource:
             [family.name, family.expression, list(family.keys), family.activity_floor, family.per_pod]
             for family in _source_families(self.step_seconds, None)
         ]
-        text = json.dumps([definitions, list(self.source.config.extra_matchers)], separators=(",", ":"))
+        config = self.source.config
+        trusted = (
+            None if config.trusted_gpu_targets is None else [list(t) for t in config.trusted_gpu_targets]
+        )
+        text = json.dumps([definitions, list(config.extra_matchers), trusted], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def save_state(self) -> bytes | None:
@@ -802,6 +806,7 @@ class IncrementalSource:
         self.ksm.read(self.source, now, self.report)
         self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
         results, summarised = self.results(now)
+        results.update(self.source.identity_answers(now, self.window_seconds))
         start = now - self.window_seconds
         return self.source.assemble(
             results,

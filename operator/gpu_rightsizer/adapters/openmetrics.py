@@ -17,18 +17,20 @@ import contextlib
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpu_rightsizer.adapters import exposition
+from gpu_rightsizer.adapters import exposition, gpu_targets
 from gpu_rightsizer.adapters.capacity import capacity_from_file
 from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead
+from gpu_rightsizer.config import TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
+from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
 from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
@@ -943,19 +945,35 @@ def _windows(
     namespace: str | None,
     workload: str | None,
     source: str,
+    trusted_gpu_targets: Sequence[TrustedTarget] | None = None,
 ) -> list[WorkloadWindow]:
-    """Workload windows from one pass over the samples; only those inside the window are kept."""
+    """Workload windows from one pass over the samples; only those inside the window are kept, and
+    GPU samples only from the trusted targets when those are given (`gpu_targets`)."""
     end = at.timestamp() if at is not None else newest
     start = max(exposition.TIMESTAMP_MIN, end - window_seconds) if window_seconds is not None else oldest
     collector = SeriesCollector()
     step_candidates: dict[tuple[str, frozenset[tuple[str, str]]], list[float]] = defaultdict(list)
+    claims: set[DeviceClaim] = set()
     for name, labels, value, stamp in read_samples():
         ts = stamp if stamp is not None else now
         if start <= ts <= end:
+            if trusted_gpu_targets and name in _DEVICE_METRICS:
+                if not gpu_targets.served_by_trusted(labels, trusted_gpu_targets):
+                    continue
+                identity, pod = device_key(labels), mn.first_label(labels, mn.POD_LABELS)
+                if identity and pod:
+                    namespace_of = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
+                    claims.add(gpu_targets.claim_of(labels, identity[0], namespace_of, pod))
             collector.add(name, labels, ts, value)
             if name in (mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_GPU_UTIL):
                 step_candidates[(name, frozenset(labels.items()))].append(ts)
     collector.finish_inventory()
+    conflicts = device_conflicts(claims)
+    refused: dict[Key, list[str]] = defaultdict(list)
+    for key, pod_series in collector.pods.items():  # one GPU, two trusted targets, two stories
+        for device_id in sorted(set(pod_series.devices) & set(conflicts)):
+            del pod_series.devices[device_id]
+            refused[key].append(conflicts[device_id].message())
     step = step_seconds or infer_step_of_series(step_candidates.values())
     requesting = attribute_devices(collector)
     replaced = merge_successive_pods(collector, step)
@@ -968,7 +986,7 @@ def _windows(
     for key, series in collector.pods.items():
         if (has_ksm and key not in collector.inventory.pods) or (requesting and key not in requesting):
             continue
-        warnings: list[str] = list(replaced.get(key, []))
+        warnings: list[str] = [*replaced.get(key, []), *refused.get(key, [])]
         info = collector.inventory.pods.get(key)
         observations[key] = pod_observation(series, info, shared[key], collector.boards, step, warnings)
         if info and info.gpu_resource and not series.devices:
@@ -981,7 +999,7 @@ def _windows(
                 f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU or container series"
             ]
     workload_stats = _workload_serving_stats(collector, step)
-    return assemble_windows(
+    windows = assemble_windows(
         collector.inventory,
         observations,
         workload_stats,
@@ -993,6 +1011,8 @@ def _windows(
         namespace,
         workload,
     )
+    trust = gpu_targets.trust_warnings({}, trusted_gpu_targets)
+    return [w.model_copy(update={"warnings": [*w.warnings, *trust]}) for w in windows] if trust else windows
 
 
 def attribute_devices(collector: SeriesCollector) -> set[Key]:
@@ -1046,11 +1066,13 @@ def read_openmetrics(
     namespace: str | None = None,
     workload: str | None = None,
     limits: ReadLimits | None = None,
+    trusted_gpu_targets: Sequence[TrustedTarget] | None = None,
 ) -> list[WorkloadWindow]:
     """Workload windows from an OpenMetrics (or Prometheus text) file, plain or gzipped.
 
     Streamed in two passes (`exposition.scan`, then `exposition.samples`): memory follows the samples
-    inside the window, not the file's size.
+    inside the window, not the file's size. `trusted_gpu_targets` keeps only the GPU series of those
+    targets, for files whose series carry their target labels (a `/federate` dump).
     """
     bounds = limits or ReadLimits()
     facts = exposition.scan(path, bounds)
@@ -1071,16 +1093,25 @@ def read_openmetrics(
         namespace=namespace,
         workload=workload,
         source="openmetrics",
+        trusted_gpu_targets=trusted_gpu_targets,
     )
 
 
 class OpenMetricsFile:
     """`WindowSource` over one OpenMetrics (or Prometheus text) file (`read_openmetrics`)."""
 
-    def __init__(self, path: Path, *, limits: ReadLimits | None = None, step_seconds: float | None = None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        limits: ReadLimits | None = None,
+        step_seconds: float | None = None,
+        trusted_gpu_targets: Sequence[TrustedTarget] | None = None,
+    ):
         self.path = path
         self.limits = limits
         self.step_seconds = step_seconds
+        self.trusted_gpu_targets = trusted_gpu_targets
 
     @property
     def where(self) -> str:
@@ -1103,6 +1134,7 @@ class OpenMetricsFile:
             namespace=scope.namespace,
             workload=scope.workload,
             limits=self.limits,
+            trusted_gpu_targets=self.trusted_gpu_targets,
         )
         return WindowRead(windows=windows)
 

@@ -28,10 +28,11 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
 from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows, rate_window_seconds
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead, step_for
-from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
@@ -88,6 +89,12 @@ class PrometheusConfig:
     retries: int = 1
     #: Label matchers added to every selector, e.g. ('cluster="prod"',): one cluster of a shared store.
     extra_matchers: tuple[str, ...] = ()
+    #: The scrape targets whose GPU series are believed (`gpu_targets`); None reads every target's
+    #: without a check (a library default for recorded test data), empty reads every target's with a
+    #: warning that blocks automatic actions.
+    trusted_gpu_targets: tuple[TrustedTarget, ...] | None = None
+    #: The user says GPU exporters are scraped with honorLabels: true (no identity is proof then).
+    honor_labels_declared: bool = False
 
 
 #: Where a person sets the token, named in the 401/403 message (CLI, operator flag, chart value).
@@ -367,8 +374,27 @@ class PrometheusSource:
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
         """An instant query at `at` (with the configured extra matchers)."""
-        query = add_matchers(query, self.config.extra_matchers)
+        query = self._scoped(query)
         return self._call(what, lambda: self.client.custom_query(query, params={"time": f"{at:.3f}"}))
+
+    def _scoped(self, query: str) -> str:
+        """`query` with the extra matchers, and its GPU selectors limited to the trusted targets."""
+        return gpu_targets.restrict_to_trusted(
+            add_matchers(query, self.config.extra_matchers), self.config.trusted_gpu_targets, add_matchers
+        )
+
+    def identity_answers(self, at: float, window_seconds: float) -> dict[str, list[dict[str, Any]]]:
+        """The answers the assembly checks GPU identity with (`gpu_targets`); none without trusted targets."""
+        if self.config.trusted_gpu_targets is None:
+            return {}
+        return {
+            gpu_targets.CLAIMS: self.instant(
+                "GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at
+            ),
+            gpu_targets.RELABELLED: self.instant(
+                "relabelled GPU series", gpu_targets.relabelled_query(window_seconds), at
+            ),
+        }
 
     def gpu_namespaces(self, at: float, window_seconds: float) -> list[str]:
         """Namespaces where kube-state-metrics shows a pod requesting a GPU resource in the window."""
@@ -381,7 +407,7 @@ class PrometheusSource:
 
     def range(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         """A range query (with the configured extra matchers)."""
-        query = add_matchers(query, self.config.extra_matchers)
+        query = self._scoped(query)
         return self._call(
             what,
             lambda: self.client.custom_query_range(
@@ -527,6 +553,7 @@ class PrometheusSource:
                 done += 1
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
+        results.update(self.identity_answers(end, window_seconds))
         return self.assemble(results, start, end, step, coarse, namespace, workload, owners)
 
     @property
@@ -670,6 +697,11 @@ class PrometheusSource:
             value = _value(row)
             if not st.is_missing(value):
                 entry["xids"].add(int(value))
+        conflicts = gpu_targets.conflicts_in(results.get(gpu_targets.CLAIMS, []))
+        for key, per_pod in devices.items():  # one GPU, two trusted targets, two stories: neither is kept
+            for device_id in sorted(set(per_pod) & set(conflicts)):
+                del per_pod[device_id]
+                warnings[key].append(conflicts[device_id].message())
         requesting = {key for key, info in inventory.pods.items() if info.gpu_resource}
         if requesting:  # a device belongs to a pod that requests a GPU, never to the exporter's own pod
             for key in [k for k in devices if k not in requesting]:
@@ -740,6 +772,11 @@ class PrometheusSource:
             namespace,
             workload,
         )
+        trust = gpu_targets.trust_warnings(
+            results, self.config.trusted_gpu_targets, honor_labels_declared=self.config.honor_labels_declared
+        )
+        if trust:
+            windows = [w.model_copy(update={"warnings": [*w.warnings, *trust]}) for w in windows]
         answer_warnings = sorted(set(self.answer_warnings))
         self.answer_warnings.clear()
         for warning in answer_warnings:
@@ -919,6 +956,8 @@ def source_for(cfg: OperatorConfig) -> PrometheusSource:
             insecure=cfg.prometheus_insecure,
             timeout_seconds=cfg.prometheus_timeout_seconds,
             extra_matchers=cfg.prometheus_matchers,
+            trusted_gpu_targets=cfg.trusted_gpu_targets,
+            honor_labels_declared=cfg.gpu_honor_labels,
         ),
         step_seconds=cfg.prometheus_step_seconds,
     )

@@ -170,7 +170,11 @@ def detect(
     wanted = {family.name: family.query(None) for family in default_families(step_seconds)}
     candidates: list[RecordingRule] = []
     for rule in rules:
-        if wanted.get(rule.family) != rule.expr:
+        if rule.family.startswith("gpu:") and source.config.trusted_gpu_targets is not None:
+            detection.fallback[rule.family] = (
+                "recorded GPU series mix every scrape target's; they are read raw from the trusted targets"
+            )
+        elif wanted.get(rule.family) != rule.expr:
             detection.fallback[rule.family] = (
                 f"the rule is written for a {_duration(RULE_STEP_SECONDS)} step, "
                 f"this window reads at {_duration(step_seconds)}"

@@ -154,6 +154,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='extra label matcher for every query, e.g. cluster=prod or cluster=~"prod-.*" (multi-cluster '
         "stores: Thanos, Mimir, VictoriaMetrics); repeatable",
     )
+    parser.add_argument(
+        "--trusted-gpu-target",
+        dest="trusted_gpu_targets",
+        metavar="MATCHERS",
+        action="append",
+        default=[],
+        help="believe GPU series only from this scrape target, as matchers on its target labels, e.g. "
+        "namespace=gpu-operator,service=nvidia-dcgm-exporter (repeatable; default: every target, "
+        "unlike `run`; for --openmetrics, only a file whose series carry target labels, such as a "
+        "/federate dump; docs/clusters.md)",
+    )
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
 
 
@@ -224,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSource,
         PrometheusSourceError,
     )
-    from gpu_rightsizer.config import MatcherError, parse_matchers
+    from gpu_rightsizer.config import MatcherError, parse_matchers, parse_trusted_targets
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
@@ -240,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     started = time.monotonic()
     try:
+        texts = list(getattr(args, "trusted_gpu_targets", []) or [])
+        trusted = parse_trusted_targets(texts) if texts else None
         if args.openmetrics:
             _progress(f"reading {args.openmetrics}")
             path = Path(args.openmetrics)
@@ -256,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
                     namespace=args.namespace,
                     workload=args.workload,
                     limits=limits,
+                    trusted_gpu_targets=trusted,
                 )
 
             windows = read(window_seconds)
@@ -280,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
                 timeout_seconds=args.timeout,
                 max_concurrency=max(1, args.max_concurrency),
                 extra_matchers=parse_matchers(list(getattr(args, "prometheus_labels", []) or [])),
+                trusted_gpu_targets=trusted,
             )
             source = PrometheusSource(config)
             windows = source.read(

@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpu_rightsizer.config import OperatorConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +44,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MATCHER",
         help="extra label matcher for every query, e.g. cluster=prod (repeatable; env GPURS_PROMETHEUS_LABELS, "
         "separated by ';')",
+    )
+    parser.add_argument(
+        "--trusted-gpu-target",
+        action="append",
+        metavar="MATCHERS",
+        help="scrape target whose GPU series are believed, as matchers on its target labels, e.g. "
+        "namespace=gpu-operator,service=nvidia-dcgm-exporter (repeatable; 'any' for every target, which "
+        "blocks automatic actions; env GPURS_TRUSTED_GPU_TARGETS, separated by ';'; default: the GPU "
+        "Operator's dcgm-exporter; docs/clusters.md)",
+    )
+    parser.add_argument(
+        "--gpu-honor-labels",
+        action="store_true",
+        help="GPU exporters are scraped with honorLabels: true: no GPU series' identity is proof, so no "
+        "automatic action (env GPURS_GPU_HONOR_LABELS=true)",
     )
     parser.add_argument("--interval", help="analysis interval, e.g. 5m (env GPURS_INTERVAL; default 5m)")
     parser.add_argument("--window", help="observation window, e.g. 1h (env GPURS_WINDOW; default 1h)")
@@ -98,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from gpu_rightsizer.config import OperatorConfig
-    from gpu_rightsizer.runtime import startup
 
     try:
         config = OperatorConfig.from_args(args)
@@ -110,12 +128,7 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     quiet_libraries(verbose=args.verbose)
-    startup.CONFIG = config
-    # each wing's kopf handlers register on import: a process imports only the wings it runs
-    if startup.runs(config, "recommender"):
-        from gpu_rightsizer.recommender import wiring as recommender  # noqa: F401
-    if startup.runs(config, "actuator"):
-        from gpu_rightsizer.actuator import wiring as actuator  # noqa: F401
+    import_wings(config)
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     kopf.run(
@@ -126,3 +139,16 @@ def run(args: argparse.Namespace) -> int:
         liveness_endpoint=config.liveness_endpoint,
     )
     return 0
+
+
+def import_wings(config: OperatorConfig) -> None:
+    """Register the kopf handlers of the wings this process runs, after the shared startup's: each
+    wing's handlers register when its module is imported, so an actuator imports no recommender
+    watch (and a recommender no lease)."""
+    from gpu_rightsizer.runtime import startup
+
+    startup.CONFIG = config
+    if startup.runs(config, "recommender"):
+        from gpu_rightsizer.recommender import wiring as recommender  # noqa: F401
+    if startup.runs(config, "actuator"):
+        from gpu_rightsizer.actuator import wiring as actuator  # noqa: F401

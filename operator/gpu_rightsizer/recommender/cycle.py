@@ -58,6 +58,7 @@ from gpu_rightsizer.recommender.writes import (
 )
 from gpu_rightsizer.runtime import metrics
 from gpu_rightsizer.runtime.context import OperatorContext
+from gpu_rightsizer.runtime.startup import runs
 
 LOG = logging.getLogger(__name__)
 
@@ -221,6 +222,8 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     metrics source changes nothing: the recommendations keep what they said.
     """
     cfg, kube = ctx.config, ctx.kube
+    if not runs(cfg, "recommender"):
+        return 0  # an actuator-only process never analyses (it does not import this wing's wiring)
     store = RecommendationStore(kube)
     end = now or datetime.now(UTC)
     marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, policies

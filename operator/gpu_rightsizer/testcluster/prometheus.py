@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,22 @@ def create_blocks(source: Path, data_dir: Path, promtool: Path = Path("/usr/bin/
     return time.monotonic() - started
 
 
+#: The job and target labels the GPU Operator's ServiceMonitor gives dcgm-exporter's targets under
+#: kube-prometheus-stack (the operator's default trusted GPU target matches them).
+GPU_OPERATOR_JOB = "nvidia-dcgm-exporter"
+
+
+def gpu_operator_target_labels(index: int) -> dict[str, str]:
+    """Target labels of the `index`-th dcgm-exporter pod, as service discovery sets them."""
+    return {
+        "namespace": "gpu-operator",
+        "service": GPU_OPERATOR_JOB,
+        "pod": f"nvidia-dcgm-exporter-{index}",
+        "container": "nvidia-dcgm-exporter",
+        "endpoint": "gpu-metrics",
+    }
+
+
 @dataclass
 class PrometheusServer:
     """One Prometheus process with its own data directory; `start()` then `stop()` (or a `with`)."""
@@ -54,6 +70,8 @@ class PrometheusServer:
     backfill: Sequence[Path] = ()
     scrape_targets: Sequence[str] = ()
     scrape_interval: str = "5s"
+    #: More scrape jobs, as Prometheus configuration mappings (e.g. a tenant's own target).
+    extra_scrape_configs: Sequence[Mapping[str, object]] = ()
     #: Rules files the server evaluates live (`rule_files`).
     rule_files: Sequence[Path] = ()
     port: int = field(default_factory=free_port)
@@ -74,16 +92,33 @@ class PrometheusServer:
         return self.workdir / "data"
 
     def _write_config(self) -> Path:
-        scrape_configs = []
+        scrape_configs: list[Mapping[str, object]] = []
         if self.scrape_targets:
+            dcgm = {"source_labels": ["__name__"], "regex": "DCGM_.*"}
             scrape_configs.append(
-                {
+                {  # kube-state-metrics, cAdvisor and serving series, scraped as kube-prometheus-stack
+                    # scrapes kube-state-metrics (honorLabels: true)
                     "job_name": "gpu-workloads",
                     "scrape_interval": self.scrape_interval,
                     "honor_labels": True,
                     "static_configs": [{"targets": list(self.scrape_targets)}],
+                    "metric_relabel_configs": [{**dcgm, "action": "drop"}],
                 }
             )
+            scrape_configs.append(
+                {  # the DCGM series as kube-prometheus-stack scrapes the GPU Operator's dcgm-exporter
+                    # (its ServiceMonitor: honorLabels false, so pod/namespace arrive as exported_*)
+                    "job_name": GPU_OPERATOR_JOB,
+                    "scrape_interval": self.scrape_interval,
+                    "honor_labels": False,
+                    "static_configs": [
+                        {"targets": [target], "labels": gpu_operator_target_labels(index)}
+                        for index, target in enumerate(self.scrape_targets)
+                    ],
+                    "metric_relabel_configs": [{**dcgm, "action": "keep"}],
+                }
+            )
+        scrape_configs.extend(self.extra_scrape_configs)
         config: dict[str, object] = {
             "global": {"scrape_interval": self.scrape_interval},
             "scrape_configs": scrape_configs,

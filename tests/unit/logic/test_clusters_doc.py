@@ -25,7 +25,8 @@ def test_flags_and_metrics_named_in_the_doc_exist() -> None:
         "--prometheus-label", "--prometheus-timeout", "--prometheus-step", "GPURS_PROMETHEUS_LABELS",
         "GPURS_PROMETHEUS_TIMEOUT", "GPURS_PROMETHEUS_STEP", "gpu_rightsizer_metrics_source_up",
         "gpu_rightsizer_metrics_last_success_timestamp_seconds", "MetricsAvailable", "QueryFailed",
-        "--sharing",
+        "--sharing", "--trusted-gpu-target", "GPURS_TRUSTED_GPU_TARGETS", "--gpu-honor-labels",
+        "GPURS_GPU_HONOR_LABELS",
     ):  # fmt: skip
         assert name in text and name in code, name
 

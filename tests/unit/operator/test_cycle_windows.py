@@ -156,30 +156,18 @@ def source_over(kube: FakeKube, **options: Any) -> FakeSource:
     )
 
 
-@pytest.fixture
-def analysed_with(monkeypatch: pytest.MonkeyPatch) -> dict[str, float | None]:
-    """Workload key -> the window length its analysis was run with."""
-    seen: dict[str, float | None] = {}
-    original = cycle.analyse
-
-    def recording(
-        window: WorkloadWindow,
-        settings: Any,
-        now: datetime,
-        window_seconds: float | None = None,
-        capacity: Any = None,
-    ) -> Any:
-        seen[window.workload.key] = window_seconds
-        assert window.duration_seconds == window_seconds, "the window read is the window analysed"
-        return original(window, settings, now, window_seconds)
-
-    monkeypatch.setattr(cycle, "analyse", recording)
-    return seen
+def analysed_windows(kube: FakeKube) -> dict[str, float]:
+    """Workload key -> the length of the window its written status says it analysed."""
+    found = {}
+    for key, body in kube.status_patches:
+        window = body.get("window")
+        if window is not None:
+            start, end = (datetime.fromisoformat(window[k].replace("Z", "+00:00")) for k in ("start", "end"))
+            found[key] = (end - start).total_seconds()
+    return found
 
 
-def test_each_policy_window_costs_one_batch_and_governs_its_workloads(
-    monkeypatch: pytest.MonkeyPatch, analysed_with: dict[str, float | None]
-) -> None:
+def test_each_policy_window_costs_one_batch_and_governs_its_workloads() -> None:
     kube = cluster(
         policy("short", "team-a", {"window": "10m", "minSamples": 5}),
         policy("defaults", "team-b"),  # sets no window: the operator's --window applies
@@ -190,6 +178,7 @@ def test_each_policy_window_costs_one_batch_and_governs_its_workloads(
 
     assert updated == 4
     assert sorted(fetch.lengths) == [600.0, 3600.0]  # one batch per distinct window, not per workload
+    analysed_with = analysed_windows(kube)
     assert analysed_with == {
         "team-a/Deployment/one": 600.0,
         "team-a/Deployment/two": 600.0,
@@ -224,9 +213,7 @@ def test_policy_min_samples_and_thresholds_reach_the_engine() -> None:
     assert settings.window_seconds == 1800.0
 
 
-def test_a_failing_batch_changes_nothing_for_its_workloads_only(
-    monkeypatch: pytest.MonkeyPatch, analysed_with: dict[str, float | None]
-) -> None:
+def test_a_failing_batch_changes_nothing_for_its_workloads_only() -> None:
     kube = cluster(policy("short", "team-a", {"window": "10m"}))
     fetch = source_over(kube, failing=frozenset({600.0}))
     errors_before = metrics.ERRORS.labels("metrics_source")._value.get()
@@ -246,7 +233,7 @@ def test_a_failing_batch_changes_nothing_for_its_workloads_only(
         assert condition["status"] == "False" and condition["reason"] == "QueryFailed"
     patched = analysed
     assert not any(key.startswith("team-a/") for key, _, _ in kube.events)
-    assert set(analysed_with) == patched
+    assert set(analysed_windows(kube)) == patched
 
 
 def test_without_a_metrics_source_the_cycle_still_keeps_house(monkeypatch: pytest.MonkeyPatch) -> None:
