@@ -149,3 +149,32 @@ def capacity_from_file(path: Path, limits: ReadLimits | None = None) -> ClusterC
     allocatable = [(dict(k[1]), v) for k, (_, v) in latest.items() if k[0] == mn.KSM_NODE_ALLOCATABLE]
     labels_rows = [dict(k[1]) for k, (_, v) in latest.items() if k[0] == mn.KSM_NODE_LABELS and v > 0]
     return capacity_from_ksm(allocatable, labels_rows)
+
+
+_FLOOR_METRICS = frozenset({mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_PCIE_TX_BYTES, mn.DCGM_PCIE_RX_BYTES})
+
+
+def unheld(labels: Mapping[str, str]) -> bool:
+    """A dcgm-exporter series of a GPU no pod holds: no pod label, or under kube-prometheus-stack's
+    renaming only the exporter's own pod (no `exported_pod`)."""
+    if labels.get("exported_pod"):
+        return False
+    pod = labels.get("pod") or labels.get("pod_name") or ""
+    return not pod or "dcgm-exporter" in pod
+
+
+def unheld_gpus_from_file(path: Path, limits: ReadLimits | None = None) -> list[UnheldGPU]:
+    """The GR and PCIe maxima of the GPUs no pod holds in an OpenMetrics/Prometheus text file."""
+    from gpu_rightsizer.adapters.exposition import samples_of
+
+    gr: dict[tuple[str, str], float] = {}
+    pcie: dict[tuple[str, str], float] = {}
+    for name, labels, value, _ in samples_of(path, _FLOOR_METRICS, limits):
+        node = mn.first_label(labels, mn.HOSTNAME_LABELS) or ""
+        model = mn.first_label(labels, mn.MODEL_NAME_LABELS) or ""
+        if node and model and unheld(labels) and math.isfinite(value):
+            into = gr if name == mn.DCGM_GR_ENGINE_ACTIVE else pcie
+            into[(node, model)] = max(into.get((node, model), 0.0), value)
+    return [
+        UnheldGPU(node, model, gr.get((node, model)), pcie.get((node, model))) for node, model in gr | pcie
+    ]

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpu_rightsizer.adapters import exposition, gpu_targets
-from gpu_rightsizer.adapters.capacity import capacity_from_file
+from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file
 from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead
 from gpu_rightsizer.config import TrustedTarget
@@ -1143,5 +1143,5 @@ class OpenMetricsFile:
         return capacity_from_file(self.path, self.limits)
 
     def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
-        """None: the file reader keeps only GPUs a pod holds (no idle floors from files yet)."""
-        return []
+        """The unheld GPUs' maxima over the whole file (`capacity.unheld_gpus_from_file`)."""
+        return unheld_gpus_from_file(self.path, self.limits)

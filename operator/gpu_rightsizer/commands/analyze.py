@@ -227,7 +227,7 @@ def diagnose(
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
-    from gpu_rightsizer.adapters.capacity import capacity_from_file, with_idle_floors
+    from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file, with_idle_floors
     from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
@@ -258,7 +258,9 @@ def run(args: argparse.Namespace) -> int:
             path = Path(args.openmetrics)
             limits = ReadLimits(max_bytes=getattr(args, "max_input_mib", DEFAULT_MAX_INPUT_MIB) * 2**20)
             window_seconds = args.window or DEFAULT_WINDOW_SECONDS
-            capacity = capacity_from_file(path, limits)
+            capacity = with_idle_floors(
+                capacity_from_file(path, limits), lambda: unheld_gpus_from_file(path, limits)
+            )
 
             def read(seconds: float) -> list[WorkloadWindow]:
                 return read_openmetrics(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,38 @@ def test_no_finding_says_kernels_run_on_the_idle_rtx4000(
     messages = " ".join(f["message"] for f in row["findings"])
     assert "Kernels still run" not in messages and "enable MIG" not in messages
     assert "unknown" in row["summary"] or row["savings"]["ifOfferedGpuHoursPerDay"] > 0
+
+
+def with_context_and_a_free_gpu(path: Path, free_gpu: bool) -> Path:
+    """A variant of the scrape, made up for the idle-floor test: the pod's GPU holds a CUDA context (900
+    MiB) but runs nothing, and (with `free_gpu`) a second RTX 4000 Ada on the node that no pod holds
+    reads the same floor."""
+    lines = [line for line in SCRAPE.read_text().splitlines() if line.strip()]
+    held = [re.sub(r"^(DCGM_FI_DEV_FB_USED\{.*\}) 1$", r"\1 900", line) for line in lines]
+    free = [
+        re.sub(r',container="cuda",namespace="default",pod="cuda-75454ffb9f-8ljq7",pod_uid=""', "", line)
+        .replace('gpu="0"', 'gpu="1"')
+        .replace("GPU-a8394b51", "GPU-b8394b51")
+        for line in lines
+    ]
+    every = held + (free if free_gpu else [])
+    names = sorted({line.split("{", 1)[0] for line in every})
+    out: list[str] = []
+    for name in names:
+        out.append(f"# TYPE {name} gauge")
+        own = [line for line in every if line.split("{", 1)[0] == name]
+        out.extend(f"{line} {START + 30 * step}" for step in range(240) for line in own)
+    path.write_text("\n".join([*out, "# EOF"]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("free_gpu", [False, True])
+def test_a_free_gpu_on_the_node_gives_the_idle_floor(
+    free_gpu: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    analyze.add_arguments(parser)
+    scrape = with_context_and_a_free_gpu(tmp_path / "rtx.om", free_gpu)
+    assert analyze.run(parser.parse_args(["--openmetrics", str(scrape), "--window", "2h", "-o", "json"])) == 0
+    (row,) = json.loads(capsys.readouterr().out)  # the free GPU is board data, never a workload
+    assert (row["primary"] == "IdleAllocation") is free_gpu, row["primary"]
