@@ -4,6 +4,8 @@ CUDA context, GR 0.5 % and PCIe 78/46 MB/s, which is that platform's idle floor,
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import re
 from pathlib import Path
@@ -112,3 +114,16 @@ def test_a_free_gpu_on_the_node_gives_the_idle_floor(
     assert analyze.run(parser.parse_args(["--openmetrics", str(scrape), "--window", "2h", "-o", "json"])) == 0
     (row,) = json.loads(capsys.readouterr().out)  # the free GPU is board data, never a workload
     assert (row["primary"] == "IdleAllocation") is free_gpu, row["primary"]
+
+
+def test_savings_apart_are_in_the_table_and_the_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    analyze.add_arguments(parser)
+    scrape = str(two_hours(tmp_path / "rtx.om"))
+    assert analyze.run(parser.parse_args(["--openmetrics", scrape, "-o", "csv"])) == 0
+    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    assert row["gpu_hours_per_day_saved"] == "0.000" and float(row["gpu_hours_per_day_if_offered"]) > 0
+    assert analyze.run(parser.parse_args(["--openmetrics", scrape])) == 0
+    assert "if offered]" in capsys.readouterr().out
