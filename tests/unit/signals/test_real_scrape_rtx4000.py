@@ -23,17 +23,20 @@ SCRAPE = (
 START = 1_764_600_000
 
 
-def two_hours(path: Path) -> Path:
-    """The one scrape repeated every 30 s for 2 h, as OpenMetrics (its README's recipe)."""
-    lines = [line for line in SCRAPE.read_text().splitlines() if line.strip()]
-    names = sorted({line.split("{", 1)[0] for line in lines})
+def repeated(lines: list[str], path: Path) -> Path:
+    """Scrape lines repeated every 30 s for 2 h, as OpenMetrics (the scrape README's recipe)."""
     out: list[str] = []
-    for name in names:
+    for name in sorted({line.split("{", 1)[0] for line in lines}):
         out.append(f"# TYPE {name} gauge")
         own = [line for line in lines if line.split("{", 1)[0] == name]
         out.extend(f"{line} {START + 30 * step}" for step in range(240) for line in own)
     path.write_text("\n".join([*out, "# EOF"]) + "\n")
     return path
+
+
+def two_hours(path: Path) -> Path:
+    """The one scrape as a 2 h window."""
+    return repeated([line for line in SCRAPE.read_text().splitlines() if line.strip()], path)
 
 
 @pytest.mark.parametrize("sharing", ["auto", "none", "time-slicing", "mig-mixed"])
@@ -93,15 +96,7 @@ def with_context_and_a_free_gpu(path: Path, free_gpu: bool) -> Path:
         .replace("GPU-a8394b51", "GPU-b8394b51")
         for line in lines
     ]
-    every = held + (free if free_gpu else [])
-    names = sorted({line.split("{", 1)[0] for line in every})
-    out: list[str] = []
-    for name in names:
-        out.append(f"# TYPE {name} gauge")
-        own = [line for line in every if line.split("{", 1)[0] == name]
-        out.extend(f"{line} {START + 30 * step}" for step in range(240) for line in own)
-    path.write_text("\n".join([*out, "# EOF"]) + "\n")
-    return path
+    return repeated(held + (free if free_gpu else []), path)
 
 
 @pytest.mark.parametrize("free_gpu", [False, True])
