@@ -12,10 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-Role = Literal["recommender", "actuator", "all"]
+from gpu_rightsizer.model.durations import parse_duration as parse_duration_text
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+Role = Literal["recommender", "actuator", "all"]
 
 
 class DurationError(argparse.ArgumentTypeError, ValueError):
@@ -23,23 +22,16 @@ class DurationError(argparse.ArgumentTypeError, ValueError):
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a command-line duration: '90s', '30m', '1h30m', '7d', '500ms', or bare seconds '3'.
-
-    The one parser of every subcommand's duration flags; policy durations in the CRDs use the
-    stricter Go format of `model.crd.duration_seconds`.
-    """
+    """Seconds in a command-line duration: the one grammar of `model.durations` ('90s', '30m', '1h30m',
+    '7d', '1d12h', '500ms'), or bare seconds ('3')."""
     cleaned = text.strip()
     try:
         total = float(cleaned)
     except ValueError:
-        position, total = 0, 0.0
-        for match in _DURATION_PART.finditer(cleaned):
-            if match.start() != position:
-                break
-            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            position = match.end()
-        if position != len(cleaned) or not cleaned:
-            raise DurationError(f"invalid duration {text!r} (examples: 90s, 30m, 1h30m, 7d)") from None
+        try:
+            total = parse_duration_text(cleaned)
+        except ValueError:
+            raise DurationError(f"invalid duration {text!r} (examples: 90s, 30m, 1h30m, 7d, 1d12h)") from None
     if total <= 0:
         raise DurationError(f"duration must be positive: {text!r}")
     return total

@@ -249,6 +249,12 @@ def _column(
 RECOMMENDATION_COLUMNS = [
     _column("Workload", ".status.summary.workload", "Kind/name of the target workload."),
     _column("Diagnosis", ".status.diagnosis.primary", "Primary diagnosis code."),
+    _column(
+        "Metrics",
+        '.status.conditions[?(@.type=="MetricsAvailable")].status',
+        "False when the last metric query batch failed (the analysis shown is the previous one); the "
+        "condition MetricsAvailable says why.",
+    ),
     _column("Action", ".status.summary.action", "The main recommended change."),
     _column("GPU Busy P95", ".status.summary.gpuBusyP95", "p95 of GPU busy over the window."),
     _column("Savings", ".status.summary.savings", "Estimated GPU-hours per day freed."),

@@ -42,7 +42,9 @@ def _percent(value: float | None) -> str:
 
 def _savings(analysis: Analysis) -> str:
     hours = analysis.savings.gpu_hours_per_day
-    return "-" if hours <= 0 else f"{hours:.1f} GPU-h/d ({analysis.savings.share_of_allocation:.0%})"
+    text = "-" if hours <= 0 else f"{hours:.1f} GPU-h/d ({analysis.savings.share_of_allocation:.0%})"
+    apart = analysis.savings.if_offered_gpu_hours_per_day
+    return text if apart <= 0 else f"{text} [{apart:.1f} if offered]"
 
 
 def _shorten(text: str, width: int) -> str:
@@ -104,6 +106,7 @@ def render_csv(rows: Sequence[ReportRow]) -> str:
             "action",
             "gpu_hours_per_day_saved",
             "share_of_allocation_saved",
+            "gpu_hours_per_day_if_offered",
             "samples",
             "summary",
             "warnings",
@@ -122,6 +125,7 @@ def render_csv(rows: Sequence[ReportRow]) -> str:
                 _first_action(a) if a.actions else "",
                 f"{a.savings.gpu_hours_per_day:.3f}",
                 f"{a.savings.share_of_allocation:.3f}",
+                f"{a.savings.if_offered_gpu_hours_per_day:.3f}",
                 a.samples,
                 a.summary,
                 "; ".join(r.warnings),

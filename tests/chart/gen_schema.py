@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpu_rightsizer.model.durations import DURATION_PATTERN
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "charts" / "gpu-rightsizer" / "values.schema.json"
 
 JsonSchema = dict[str, Any]
 
-# Kubernetes-style duration as the GPURightsizingPolicy CRD accepts it (no days).
-K8S_DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# The one duration grammar of the CLI, the CRDs and the operator (model/durations.py).
+K8S_DURATION = DURATION_PATTERN
 # Prometheus duration (used in alert `for:` and scrape intervals).
 PROM_DURATION = r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -180,7 +182,7 @@ def build() -> JsonSchema:
                     {
                         "interval": duration("re-analysis interval, e.g. 5m", K8S_DURATION),
                         "window": duration(
-                            "observation window, e.g. 24h (units ms, s, m, h); at least 5m, which the templates check "
+                            "observation window, e.g. 24h, 7d or 1d12h (units ms, s, m, h, d, w); at least 5m, which the templates check "
                             "(a schema cannot add up 4m59s)",
                             K8S_DURATION,
                         ),

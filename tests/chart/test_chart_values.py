@@ -30,7 +30,7 @@ SCHEMA_REJECTIONS: list[tuple[str, Any, str]] = [
     ("prometheus.url", "prometheus:9090", "url"),
     ("watch.namespaces", ["Bad_Namespace"], "namespaces"),
     ("watch.namespaces", ["team-a", "team-a"], "namespaces"),
-    ("analysis.window", "7d", "window"),
+    ("analysis.window", "7days", "window"),
     ("analysis.interval", 300, "interval"),
     ("logLevel", "TRACE", "logLevel"),
     ("defaultPolicy.mode", "Apply", "mode"),

@@ -166,6 +166,7 @@ def test_recommendation_columns_in_kubectl_get(crds: Any) -> None:
         "NAME",
         "WORKLOAD",
         "DIAGNOSIS",
+        "METRICS",
         "ACTION",
         "GPU BUSY P95",
         "SAVINGS",

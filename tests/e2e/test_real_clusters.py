@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_rightsizer.testcluster.nodes import sharing_pool_nodes
+from gpu_rightsizer.testcluster.nodes import gpu_operator_default_nodes, sharing_pool_nodes
 from tests.e2e.conftest import Kube
 from tests.e2e.test_operator_lifecycle import FAST, create, recommendation, wait
 from tests.e2e.workloads import SCENARIO_ANNOTATION, gpu_deployment
@@ -61,10 +61,8 @@ def custom_kinds(kube: Kube) -> None:
         kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{plural}.{group}")
 
 
-@pytest.fixture(scope="module")
-def sharing_pools(kube: Kube) -> Iterator[list[str]]:
-    """MIG-single and time-sliced (renamed and not) node pools next to the default fleet."""
-    specs = sharing_pool_nodes()
+def _add_nodes(kube: Kube, specs: list[Any]) -> list[str]:
+    """Apply fake nodes and wait until KWOK has them Ready."""
     kube.cluster.apply((spec.manifest() for spec in specs), server_side=False)
     names = [spec.name for spec in specs]
 
@@ -78,6 +76,13 @@ def sharing_pools(kube: Kube) -> Iterator[list[str]]:
         return set(names) <= up
 
     kube.wait_for(ready, timeout=120, what="the sharing pools' nodes to be Ready")
+    return names
+
+
+@pytest.fixture(scope="module")
+def sharing_pools(kube: Kube) -> Iterator[list[str]]:
+    """MIG-single and time-sliced (renamed and not) node pools next to the default fleet."""
+    names = _add_nodes(kube, sharing_pool_nodes())
     yield names
     kube.kubectl("delete", "node", *names, "--wait=false", check=False)
 
@@ -254,6 +259,18 @@ def _gpu_resources(action: dict[str, Any]) -> set[str]:
     return {name for name in named if GPU_RESOURCE.match(name)}
 
 
+def _analysed(kube: Kube, namespace: str, workloads: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Each Deployment's recommendation status once every one has a diagnosis other than InsufficientData."""
+    found = {name: recommendation(kube, namespace, f"deployment-{name}") for name in workloads}
+    done = all(
+        rec
+        and ((rec.get("status") or {}).get("diagnosis") or {}).get("primary")
+        not in (None, "InsufficientData")
+        for rec in found.values()
+    )
+    return {k: v["status"] for k, v in found.items() if v} if done else None
+
+
 def test_advice_names_only_resources_the_node_pools_offer(
     kube: Kube, sharing_pools: list[str], live_metrics: str, run_operator: Any
 ) -> None:
@@ -273,19 +290,9 @@ def test_advice_names_only_resources_the_node_pools_offer(
         create(kube, manifest)
     operator = run_operator("-n", namespace, "--prometheus-url", live_metrics, *FAST)
 
-    def analysed() -> dict[str, dict[str, Any]] | None:
-        found = {name: recommendation(kube, namespace, f"deployment-{name}") for name in workloads}
-        done = all(
-            rec
-            and ((rec.get("status") or {}).get("diagnosis") or {}).get("primary")
-            not in (None, "InsufficientData")
-            for rec in found.values()
-        )
-        return {k: v for k, v in found.items() if v} if done else None
-
-    statuses = {
-        k: v["status"] for k, v in wait(analysed, 240, "the four workloads analysed", operator).items()
-    }
+    statuses = wait(
+        lambda: _analysed(kube, namespace, workloads), 240, "the four workloads analysed", operator
+    )
     nodes = _nodes_offering(kube)
     products = {
         "on-h100": "NVIDIA-H100-80GB-HBM3", "on-h200": "NVIDIA-H200", "on-l4-shared": "NVIDIA-L4",
@@ -318,3 +325,54 @@ def test_advice_names_only_resources_the_node_pools_offer(
     assert all(a.get("automatic") or "a Deployment is shrunk only after 24 h" in a["reason"] for a in h200), (
         h200
     )
+
+
+def test_a_default_gpu_operator_pool_gets_only_schedulable_advice(
+    kube: Kube, sharing_pools: list[str], live_metrics: str, run_operator: Any
+) -> None:
+    """GFD writes mig.strategy=single on every node of a default GPU Operator install; the L4 pool
+    time-slices ×4 without rename. Nothing may be planned as MIG, nor named nvidia.com/gpu.shared."""
+    names = _add_nodes(kube, gpu_operator_default_nodes())
+    namespace = kube.create_namespace("gpu-operator-pool")
+    workloads = {
+        "l4-whole": gpu_deployment("l4-whole", namespace, scenario="oversized", product="NVIDIA-L4", cpu="4"),
+        "l4-shared": gpu_deployment(
+            "l4-shared", namespace, scenario="oversized", product="NVIDIA-L4-SHARED", cpu="4"
+        ),
+    }
+    try:
+        for manifest in workloads.values():
+            create(kube, manifest)
+        operator = run_operator("-n", namespace, "--prometheus-url", live_metrics, *FAST)
+
+        statuses = wait(
+            lambda: _analysed(kube, namespace, workloads), 240, "the L4 workloads analysed", operator
+        )
+        labels = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in kube.get_json("nodes")["items"]
+        }
+        offered = _nodes_offering(kube)
+        for name, status in statuses.items():
+            for action in status.get("actions") or []:
+                assert action["type"] != "migProfile", (name, action)
+                for resource in _gpu_resources(action):
+                    assert any(resource in offer for base, offer in offered if base == "NVIDIA-L4"), (
+                        name,
+                        action,
+                    )
+                selected = re.search(r"nvidia\.com/gpu\.product=([^,)\s]+)", action["to"])
+                if selected:  # a node selector names a product some node carries
+                    assert any(
+                        node.get("nvidia.com/gpu.product") == selected.group(1) for node in labels.values()
+                    ), action
+        shared = [a for a in statuses["l4-shared"].get("actions") or [] if a["type"] == "gpuSharing"]
+        assert not shared, shared  # already on a share: no sharing action
+        for action in statuses["l4-whole"].get("actions") or []:
+            if action["type"] == "gpuSharing":
+                assert action["resource"] == "nvidia.com/gpu" and "NVIDIA-L4-SHARED" in action["to"], action
+        summaries = " ".join(
+            s.get("summary", {}).get("action", "") + str(s.get("conditions")) for s in statuses.values()
+        )
+        assert "gpu.shared" not in summaries and "MIG single" not in summaries
+    finally:
+        kube.kubectl("delete", "node", *names, "--wait=false", check=False)

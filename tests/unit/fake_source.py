@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from gpu_rightsizer.adapters.source import EVERYWHERE, CycleReport, ExtraOwners, Scope, WindowRead, scoped
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.model.observation import Allocation, WorkloadRef, WorkloadWindow
 
 
@@ -60,6 +61,9 @@ class FakeSource:
 
     def read_capacity(self, at: datetime) -> ClusterCapacity:
         return self.capacity
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        return []
 
     def keep_only(self, window_lengths: set[float]) -> list[float]:
         self.kept.append(window_lengths)

@@ -186,12 +186,13 @@ def test_enums_patterns_and_bounds_reach_the_schema() -> None:
     }  # fmt: skip
     assert "software" not in nodes[".spec.actions[]"]["enum"]
     assert nodes[".spec.actions"]["x-kubernetes-list-type"] == "set"
-    assert nodes[".spec.safety.cooldown"]["pattern"] == r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+    assert nodes[".spec.safety.cooldown"]["pattern"] == r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h|d|w))+$"
     assert nodes[".spec.safety.maintenanceWindows[].start"]["pattern"].startswith("^([01][0-9]|2[0-3])")
     assert nodes[".spec.safety.sharingStrategy"]["enum"] == [
         "mig-mixed",
         "mig-single",
         "time-slicing",
+        "time-slicing-no-rename",
         "mps",
         "none",
     ]
@@ -238,12 +239,22 @@ def test_names_scope_and_subresources() -> None:
 def test_recommendation_printer_columns() -> None:
     columns = {c["name"]: c for c in _version("gpurecommendations")["additionalPrinterColumns"]}
     default = [name for name, c in columns.items() if not c.get("priority")]
-    assert default == ["Workload", "Diagnosis", "Action", "GPU Busy P95", "Savings", "State", "Age"]
+    assert default == [
+        "Workload",
+        "Diagnosis",
+        "Metrics",
+        "Action",
+        "GPU Busy P95",
+        "Savings",
+        "State",
+        "Age",
+    ]
     assert {name for name, c in columns.items() if c.get("priority") == 1} == {"Confidence", "Window"}
     nodes = dict(_walk(_schema("gpurecommendations")))
     for column in columns.values():
         if column["jsonPath"].startswith(".status"):
-            assert column["jsonPath"] in nodes, f"{column['name']} points at a field the schema lacks"
+            path = column["jsonPath"].replace('[?(@.type=="MetricsAvailable")]', "[]")  # a list filter
+            assert path in nodes, f"{column['name']} points at a field the schema lacks"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -9,15 +9,17 @@ none), so an empty one is said, not read as "no MIG, no sharing".
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpu_rightsizer.adapters.exposition import ReadLimits
 from gpu_rightsizer.logic.capacity import (
+    LABEL_MIG_CAPABLE,
     LABEL_MIG_CONFIG,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
@@ -26,6 +28,7 @@ from gpu_rightsizer.logic.capacity import (
     ClusterCapacity,
     capacity_from_nodes,
 )
+from gpu_rightsizer.logic.floors import UnheldGPU, learn_idle_floors
 from gpu_rightsizer.model import metric_names as mn
 
 LOG = logging.getLogger(__name__)
@@ -37,13 +40,14 @@ KSM_NODE_LABELS: dict[str, str] = {
     mn.NODE_LABEL_GPU_REPLICAS: LABEL_REPLICAS,
     mn.NODE_LABEL_MIG_STRATEGY: LABEL_MIG_STRATEGY,
     mn.NODE_LABEL_MIG_CONFIG: LABEL_MIG_CONFIG,
+    mn.NODE_LABEL_MIG_CAPABLE: LABEL_MIG_CAPABLE,
     mn.NODE_LABEL_GPU_MEMORY: "nvidia.com/gpu.memory",
 }
+#: The one allowlist recipe (docs/install.md and docs/clusters.md quote it): the node labels read above.
+NODE_LABELS_ALLOWLIST = "nodes=[" + ",".join(KSM_NODE_LABELS.values()) + "]"
 ALLOWLIST_HINT = (
     "kube_node_labels carries no node labels (kube-state-metrics exports only allowlisted labels): set "
-    "kube-state-metrics metricLabelsAllowlist "
-    '"nodes=[nvidia.com/gpu.product,nvidia.com/gpu.memory,nvidia.com/gpu.sharing-strategy,'
-    'nvidia.com/gpu.replicas,nvidia.com/mig.strategy,nvidia.com/mig.config]"; MIG strategy and GPU '
+    f'kube-state-metrics metricLabelsAllowlist "{NODE_LABELS_ALLOWLIST}"; MIG strategy and GPU '
     "sharing are read from the allocatable resources only"
 )
 
@@ -106,6 +110,25 @@ def load_capacity(kube: Any, fallback: Any = None) -> ClusterCapacity:
     return ClusterCapacity()
 
 
+#: The look-back the idle floors are learned over: long enough for DCGM's polling to show its highs.
+IDLE_FLOOR_LOOKBACK_SECONDS = 3600.0
+
+
+def with_idle_floors(
+    capacity: ClusterCapacity, read: Callable[[], list[UnheldGPU]] | None
+) -> ClusterCapacity:
+    """The capacity with the idle floors learned from `read()` (the unheld GPUs); unchanged when that
+    fails or finds none, so the engine's fixed idle thresholds apply."""
+    if read is None:
+        return capacity
+    try:
+        floors = learn_idle_floors(read())
+    except Exception as error:  # a metrics outage: the fixed thresholds apply, the cycle goes on
+        LOG.debug("no idle floors this cycle: %s", error)
+        return capacity
+    return dataclasses.replace(capacity, idle_floors=floors) if floors else capacity
+
+
 def capacity_from_file(path: Path, limits: ReadLimits | None = None) -> ClusterCapacity:
     """Node pools from the kube-state-metrics node series of an OpenMetrics/Prometheus text file
     (plain or gzipped), streamed: only the node samples are kept, the latest per series."""
@@ -126,3 +149,32 @@ def capacity_from_file(path: Path, limits: ReadLimits | None = None) -> ClusterC
     allocatable = [(dict(k[1]), v) for k, (_, v) in latest.items() if k[0] == mn.KSM_NODE_ALLOCATABLE]
     labels_rows = [dict(k[1]) for k, (_, v) in latest.items() if k[0] == mn.KSM_NODE_LABELS and v > 0]
     return capacity_from_ksm(allocatable, labels_rows)
+
+
+_FLOOR_METRICS = frozenset({mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_PCIE_TX_BYTES, mn.DCGM_PCIE_RX_BYTES})
+
+
+def unheld(labels: Mapping[str, str]) -> bool:
+    """A dcgm-exporter series of a GPU no pod holds: no pod label, or under kube-prometheus-stack's
+    renaming only the exporter's own pod (no `exported_pod`)."""
+    if labels.get("exported_pod"):
+        return False
+    pod = labels.get("pod") or labels.get("pod_name") or ""
+    return not pod or "dcgm-exporter" in pod
+
+
+def unheld_gpus_from_file(path: Path, limits: ReadLimits | None = None) -> list[UnheldGPU]:
+    """The GR and PCIe maxima of the GPUs no pod holds in an OpenMetrics/Prometheus text file."""
+    from gpu_rightsizer.adapters.exposition import samples_of
+
+    gr: dict[tuple[str, str], float] = {}
+    pcie: dict[tuple[str, str], float] = {}
+    for name, labels, value, _ in samples_of(path, _FLOOR_METRICS, limits):
+        node = mn.first_label(labels, mn.HOSTNAME_LABELS) or ""
+        model = mn.first_label(labels, mn.MODEL_NAME_LABELS) or ""
+        if node and model and unheld(labels) and math.isfinite(value):
+            into = gr if name == mn.DCGM_GR_ENGINE_ACTIVE else pcie
+            into[(node, model)] = max(into.get((node, model), 0.0), value)
+    return [
+        UnheldGPU(node, model, gr.get((node, model)), pcie.get((node, model))) for node, model in gr | pcie
+    ]

@@ -467,7 +467,7 @@ class IncrementalReader:
                                 continue
                         report.chunks_failed += 1
                         report.errors.append(f"{chunk.describe()}: {error}")
-                        LOG.warning("incremental read of %s failed: %s", chunk.describe(), error)
+                        LOG.debug("incremental read of %s failed: %s", chunk.describe(), error)
                         if backfilling:
                             self._backfill_done += 1
                         continue

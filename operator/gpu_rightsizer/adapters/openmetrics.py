@@ -23,12 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpu_rightsizer.adapters import exposition, gpu_targets
-from gpu_rightsizer.adapters.capacity import capacity_from_file
+from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file
 from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead
 from gpu_rightsizer.config import TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
 from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
 from gpu_rightsizer.model import metric_names as mn
@@ -1148,3 +1149,7 @@ class OpenMetricsFile:
     def read_capacity(self, at: datetime | None = None) -> ClusterCapacity:
         """Node pools from the file's kube-state-metrics series (`capacity.capacity_from_file`)."""
         return capacity_from_file(self.path, self.limits)
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        """The unheld GPUs' maxima over the whole file (`capacity.unheld_gpus_from_file`)."""
+        return unheld_gpus_from_file(self.path, self.limits)

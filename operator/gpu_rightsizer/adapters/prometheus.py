@@ -35,6 +35,7 @@ from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, Windo
 from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     GPUObservation,
@@ -94,6 +95,31 @@ class PrometheusConfig:
     trusted_gpu_targets: tuple[TrustedTarget, ...] | None = None
     #: The user says GPU exporters are scraped with honorLabels: true (no identity is proof then).
     honor_labels_declared: bool = False
+
+
+#: Where a person sets the token, named in the 401/403 message (CLI, operator flag, chart value).
+TOKEN_SETTINGS = (
+    "--bearer-token / --bearer-token-file (analyze), --prometheus-token-file (run), "
+    "prometheus.bearerToken.secretName (chart)"
+)
+_HTTP_STATUS = re.compile(r"HTTP Status Code (\d+) \((b?)(['\"])(.*)\3\)$", re.S)
+
+
+def refusal_text(url: str, what: str, error: str) -> str:
+    """prometheus-api-client's `HTTP Status Code 401 (b'Unauthorized\\n')` as a sentence a person can act on."""
+    match = _HTTP_STATUS.search(error)
+    if match is None:
+        return f"Prometheus at {url} refused the query for {what}: {error}"
+    code, body = int(match.group(1)), match.group(4).replace("\\n", " ").strip()
+    text = f"Prometheus at {url} refused the query for {what}: HTTP {code}" + (
+        f" ({body[:200]})" if body else ""
+    )
+    if code in (401, 403):
+        text += (
+            ". It wants credentials (401) or refuses these (403): check the bearer token, set with "
+            f"{TOKEN_SETTINGS}"
+        )
+    return text
 
 
 def _duration(seconds: float) -> str:
@@ -346,7 +372,7 @@ class PrometheusSource:
         except requests.exceptions.RequestException as error:
             raise PrometheusSourceError(f"cannot reach Prometheus at {self.config.url}: {error}") from error
         except PrometheusApiClientException as error:
-            raise PrometheusSourceError(f"Prometheus refused the query for {what}: {error}") from error
+            raise PrometheusSourceError(refusal_text(self.config.url, what, str(error))) from error
         except (ValueError, KeyError, TypeError) as error:
             raise PrometheusSourceError(
                 f"{self.config.url} did not answer like Prometheus ({what}): {error}"
@@ -447,7 +473,7 @@ class PrometheusSource:
         """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
-        step = step_seconds or 60.0
+        step = step_seconds or self.step_seconds or step_for(window_seconds)  # the operator's one rule
         rate_window = rate_window_seconds(step)
         say = progress or (lambda _message: None)
         self.check(end)
@@ -582,6 +608,40 @@ class PrometheusSource:
             ((dict(row["metric"]), _value(row)) for row in allocatable),
             (dict(row["metric"]) for row in labels),
         )
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        """GR and largest PCIe direction maxima of the GPUs no pod holds, per node and model.
+
+        An unheld GPU's series has no pod label; under kube-prometheus-stack's renaming the `pod` label
+        is the exporter's own and `exported_pod` is absent.
+        """
+        end = at.timestamp()
+        span = _duration(window_seconds)
+
+        def unheld(names: str) -> str:
+            by = "Hostname, hostname, modelName"
+            return (
+                f'max by ({by}) (max_over_time({{__name__=~"{names}", pod=""}}[{span}])) or '
+                f'max by ({by}) (max_over_time({{__name__=~"{names}", exported_pod="", '
+                f'pod=~".*dcgm-exporter.*"}}[{span}]))'
+            )
+
+        def rows(what: str, metric: str) -> dict[tuple[str, str], float]:
+            found: dict[tuple[str, str], float] = {}
+            for row in self.instant(what, unheld(metric), end):
+                labels = row["metric"]
+                key = (labels.get("Hostname") or labels.get("hostname") or "", labels.get("modelName") or "")
+                value = _value(row)
+                if all(key) and math.isfinite(value):
+                    found[key] = max(found.get(key, 0.0), value)
+            return found
+
+        gr = rows("idle floor GR", mn.DCGM_GR_ENGINE_ACTIVE)
+        pcie = rows("idle floor PCIe", f"{mn.DCGM_PCIE_TX_BYTES}|{mn.DCGM_PCIE_RX_BYTES}")
+        return [
+            UnheldGPU(node, model, gr.get((node, model)), pcie.get((node, model)))
+            for node, model in gr | pcie
+        ]
 
     # -- assembly -----------------------------------------------------------------------------------
     def assemble(

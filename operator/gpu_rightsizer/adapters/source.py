@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.owners import ObjectLink
 from gpu_rightsizer.model.observation import WorkloadWindow
 
@@ -114,6 +115,10 @@ class WindowSource(Protocol):
 
     def read_capacity(self, at: datetime) -> ClusterCapacity:
         """What the nodes offer, from the metrics (for when the API server's nodes cannot be listed)."""
+        ...
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        """GR and PCIe maxima of the GPUs no pod held over the window (the idle floors' input)."""
         ...
 
 

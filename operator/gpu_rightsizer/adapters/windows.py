@@ -37,6 +37,7 @@ from gpu_rightsizer.adapters.source import (
 from gpu_rightsizer.adapters.state import StateDir
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.streaming import StateError
 from gpu_rightsizer.model.observation import WorkloadWindow
 
@@ -223,6 +224,10 @@ class WindowSources:
     def read_capacity(self, at: datetime) -> ClusterCapacity:
         """Node capacity from one instant query set (nothing incremental about it)."""
         return self.make_source().read_capacity(at)
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        """The unheld GPUs' maxima from two instant queries (nothing incremental about them)."""
+        return self.make_source().read_unheld_gpus(at, window_seconds)
 
     def keep_only(self, window_lengths: set[float]) -> list[float]:
         """Forget the sources of window lengths no workload uses any more (their memory with them);

@@ -77,6 +77,8 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the `analyze` options."""
+    from gpu_rightsizer.model.codes import SharingStrategy
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
@@ -93,7 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--at", type=parse_time, default=None, help="end of the window (default: now / newest sample)"
     )
     parser.add_argument(
-        "--step", type=parse_duration, default=None, help="sample step (default: inferred, 60s)"
+        "--step",
+        type=parse_duration,
+        default=None,
+        help="sample step (default: the operator's rule, window/60 between 1s and 60s; a file's own spacing)",
     )
     parser.add_argument(
         "--min-window",
@@ -121,11 +126,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
     parser.add_argument(
         "--sharing",
-        choices=("auto", "mig-mixed", "mig-single", "time-slicing", "mps", "none"),
+        choices=("auto", *(strategy.value for strategy in SharingStrategy)),
         default="auto",
         help="the cluster's GPU-sharing strategy (what a smaller allocation may be); auto (default) "
         "reads it from the nodes' GPU feature discovery labels and allocatable resources in the data "
-        "(kube-state-metrics), and assumes mig-mixed only when the data has no node at all",
+        "(kube-state-metrics), and assumes mig-mixed only when the data has no node at all (its MIG or "
+        "share then is advice, its savings counted apart); time-slicing names nvidia.com/gpu.shared "
+        "(renameByDefault: true), time-slicing-no-rename the device plugin's default (nvidia.com/gpu on "
+        "a -SHARED product); none: no MIG or sharing action",
     )
     auth = parser.add_argument_group("Prometheus connection")
     auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
@@ -197,6 +205,7 @@ def diagnose(
     """
     from gpu_rightsizer.logic.capacity import analyze_within, sharing_for
     from gpu_rightsizer.logic.engine import analyze_window
+    from gpu_rightsizer.logic.floors import floor_for, with_idle_floor
     from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
 
     for read_window in windows:
@@ -206,15 +215,19 @@ def diagnose(
         def run(
             profiles: list[str] | None, window: WorkloadWindow = window, sharing: SharingStrategy = sharing
         ) -> Analysis:
-            return analyze_window(window, settings, sharing=sharing, allowed_mig_profiles=profiles)
+            floored = with_idle_floor(settings, floor_for(capacity.idle_floors, window))
+            return analyze_window(window, floored, sharing=sharing, allowed_mig_profiles=profiles)
 
-        analysis = with_notes(analyze_within(capacity, window.allocation.gpu_model, run), notes)
+        stated = explicit is not None
+        analysis = with_notes(
+            analyze_within(capacity, window.allocation.gpu_model, run, stated=stated), notes
+        )
         yield window, analysis, notes
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the source, run the engine on every workload window, print the report; returns the exit code."""
-    from gpu_rightsizer.adapters.capacity import capacity_from_file
+    from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file, with_idle_floors
     from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
     from gpu_rightsizer.adapters.prometheus import (
@@ -245,7 +258,9 @@ def run(args: argparse.Namespace) -> int:
             path = Path(args.openmetrics)
             limits = ReadLimits(max_bytes=getattr(args, "max_input_mib", DEFAULT_MAX_INPUT_MIB) * 2**20)
             window_seconds = args.window or DEFAULT_WINDOW_SECONDS
-            capacity = capacity_from_file(path, limits)
+            capacity = with_idle_floors(
+                capacity_from_file(path, limits), lambda: unheld_gpus_from_file(path, limits)
+            )
 
             def read(seconds: float) -> list[WorkloadWindow]:
                 return read_openmetrics(
@@ -292,7 +307,11 @@ def run(args: argparse.Namespace) -> int:
                 workload=args.workload,
                 progress=_progress,
             )
-            capacity = source.read_capacity(args.at)
+            window_end = args.at or datetime.now(tz=UTC)
+            span = args.window or DEFAULT_WINDOW_SECONDS
+            capacity = with_idle_floors(
+                source.read_capacity(args.at), lambda: source.read_unheld_gpus(window_end, span)
+            )
             for note in source.notes:
                 _progress(f"note: {note}")
     except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:

@@ -99,6 +99,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 
+#: Loggers that speak per request or per handled event (urllib3's retries, kopf's "Handler ...
+#: succeeded"); at INFO they bury the operator's own lines. Their errors and warnings still show.
+QUIET_LOGGERS = {"urllib3": logging.ERROR, "kopf.objects": logging.WARNING}
+
+
+def quiet_libraries(*, verbose: bool = False) -> None:
+    """Raise the chatty libraries' log levels (kopf's per-event lines stay with --verbose)."""
+    for name, level in QUIET_LOGGERS.items():
+        if not (verbose and name.startswith("kopf")):
+            logging.getLogger(name).setLevel(level)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start kopf with the handlers of the chosen role; returns when the operator stops."""
     import kopf
@@ -115,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    quiet_libraries(verbose=args.verbose)
     import_wings(config)
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)

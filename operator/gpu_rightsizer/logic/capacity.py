@@ -7,7 +7,11 @@ GPU Operator gpu-sharing docs):
 
 - `nvidia.com/mig.strategy`: none | single | mixed. Under `mixed` each profile is its own extended
   resource `nvidia.com/mig-<profile>`; under `single` the slices are `nvidia.com/gpu` and
-  `nvidia.com/gpu.product` ends in `-MIG-<profile>`.
+  `nvidia.com/gpu.product` ends in `-MIG-<profile>`. GFD writes this label on every GPU node, MIG or
+  not, and the GPU Operator's default is `single` (device-plugin `internal/lm/mig-strategy.go`): the
+  label alone never says a pool is sliced. A pool counts as MIG single only when its product is
+  `-MIG-<profile>` (or `nvidia.com/mig.capable=true` with a MIG layout other than `all-disabled`),
+  and as MIG mixed only when it publishes `nvidia.com/mig-*` resources.
 - `nvidia.com/gpu.sharing-strategy`: none | time-slicing | mps, with `nvidia.com/gpu.replicas`. The
   resource stays `nvidia.com/gpu` (product suffixed `-SHARED`) unless the plugin runs with
   `renameByDefault: true`, which publishes `nvidia.com/gpu.shared`.
@@ -27,10 +31,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_rightsizer.logic.floors import IdleFloor
 from gpu_rightsizer.logic.mig import model_key_for_product
 from gpu_rightsizer.logic.savings import HOURS_PER_DAY, estimate_savings
 from gpu_rightsizer.logic.workloads import QuantityError, format_cpu, format_memory, parse_quantity
-from gpu_rightsizer.model.codes import ActionType, SharingStrategy
+from gpu_rightsizer.model.codes import ActionType, DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.result import Action, Analysis, Savings
 
 LABEL_PRODUCT = "nvidia.com/gpu.product"
@@ -38,6 +43,7 @@ LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 LABEL_SHARING = "nvidia.com/gpu.sharing-strategy"
 LABEL_REPLICAS = "nvidia.com/gpu.replicas"
+LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 #: Labels cloud providers and Karpenter put on nodes to name their pool, preferred first.
 POOL_LABELS = (
     "cloud.google.com/gke-nodepool",
@@ -49,6 +55,7 @@ POOL_LABELS = (
 )
 WHOLE_GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu(\.shared)?|mig-.+)$")
 _SHAPE_ACTIONS = frozenset({ActionType.MIG_PROFILE, ActionType.GPU_SHARING, ActionType.GPU_COUNT})
 
@@ -68,14 +75,54 @@ class NodePool:
     gpu_resources: Mapping[str, float]
     max_cpu_cores: float
     max_memory_bytes: float
+    mig_capable: bool | None = None  # nvidia.com/mig.capable; None when the label is absent
+
+    @property
+    def mig_mixed(self) -> bool:
+        """MIG mixed is what the pool publishes: `nvidia.com/mig-<profile>` resources."""
+        return any(resource.startswith(MIG_RESOURCE_PREFIX) for resource in self.gpu_resources)
+
+    @property
+    def mig_single(self) -> bool:
+        """MIG single: slices published as `nvidia.com/gpu` on a `-MIG-` product, or MIG enabled on a
+        capable GPU. `mig.strategy=single` alone is GFD's label on every node of a default install."""
+        if self.mig_strategy != "single" or not self.gpu_resources.get(WHOLE_GPU):
+            return False
+        if self.gpu_product and "-MIG-" in self.gpu_product:
+            return True
+        return bool(self.mig_capable) and self.mig_config not in (None, "", "all-disabled")
+
+    @property
+    def shares(self) -> str | None:
+        """time-slicing or mps when the pool shares whole GPUs (label, or a `-SHARED` product)."""
+        if self.sharing_strategy in ("time-slicing", "mps"):
+            return self.sharing_strategy
+        if self.gpu_product and self.gpu_product.upper().endswith("-SHARED"):
+            return "time-slicing"
+        return None
+
+    @property
+    def offers(self) -> SharingStrategy:
+        """The finest way this pool shares its GPUs, named as the engine plans with it."""
+        if self.mig_mixed:
+            return SharingStrategy.MIG_MIXED
+        if self.mig_single:
+            return SharingStrategy.MIG_SINGLE
+        if self.shares == "mps":
+            return SharingStrategy.MPS
+        if self.shares == "time-slicing":
+            renamed = SHARED_GPU in self.gpu_resources
+            return SharingStrategy.TIME_SLICING if renamed else SharingStrategy.TIME_SLICING_NO_RENAME
+        return SharingStrategy.NONE
 
     def describe(self) -> str:
         """One line for messages: `pool a100 (3 nodes): NVIDIA-A100..., MIG mixed, nvidia.com/mig-1g.10gb ×7`."""
         how = []
-        if self.mig_strategy in ("single", "mixed"):
-            how.append(f"MIG {self.mig_strategy}")
-        if self.sharing_strategy in ("time-slicing", "mps"):
-            how.append(f"{self.sharing_strategy} ×{self.replicas}")
+        if self.mig_mixed or self.mig_single:
+            how.append("MIG mixed" if self.mig_mixed else "MIG single")
+        if self.shares:
+            renamed = "" if SHARED_GPU in self.gpu_resources else " without rename"
+            how.append(f"{self.shares} ×{self.replicas}{renamed}")
         offered = ", ".join(f"{name} ×{amount:g}" for name, amount in sorted(self.gpu_resources.items()))
         return (
             f"pool {self.name} ({len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}): "
@@ -92,6 +139,8 @@ class ClusterCapacity:
     pools: tuple[NodePool, ...] = ()
     source: str = "none"  # api | kube-state-metrics | none
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: (node, GPU model) -> idle floor learned from that node's unheld GPUs (logic/floors.py)
+    idle_floors: Mapping[tuple[str, str], IdleFloor] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -125,32 +174,33 @@ class ClusterCapacity:
         found: set[str] = set()
         for pool in self.pools_of(product):
             for resource in pool.gpu_resources:
-                if resource.startswith("nvidia.com/mig-"):
-                    found.add(resource.removeprefix("nvidia.com/mig-"))
-            single = pool.mig_strategy == "single" and pool.gpu_resources.get(WHOLE_GPU)
-            if single and pool.gpu_product and "-MIG-" in pool.gpu_product:
+                if resource.startswith(MIG_RESOURCE_PREFIX):
+                    found.add(resource.removeprefix(MIG_RESOURCE_PREFIX))
+            if pool.mig_single and pool.gpu_product and "-MIG-" in pool.gpu_product:
                 found.add(pool.gpu_product.split("-MIG-", 1)[1])
         return sorted(found)
 
     def sharing_strategy(self, product: str | None = None) -> SharingStrategy:
-        """How this cluster shares GPUs of `product` (else of any model), from the GFD labels.
+        """How this cluster shares GPUs of `product` (else of any model), from what the pools publish.
 
-        MIG mixed wins over MIG single, then time-slicing, MPS, none: the engine then proposes the
-        finest sharing some pool really offers.
+        MIG mixed wins over MIG single, then renamed time-slicing, time-slicing without rename, MPS,
+        none: the engine then proposes the finest sharing some pool really offers.
         """
         pools = self.pools_of(product) or list(self.pools)
-        strategies = {p.mig_strategy for p in pools if p.gpu_resources} | {
-            p.sharing_strategy for p in pools if p.gpu_resources
-        }
-        for label, strategy in (
-            ("mixed", SharingStrategy.MIG_MIXED),
-            ("single", SharingStrategy.MIG_SINGLE),
-            ("time-slicing", SharingStrategy.TIME_SLICING),
-            ("mps", SharingStrategy.MPS),
-        ):
-            if label in strategies:
+        offered = {p.offers for p in pools if p.gpu_resources}
+        for strategy in _STRATEGY_ORDER:
+            if strategy in offered:
                 return strategy
         return SharingStrategy.NONE
+
+
+_STRATEGY_ORDER = (
+    SharingStrategy.MIG_MIXED,
+    SharingStrategy.MIG_SINGLE,
+    SharingStrategy.TIME_SLICING,
+    SharingStrategy.TIME_SLICING_NO_RENAME,
+    SharingStrategy.MPS,
+)
 
 
 def sharing_for(
@@ -184,6 +234,12 @@ def _quantity(value: object) -> float:
     except QuantityError:
         return 0.0
     return number if math.isfinite(number) and number > 0 else 0.0
+
+
+def _flag(value: str | None) -> bool | None:
+    """A GFD true/false label; None when absent or neither."""
+    text = (value or "").strip().lower()
+    return True if text == "true" else False if text == "false" else None
 
 
 def _pool_name(labels: Mapping[str, str]) -> str:
@@ -237,6 +293,7 @@ def capacity_from_nodes(nodes: Iterable[Mapping[str, Any]], source: str = "api")
                 gpu_resources={k: v for k, v in resources.items() if v > 0},
                 max_cpu_cores=max(_quantity(m[2].get("cpu", 0)) for m in members),
                 max_memory_bytes=max(_quantity(m[2].get("memory", 0)) for m in members),
+                mig_capable=_flag(first_labels.get(LABEL_MIG_CAPABLE)),
             )
         )
     return ClusterCapacity(pools=tuple(pools), source=source if pools else "none")
@@ -250,12 +307,14 @@ def analyze_within(
     product: str | None,
     run: Callable[[list[str] | None], Analysis],
     allowed: Sequence[str] | None = None,
+    stated: bool = False,
 ) -> Analysis:
     """Run the engine (`run(allowed MIG profiles)`) so that a MIG slice is chosen among those the
     pools of the workload's GPU model offer, then constrain the rest to capacity.
 
     When no offered profile fits (or none is offered), the unrestricted answer is kept, as advice that
-    says which slice a pool would need.
+    says which slice a pool would need. `stated`: a person said how the cluster shares GPUs (the CLI's
+    `--sharing`, the policy's `sharingStrategy`), which stands in for node facts when there are none.
     """
     offered = capacity.mig_profiles(product)
     wanted = {p.lower() for p in allowed} if allowed else None
@@ -263,8 +322,37 @@ def analyze_within(
     if restricted:
         analysis = run(restricted)
         if any(a.type is ActionType.MIG_PROFILE for a in analysis.actions):
-            return constrain_to_capacity(analysis, capacity, product)
-    return constrain_to_capacity(run(list(allowed) if allowed else None), capacity, product)
+            return with_final_change(constrain_to_capacity(analysis, capacity, product, stated))
+    unrestricted = run(list(allowed) if allowed else None)
+    return with_final_change(constrain_to_capacity(unrestricted, capacity, product, stated))
+
+
+#: The first sentence of a finding's "Change:" part (a profile's dots are not followed by a space).
+_CHANGE = re.compile(r"Change: .+?\.(?=\s|$)")
+_STILL_RUNS = re.compile(r" Kernels still run \(not idle, never released\):[^.]*\.")
+
+
+def with_final_change(analysis: Analysis) -> Analysis:
+    """Findings rendered from the final action: the sizing finding's "Change:" names the slice or share
+    the (pool-constrained) action proposes, and no finding says kernels run where the idle rule found none."""
+    shape = next(
+        (a for a in analysis.actions if a.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING)), None
+    )
+    idle = any(f.code is DiagnosisCode.IDLE_ALLOCATION for f in analysis.findings)
+    findings = []
+    for finding in analysis.findings:
+        message = finding.message
+        if finding.code is DiagnosisCode.OVERSIZED_GPU and shape is not None:
+            advice = "" if shape.automatic else " (advice: see the action's reason)"
+            message = _CHANGE.sub(f"Change: {shape.type.value} → {shape.to_value}{advice}.", message, count=1)
+        if idle:
+            message = _STILL_RUNS.sub("", message)
+        findings.append(
+            finding if message == finding.message else finding.model_copy(update={"message": message})
+        )
+    if findings == analysis.findings:
+        return analysis
+    return analysis.model_copy(update={"findings": findings})
 
 
 def _gpu_resources_of(action: Action) -> dict[str, int]:
@@ -287,8 +375,9 @@ def _gpu_resources_of(action: Action) -> dict[str, int]:
     return wanted
 
 
-def _mig_single_product(action: Action) -> str | None:
-    """The `<product>-MIG-<profile>` a mig-single recommendation selects nodes by, if it does."""
+def _selected_product(action: Action) -> str | None:
+    """The `nvidia.com/gpu.product` a node-selector recommendation (MIG single `-MIG-<profile>`, a
+    non-renamed share `-SHARED`) selects nodes by, if it does."""
     match = re.search(r"nvidia\.com/gpu\.product=([^,)\s]+)", action.to_value)
     return match.group(1) if match else None
 
@@ -313,11 +402,12 @@ def _what_a_pool_needs(resource: str, count: int, action: Action) -> str:
 
 def _unlandable(action: Action, capacity: ClusterCapacity, product: str | None) -> str | None:
     """Why `action` cannot be scheduled on any pool, or None when some pool offers what it names."""
-    single = _mig_single_product(action)
-    if single is not None:
-        if any(p.gpu_product == single and p.gpu_resources.get(WHOLE_GPU) for p in capacity.pools):
+    selected = _selected_product(action)
+    if selected is not None:
+        if any(p.gpu_product == selected and p.gpu_resources.get(WHOLE_GPU) for p in capacity.pools):
             return None
-        return f"needs a node pool with MIG strategy single labelled {LABEL_PRODUCT}={single}"
+        how = "MIG strategy single" if "-MIG-" in selected else "time-slicing without rename"
+        return f"needs a node pool with {how} labelled {LABEL_PRODUCT}={selected}"
     for resource, count in sorted(_gpu_resources_of(action).items()):
         most = capacity.most_of(resource, product)
         if most < count:
@@ -382,14 +472,17 @@ def _freed_share(action: Action) -> float | None:
 
 
 def _landable_savings(analysis: Analysis, kept: list[Action]) -> Savings:
-    """Savings counting only actions that can land (the GPU-shape actions that could not are dropped)."""
+    """Savings counting only actions that can land; what the demoted GPU-shape action would have
+    freed is kept apart (`if_offered_gpu_hours_per_day`)."""
     savings = analysis.savings
     if savings.share_of_allocation <= 0:
         return savings
     allocated = savings.gpu_hours_per_day / HOURS_PER_DAY / savings.share_of_allocation
     shares = [s for s in (_freed_share(a) for a in kept if a.automatic) if s is not None]
     # the shape action that could not land was the only one of its kind (the engine keeps at most one)
-    return estimate_savings(allocated, shares)
+    landable = estimate_savings(allocated, shares)
+    apart = round(max(0.0, savings.gpu_hours_per_day - landable.gpu_hours_per_day), 3)
+    return landable.model_copy(update={"if_offered_gpu_hours_per_day": apart})
 
 
 def _demote(action: Action, why: str) -> Action:
@@ -402,28 +495,53 @@ def _demote(action: Action, why: str) -> Action:
     )
 
 
+def _offered_name(action: Action) -> str:
+    """What a GPU-shape action needs the cluster to offer, in a few words."""
+    selected = _selected_product(action)
+    if selected is not None:
+        return f"nodes labelled {LABEL_PRODUCT}={selected}"
+    return ", ".join(sorted(_gpu_resources_of(action))) or action.to_value
+
+
+def _unknown(action: Action) -> Action:
+    """A GPU-shape action when no node is known: advice, since nothing says the cluster offers it."""
+    return action.model_copy(
+        update={
+            "automatic": False,
+            "target": None,
+            "reason": f"{action.reason} Whether the cluster offers {_offered_name(action)} is unknown (no "
+            "node data): advice only, and its savings count apart, as if the cluster offered it.",
+        }
+    )
+
+
 def constrain_to_capacity(
-    analysis: Analysis, capacity: ClusterCapacity, product: str | None = None
+    analysis: Analysis, capacity: ClusterCapacity, product: str | None = None, stated: bool = False
 ) -> Analysis:
     """The analysis with every action reduced to what the cluster's node pools can schedule.
 
     - A GPU action (MIG slice, shared GPU, more GPUs) naming a resource no pool offers, or more of it
       than one node has, becomes advice: `automatic=False`, no target, and the reason says what a
-      pool would need. Its savings are no longer counted.
+      pool would need. Its savings move to `if_offered_gpu_hours_per_day`.
     - CPU and memory raises are capped at the largest node's allocatable; a cap at or below today's
       value leaves advice only.
     `product` is the workload's GPU model (GFD product label): slices and shares are looked for in
-    the pools of that model first. Without any node facts (`capacity.known` false) the analysis is
-    returned unchanged.
+    the pools of that model first. Without any node facts (`capacity.known` false) nothing is known to
+    land: every saving counts apart, and a MIG slice or share is advice unless a person `stated` the
+    cluster's sharing.
     """
-    if not capacity.known or not analysis.actions:
+    if not analysis.actions:
         return analysis
-    changed = False
+    changed = not capacity.known and analysis.savings.gpu_hours_per_day > 0
     demoted_shape = False
     actions: list[Action] = []
     for action in analysis.actions:
         new = action
-        if action.type is ActionType.GPU_MODEL:
+        if not capacity.known:
+            if action.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING) and not stated:
+                new = _unknown(action)
+                demoted_shape = True
+        elif action.type is ActionType.GPU_MODEL:
             wanted = model_key_for_product(action.to_value)
             if wanted and all(model_key_for_product(p.gpu_product) != wanted for p in capacity.pools):
                 new = action.model_copy(
@@ -435,29 +553,31 @@ def constrain_to_capacity(
                 new = _demote(action, why)
                 demoted_shape = True
         elif action.type in (ActionType.CPU, ActionType.MEMORY) and action.automatic:
-            ceiling = capacity.max_cpu_cores if action.type is ActionType.CPU else capacity.max_memory_bytes
-            capped = _cap_quantity(action, ceiling, "cpu" if action.type is ActionType.CPU else "memory")
-            if capped is not None:
-                new, asked = capped
-                largest = (
-                    f"{ceiling:g} cores" if action.type is ActionType.CPU else f"{ceiling / 2**30:.1f}Gi"
-                )
-                note = f" Capped at the largest node's allocatable {largest} (the estimate was {asked})."
-                current = _current_amount(action)
-                target_value = _current_amount(new.model_copy(update={"from_value": new.to_value}))
-                if current is not None and target_value is not None and target_value <= current:
-                    new = _demote(
-                        action,
-                        f"it needs more than the largest node's allocatable {largest}: split the input "
-                        "pipeline or use larger nodes",
-                    )
-                else:
-                    new = new.model_copy(update={"reason": new.reason + note})
+            new = _capped(action, capacity)
         changed = changed or new != action
         actions.append(new)
     if not changed:
         return analysis
     savings = _landable_savings(analysis, actions) if demoted_shape else analysis.savings
+    if not capacity.known:  # nothing is known to land without node data: every saving counts apart
+        savings = Savings(
+            gpu_hours_per_day=0.0,
+            share_of_allocation=0.0,
+            if_offered_gpu_hours_per_day=analysis.savings.gpu_hours_per_day,
+        )
+    if (
+        demoted_shape
+        and savings.if_offered_gpu_hours_per_day > 0
+        and any(a.type in _SHAPE_ACTIONS and not a.automatic for a in actions)
+    ):
+        shape = next(a for a in actions if a.type in _SHAPE_ACTIONS and not a.automatic)
+        index = actions.index(shape)
+        actions[index] = shape.model_copy(
+            update={
+                "reason": f"{shape.reason} If the cluster offered {_offered_name(shape)}: "
+                f"{savings.if_offered_gpu_hours_per_day:.1f} GPU-h/d, not in the savings."
+            }
+        )
     summary = analysis.summary
     first_old, first_new = analysis.actions[0], actions[0]
     if first_old.to_value != first_new.to_value:
@@ -465,6 +585,28 @@ def constrain_to_capacity(
             f"do: {first_old.type.value} → {first_old.to_value}",
             f"do: {first_new.type.value} → {first_new.to_value}",
         )
-    if demoted_shape:
+    if not capacity.known:
+        summary += " (no node data: what the cluster offers is unknown, savings counted apart)"
+    elif demoted_shape:
         summary += " (the GPU change needs capacity this cluster lacks: advice only)"
     return analysis.model_copy(update={"actions": actions, "savings": savings, "summary": summary})
+
+
+def _capped(action: Action, capacity: ClusterCapacity) -> Action:
+    """A CPU or memory raise capped at the largest node's allocatable (advice when that is no raise)."""
+    ceiling = capacity.max_cpu_cores if action.type is ActionType.CPU else capacity.max_memory_bytes
+    capped = _cap_quantity(action, ceiling, "cpu" if action.type is ActionType.CPU else "memory")
+    if capped is None:
+        return action
+    new, asked = capped
+    largest = f"{ceiling:g} cores" if action.type is ActionType.CPU else f"{ceiling / 2**30:.1f}Gi"
+    current = _current_amount(action)
+    target_value = _current_amount(new.model_copy(update={"from_value": new.to_value}))
+    if current is not None and target_value is not None and target_value <= current:
+        return _demote(
+            action,
+            f"it needs more than the largest node's allocatable {largest}: split the input "
+            "pipeline or use larger nodes",
+        )
+    note = f" Capped at the largest node's allocatable {largest} (the estimate was {asked})."
+    return new.model_copy(update={"reason": new.reason + note})

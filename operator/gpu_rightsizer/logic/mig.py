@@ -372,7 +372,9 @@ def profiles_for(spec: GPUModelSpec | None, overrides: MigTables | None = None) 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: A MIG profile in either spelling: NVML/mig-parted ('1g.10gb+me', '1g.24gb+me.all', '1g.24gb+gfx',
 #: '1g.24gb-me') or the device plugin's, which writes every '+' as '.' ('1g.10gb.me', '1g.24gb.me.all').
-_PROFILE_SPELLING = re.compile(r"^(?P<base>[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$")
+_PROFILE_SPELLING = re.compile(
+    r"^(?P<base>(?:[1-7]c\.)?[1-7]g\.[0-9]+gb)(?P<suffix>(?:[.+-][a-z][a-z0-9]*)*)$"
+)  # a compute-instance profile ('1c.3g.20gb', go-nvlib mig_profile.go) has its CI count first
 
 
 def device_plugin_profile_name(name: str) -> str:
@@ -569,17 +571,21 @@ def mig_request(profile: MigProfile, strategy: SharingStrategy, product_label: s
     return ResourceRequest(mig_resource_name(profile), 1)
 
 
-def shared_request(strategy: SharingStrategy, gpu_share: float) -> ResourceRequest:
+def shared_request(
+    strategy: SharingStrategy, gpu_share: float, product_label: str | None = None
+) -> ResourceRequest:
     """Resource request for a time-sliced or MPS share of one GPU.
 
     The replica count is how many such pods one GPU can host at the observed need (at most 1/share).
     Time-slicing isolates neither memory nor faults; MPS gives each client 1/replicas of memory.
+    `nvidia.com/gpu.shared` exists only where the device plugin renames shares (`renameByDefault:
+    true`); on its default (`time-slicing-no-rename`) a share is `nvidia.com/gpu` on a node whose
+    product label ends in `-SHARED`, so the request selects that product.
     """
     replicas = max(2, min(16, math.floor(1.0 / max(gpu_share, 1e-6))))
     kind = "MPS" if strategy is SharingStrategy.MPS else "time-slicing"
-    return ResourceRequest(
-        "nvidia.com/gpu.shared",
-        1,
-        {},
-        f"{kind}, up to {replicas} replicas per GPU; about {gpu_share:.0%} of a GPU",
-    )
+    note = f"{kind}, up to {replicas} replicas per GPU; about {gpu_share:.0%} of a GPU"
+    if strategy is SharingStrategy.TIME_SLICING_NO_RENAME:
+        product = re.sub(r"-(MIG-.*|SHARED)$", "", product_label or "<gpu.product>")
+        return ResourceRequest("nvidia.com/gpu", 1, {"nvidia.com/gpu.product": f"{product}-SHARED"}, note)
+    return ResourceRequest("nvidia.com/gpu.shared", 1, {}, note)

@@ -29,16 +29,17 @@ from gpu_rightsizer.model.crd import (
     LabelSelectorRequirement,
     MaintenanceWindow,
     OnDisableAction,
-    duration_seconds,
+    duration_bound_problems,
 )
+from gpu_rightsizer.model.durations import parse_duration as duration_in_seconds
 from gpu_rightsizer.model.k8s import requirement_holds
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 
 def parse_duration(text: str) -> timedelta:
-    """A Go-style duration ('30m', '1h30m', '1.5h', '250ms') as a timedelta; ValueError names the input."""
-    return timedelta(seconds=duration_seconds(text))
+    """A policy duration ('30m', '1h30m', '1.5h', '7d', '1d12h') as a timedelta; ValueError names the input."""
+    return timedelta(seconds=duration_in_seconds(text))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,8 +324,9 @@ def in_maintenance_window(windows: Sequence[MaintenanceWindow], now: datetime) -
 
 
 def policy_problems(policy: GPURightsizingPolicy) -> list[str]:
-    """What the API server cannot check but the operator must: unknown time zones. Empty when usable."""
-    problems: list[str] = []
+    """What the API server cannot check but the operator must: unknown time zones, and the bounds of
+    durations with a day or week part (CEL's duration() reads Go's units only). Empty when usable."""
+    problems = duration_bound_problems(policy.spec.observation, policy.spec.safety)
     for index, window in enumerate(policy.spec.safety.maintenance_windows):
         try:
             _zone(window)

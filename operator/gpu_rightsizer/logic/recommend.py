@@ -35,6 +35,8 @@ from gpu_rightsizer.model.result import Action, ActionTarget, Finding, MemoryLoo
 
 _MIG_STRATEGIES = frozenset({SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE})
 _SHARING_STRATEGIES = frozenset({SharingStrategy.TIME_SLICING, SharingStrategy.MPS})
+#: Allocations that already are a share of a GPU (Allocation.sharing): no sharing action for them.
+_SHARED_ALLOCATIONS = frozenset({"time-slicing", "mps", "hami"})
 #: Action types of which one recommendation carries at most one (the higher-ranked finding wins).
 _SINGLETON_TYPES = frozenset(
     {
@@ -351,6 +353,8 @@ def _slice_action(
         )
     if figures.is_mig or (sharing in _MIG_STRATEGIES and figures.profiles):
         return None  # on a slice with no finer sharing, or a MIG GPU whose slices none fit narrowly
+    if sharing is SharingStrategy.NONE or figures.window.allocation.sharing in _SHARED_ALLOCATIONS:
+        return None  # no sharing is offered, or the pod already holds a share
     share = min(1.0, need.share_of_device)
     if share > settings.oversized_max_device_share:
         return None
@@ -363,13 +367,13 @@ def _slice_action(
     )
     if slowdown > bound + 1e-12:
         return None
-    request = shared_request(sharing, share)
+    request = shared_request(sharing, share, product)
     automatic = sharing in _SHARING_STRATEGIES
-    advice = (
-        ""
-        if automatic
-        else " The cluster has no GPU sharing configured: enable MIG or time-slicing on a node pool."
-    )
+    advice = ""
+    if sharing in _MIG_STRATEGIES:
+        advice = f" {product or 'This GPU'} has no MIG, so a time-sliced share stands in for a slice."
+    elif not automatic:
+        advice = " The share is a node-selector change: schedule it on the time-sliced node pool."
     return PlannedAction(
         Action(
             type=ActionType.GPU_SHARING,

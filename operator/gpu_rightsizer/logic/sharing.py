@@ -45,7 +45,7 @@ def _pool_sharing(window: WorkloadWindow, capacity: ClusterCapacity | None) -> s
     nodes = {pod.node for pod in window.pods if pod.node} | {
         gpu.node for pod in window.pods for gpu in pod.gpus if gpu.node
     }
-    found = {pool.sharing_strategy for pool in capacity.pools if nodes & set(pool.nodes)} & SHARED_KINDS
+    found = {pool.shares or "" for pool in capacity.pools if nodes & set(pool.nodes)} & SHARED_KINDS
     return sorted(found)[0] if found else None
 
 

@@ -16,9 +16,10 @@ from gpu_rightsizer.model.observation import Allocation, WorkloadRef
 #: Extended resources that mean "this pod uses an NVIDIA GPU or a part of one". MIG resources as the device
 #: plugin advertises them: '+' in a profile is written '.', so 'mig-1g.10gb.me', and Blackwell adds
 #: 'mig-1g.24gb.gfx', 'mig-1g.24gb.me.all' and 'mig-1g.24gb-me' (k8s-device-plugin internal/rm/rm.go;
-#: gpu-operator assets/state-mig-manager/0400_configmap.yaml).
+#: gpu-operator assets/state-mig-manager/0400_configmap.yaml); compute-instance profiles put the CI
+#: count first, 'mig-1c.3g.20gb' (go-nvlib pkg/nvlib/device/mig_profile.go).
 GPU_RESOURCE_PATTERN = re.compile(
-    r"^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(?:[.-][a-z][a-z0-9]*)*)$"
+    r"^nvidia\.com/(gpu|gpu\.shared|mig-(?:[1-7]c\.)?[1-7]g\.[0-9]+gb(?:[.-][a-z][a-z0-9]*)*)$"
 )
 
 _MEM_UNITS = {

@@ -107,7 +107,9 @@ class SharingStrategy(StrEnum):
 
     MIG_MIXED = "mig-mixed"
     MIG_SINGLE = "mig-single"
-    TIME_SLICING = "time-slicing"
+    TIME_SLICING = "time-slicing"  # renamed: the device plugin publishes nvidia.com/gpu.shared
+    #: the device plugin's default (no renameByDefault): shares stay nvidia.com/gpu, product `-SHARED`
+    TIME_SLICING_NO_RENAME = "time-slicing-no-rename"
     MPS = "mps"
     NONE = "none"
 

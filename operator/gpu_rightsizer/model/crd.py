@@ -9,7 +9,6 @@ meets a policy it cannot read, and unit tests catch a rule before a cluster does
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -26,21 +25,22 @@ from gpu_rightsizer.model.codes import (
     PolicyMode,
     SharingStrategy,
 )
+from gpu_rightsizer.model.durations import CEL_UNREADABLE, cel_readable, parse_duration
+from gpu_rightsizer.model.durations import DURATION_PATTERN as _DURATION_GRAMMAR
 from gpu_rightsizer.model.result import Action, CamelModel, Finding, MemoryLookback, Savings, Veto
 
 GROUP = "gpurightsizer.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-#: Go-style durations as `time.ParseDuration` reads them (and CEL's `duration()`), restricted to units
-#: that make sense for observation windows and cool-downs.
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+#: The one duration grammar (model/durations.py): Go's units plus d and w, compound allowed.
+DURATION_PATTERN = _DURATION_GRAMMAR
 #: 24-hour wall-clock time of a maintenance window.
 CLOCK_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 #: MIG profile names as the device plugin exposes them (`nvidia.com/mig-<profile>`): 1g.10gb, 1g.10gb.me,
 #: 1g.24gb.gfx, 1g.24gb.me.all, 1g.24gb-me. The device plugin writes NVML's '+' as '.', so '+me' is no
 #: resource anywhere and is refused.
-MIG_PROFILE_PATTERN = r"^[1-7]g\.[0-9]+gb([.-][a-z][a-z0-9]*)*$"
+MIG_PROFILE_PATTERN = r"^([1-7]c\.)?[1-7]g\.[0-9]+gb([.-][a-z][a-z0-9]*)*$"
 #: IANA time-zone names (Europe/Berlin, UTC, America/Argentina/Buenos_Aires, Etc/GMT+2).
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*$"
 #: metav1.Condition reason: CamelCase identifier.
@@ -523,7 +523,7 @@ class Thresholds(CamelModel):
 #: was accepted, and 100000h took 387 MiB to plan), and no retention setting we know keeps more.
 MAX_WINDOW_SECONDS = 720 * 3600.0
 _WINDOW_MIN_RULE = CelRule(
-    "!has(self.window) || (duration(self.window) >= duration('5m')"
+    f"!has(self.window) || self.window.matches('{CEL_UNREADABLE}') || (duration(self.window) >= duration('5m')"
     " && duration(self.window) <= duration('720h'))",
     "spec.observation.window must be between 5m and 720h",
     field_path=".window",
@@ -549,7 +549,11 @@ class Observation(CamelModel):
     @field_validator("window")
     @classmethod
     def _window_long_enough(cls, value: str | None) -> str | None:
-        if value is not None and not 300 <= duration_seconds(value) <= MAX_WINDOW_SECONDS:
+        if (
+            value is not None
+            and cel_readable(value)
+            and not 300 <= parse_duration(value) <= MAX_WINDOW_SECONDS
+        ):
             raise ValueError(_WINDOW_MIN_RULE.message)
         return value
 
@@ -636,7 +640,8 @@ _DURATION_HIGH_SECONDS = {"720h": 720 * 3600.0, "24h": 24 * 3600.0}
 
 def _duration_rule(name: str, low: str, high: str) -> CelRule:
     return CelRule(
-        f"!has(self.{name}) || (duration(self.{name}) >= duration('{low}')"
+        f"!has(self.{name}) || self.{name}.matches('{CEL_UNREADABLE}')"
+        f" || (duration(self.{name}) >= duration('{low}')"
         f" && duration(self.{name}) <= duration('{high}'))",
         f"spec.safety.{name} must be between {low} and {high}",
         field_path=f".{name}",
@@ -752,8 +757,10 @@ class Safety(CamelModel):
     def _durations_bounded(self) -> Safety:
         for name, low, high, low_seconds in _DURATION_BOUNDS:
             value = getattr(self, _SNAKE[name])
-            seconds = duration_seconds(value)
-            if not low_seconds <= seconds <= _DURATION_HIGH_SECONDS[high]:
+            if (
+                cel_readable(value)
+                and not low_seconds <= parse_duration(value) <= _DURATION_HIGH_SECONDS[high]
+            ):
                 raise ValueError(f"spec.safety.{name} must be between {low} and {high}")
         return self
 
@@ -765,6 +772,20 @@ class Safety(CamelModel):
         ):
             raise ValueError(_MIG_PROFILES_NEED_MIG_RULE.message)
         return self
+
+
+def duration_bound_problems(observation: Observation, safety: Safety) -> list[str]:
+    """The bounds of the policy's durations, checked whatever their units: the operator's twin of the
+    CEL rules for values CEL's duration() cannot read (with d or w), reported on the policy."""
+    problems = []
+    window = observation.window
+    if window is not None and not 300 <= parse_duration(window) <= MAX_WINDOW_SECONDS:
+        problems.append(f"{_WINDOW_MIN_RULE.message} (got {window})")
+    for name, low, high, low_seconds in _DURATION_BOUNDS:
+        value = getattr(safety, _SNAKE[name])
+        if not low_seconds <= parse_duration(value) <= _DURATION_HIGH_SECONDS[high]:
+            problems.append(f"spec.safety.{name} must be between {low} and {high} (got {value})")
+    return problems
 
 
 _POLICY_SPEC_RULES: tuple[CelRule, ...] = (
@@ -910,22 +931,6 @@ class GPURightsizingPolicy(CamelModel):
     def to_manifest(self) -> dict[str, Any]:
         """The object as the API server stores it: camelCase keys, no null fields."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-# --------------------------------------------------------------------------------------------------
-# Durations (here so that the models can validate them; logic.policy re-exports the parser)
-# --------------------------------------------------------------------------------------------------
-
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_DURATION_FULL = re.compile(DURATION_PATTERN)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration_seconds(text: str) -> float:
-    """Seconds in a Go-style duration such as '90s', '1h30m' or '1.5h'; ValueError names the input."""
-    if not isinstance(text, str) or not _DURATION_FULL.fullmatch(text):
-        raise ValueError(f"{text!r} is not a duration like 30m, 1h or 1h30m (units: ms, s, m, h)")
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
 
 
 #: Every CEL rule in both CRDs, each with a Python twin above that raises the same message.

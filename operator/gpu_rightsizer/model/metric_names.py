@@ -188,6 +188,7 @@ NODE_LABEL_GPU_SHARING: Final = "label_nvidia_com_gpu_sharing_strategy"  # time-
 NODE_LABEL_GPU_REPLICAS: Final = "label_nvidia_com_gpu_replicas"
 NODE_LABEL_MIG_STRATEGY: Final = "label_nvidia_com_mig_strategy"  # none|single|mixed
 NODE_LABEL_MIG_CONFIG: Final = "label_nvidia_com_mig_config"  # MIG manager layout, e.g. all-1g.10gb
+NODE_LABEL_MIG_CAPABLE: Final = "label_nvidia_com_mig_capable"  # true|false
 KSM_NODE_ALLOCATABLE: Final = "kube_node_status_allocatable"  # {node,resource,unit}
 #: Optional pod label `gpurightsizer.io/workload-type` (training|inference), as kube_pod_labels shows it.
 POD_LABEL_WORKLOAD_TYPE: Final = "label_gpurightsizer_io_workload_type"

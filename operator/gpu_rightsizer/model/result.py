@@ -113,6 +113,12 @@ class Savings(CamelModel):
 
     gpu_hours_per_day: float = Field(ge=0.0)
     share_of_allocation: float = Field(ge=0.0, le=1.0)
+    if_offered_gpu_hours_per_day: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="GPU-hours per day that advice would free if the cluster offered the resource it "
+        "names (unknown, or no node pool publishes it); counted apart, never in gpuHoursPerDay.",
+    )
 
 
 class Analysis(CamelModel):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_rightsizer.adapters.capacity import load_capacity
+from gpu_rightsizer.adapters.capacity import IDLE_FLOOR_LOOKBACK_SECONDS, load_capacity, with_idle_floors
 from gpu_rightsizer.adapters.kube import KubeAdapter
 from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
 from gpu_rightsizer.adapters.source import (
@@ -32,6 +32,7 @@ from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendat
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window, continued_lookback
+from gpu_rightsizer.logic.floors import floor_for, with_idle_floor
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
     settings_for_workload,
@@ -120,7 +121,9 @@ def analyse(
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
     window, notes = observe_sharing(window, capacity)
-    thresholds = engine_settings(settings, window_seconds)
+    thresholds = with_idle_floor(
+        engine_settings(settings, window_seconds), floor_for(capacity.idle_floors, window)
+    )
 
     def run(profiles: list[str] | None) -> Analysis:
         return analyze_window(
@@ -134,7 +137,8 @@ def analyse(
         )
 
     allowed = list(settings.allowed_mig_profiles) or None
-    return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed), notes)
+    stated = settings.policy is not None  # the policy's sharingStrategy stands in for node facts
+    return with_notes(analyze_within(capacity, window.allocation.gpu_model, run, allowed, stated), notes)
 
 
 def stored_lookback(stored: StoredRecommendation, window: WorkloadWindow) -> MemoryLookback | None:
@@ -248,7 +252,9 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     ctx.policies = state.policies
     refs = [stored.ref for stored in recommendations]
     state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
-    state.capacity = load_capacity(kube, capacity_from_metrics(ctx.source, end))
+    source = ctx.source
+    unheld = (lambda: source.read_unheld_gpus(end, IDLE_FLOOR_LOOKBACK_SECONDS)) if source else None
+    state.capacity = with_idle_floors(load_capacity(kube, capacity_from_metrics(source, end)), unheld)
     pending: list[_Pending] = []
     for ref, recommendation in zip(refs, recommendations, strict=True):
         try:

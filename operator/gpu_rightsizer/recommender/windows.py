@@ -84,6 +84,7 @@ def fetch_batches(
     if source is None or not windows:
         return {}
     batches: dict[float, dict[str, WorkloadWindow]] = {}
+    failed: list[str] = []
     for seconds in windows:
         try:
             read = source.read_windows(seconds, end, scope=scope, owners=owners)
@@ -97,9 +98,9 @@ def fetch_batches(
             metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(0)
             if failures is not None:
                 failures[seconds] = f"{type(error).__name__}: {error}"
-            LOG.warning(
-                "metrics source %s failed for the %s window; recommendations keep their last "
-                "analysis this cycle: %s",
+            failed.append(str(error))
+            LOG.debug(
+                "metrics source %s failed for the %s window: %s",
                 source.where,
                 timedelta(seconds=seconds),
                 error,
@@ -108,7 +109,21 @@ def fetch_batches(
         batches[seconds] = {window.workload.key: window for window in read.windows}
         metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
         metrics.METRICS_LAST_SUCCESS.set(time.time())
+    if failed:  # one line a person sees per cycle; the per-window lines are at DEBUG
+        LOG.error(
+            "metrics source %s failed for %d of %d window(s): %s. Check %s; recommendations keep their "
+            "last analysis and show METRICS False (condition MetricsAvailable)",
+            source.where,
+            len(failed),
+            len(windows),
+            failed[0],
+            URL_SETTINGS,
+        )
     return batches
+
+
+#: Where a person sets the Prometheus URL, named in the outage line.
+URL_SETTINGS = "prometheus.url (chart), --prometheus-url or GPURS_PROMETHEUS_URL (run)"
 
 
 def _duration_label(seconds: float) -> str:

@@ -29,6 +29,11 @@ CYCLE_DURATION = Histogram(
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
 )
 ERRORS = Counter("gpu_rightsizer_errors", "Errors by kind (metrics source, kubernetes, analysis).", ["kind"])
+#: Every kind the operator counts, exported at 0 from the start: a dashboard or alert on
+#: gpu_rightsizer_errors_total reads 0, not "no data", until the first error.
+ERROR_KINDS = ("analysis", "cycle", "kubernetes", "metrics_source", "policy")
+for _kind in ERROR_KINDS:
+    ERRORS.labels(_kind)
 ACTIONS_APPLIED = Counter(
     "gpu_rightsizer_actions_applied",
     "Changes carried out by the actuator, by action and result.",

@@ -61,6 +61,9 @@ class NodeSpec:
     #: label suffixed `-SHARED` unless `rename_shared` (device plugin `renameByDefault: true`).
     time_slicing_replicas: int = 0
     rename_shared: bool = False
+    #: The `nvidia.com/mig.strategy` GFD writes on a node without MIG slices: GFD labels every GPU node
+    #: with the device plugin's configured strategy, and the GPU Operator's default is `single`.
+    gfd_mig_strategy: str = "none"
 
     def manifest(self) -> dict[str, Any]:
         """The Node object, with status, ready for `kubectl apply`."""
@@ -95,7 +98,7 @@ class NodeSpec:
                     self.gpus * 7 // int(self.mig_single_profile.split("g.")[0])
                 )
             elif self.time_slicing_replicas:
-                labels["nvidia.com/mig.strategy"] = "none"
+                labels["nvidia.com/mig.strategy"] = self.gfd_mig_strategy
                 labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
                 labels["nvidia.com/gpu.replicas"] = str(self.time_slicing_replicas)
                 shared = str(self.gpus * self.time_slicing_replicas)
@@ -105,7 +108,7 @@ class NodeSpec:
                     labels["nvidia.com/gpu.product"] = f"{self.gpu.product}-SHARED"
                     resources["nvidia.com/gpu"] = shared
             else:
-                labels["nvidia.com/mig.strategy"] = "none"
+                labels["nvidia.com/mig.strategy"] = self.gfd_mig_strategy
                 resources["nvidia.com/gpu"] = str(self.gpus)
         return {
             "apiVersion": "v1",
@@ -161,4 +164,14 @@ def default_nodes() -> list[NodeSpec]:
         NodeSpec("gpu-h200-mig-0", H200, mig_mixed=True),
         NodeSpec("cpu-0", None, cpu="64", memory="256Gi"),
         NodeSpec("cpu-1", None, cpu="64", memory="256Gi"),
+    ]
+
+
+def gpu_operator_default_nodes() -> list[NodeSpec]:
+    """An L4 fleet as a default GPU Operator install labels it: `mig.strategy=single` on every node (no
+    GPU has MIG), one pool whole and one time-sliced ×4 without rename (`nvidia.com/gpu` ×16 on four
+    GPUs, product `NVIDIA-L4-SHARED`)."""
+    return [
+        NodeSpec("gpu-l4-op-0", L4, gpus=4, gfd_mig_strategy="single"),
+        NodeSpec("gpu-l4-op-ts-0", L4, gpus=4, time_slicing_replicas=4, gfd_mig_strategy="single"),
     ]

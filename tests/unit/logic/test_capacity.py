@@ -53,6 +53,22 @@ RENAMED = node(
     {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"},
     {"nvidia.com/gpu.shared": "32"},
 )
+#: A default GPU Operator install: GFD writes mig.strategy=single on every GPU node, MIG or not.
+OPERATOR_WHOLE = node(
+    "op-1", {"nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "false"}, {"nvidia.com/gpu": "8"}
+)
+OPERATOR_TIME_SLICED = node(
+    "op-ts-1",
+    {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.config": "all-disabled",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.product": f"{H100}-SHARED",
+    },
+    {"nvidia.com/gpu": "32"},
+)
 
 
 def test_pools_read_the_gfd_labels_and_allocatable() -> None:
@@ -73,8 +89,11 @@ def test_pools_read_the_gfd_labels_and_allocatable() -> None:
     [
         ([WHOLE], SharingStrategy.NONE),
         ([WHOLE, MIG_SINGLE], SharingStrategy.MIG_SINGLE),
-        ([WHOLE, TIME_SLICED], SharingStrategy.TIME_SLICING),
+        ([WHOLE, TIME_SLICED], SharingStrategy.TIME_SLICING_NO_RENAME),
+        ([WHOLE, RENAMED], SharingStrategy.TIME_SLICING),
         ([WHOLE, MIG_MIXED, TIME_SLICED], SharingStrategy.MIG_MIXED),
+        ([OPERATOR_WHOLE], SharingStrategy.NONE),
+        ([OPERATOR_WHOLE, OPERATOR_TIME_SLICED], SharingStrategy.TIME_SLICING_NO_RENAME),
         ([], SharingStrategy.NONE),
     ],
 )
@@ -186,10 +205,51 @@ def test_more_gpus_than_one_node_holds_is_advice() -> None:
     )
 
 
-def test_without_node_facts_nothing_changes() -> None:
+def test_without_node_facts_a_slice_is_advice_counted_apart_unless_the_sharing_was_stated() -> None:
     analysis = analyze_window(oversized(), sharing=SharingStrategy.MIG_MIXED)
-    assert constrain_to_capacity(analysis, ClusterCapacity()) == analysis
+    assert analysis.savings.gpu_hours_per_day > 0
+    stated = constrain_to_capacity(analysis, ClusterCapacity(), stated=True)
+    assert stated.actions == analysis.actions and stated.savings.gpu_hours_per_day == 0
+    unknown = constrain_to_capacity(analysis, ClusterCapacity())
+    mig = next(a for a in unknown.actions if a.type is ActionType.MIG_PROFILE)
+    assert not mig.automatic and mig.target is None and "unknown (no node data)" in mig.reason
+    assert unknown.savings.gpu_hours_per_day == 0
+    assert unknown.savings.if_offered_gpu_hours_per_day == analysis.savings.gpu_hours_per_day
+    assert "If the cluster offered nvidia.com/mig-2g.20gb" in mig.reason
     assert allocation().gpu_resource == "nvidia.com/gpu"
+
+
+def test_unlandable_savings_are_counted_apart() -> None:
+    analysis = analyze_window(oversized(), sharing=SharingStrategy.MIG_MIXED)
+    constrained = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE]))
+    assert constrained.savings.gpu_hours_per_day == 0
+    assert constrained.savings.if_offered_gpu_hours_per_day == analysis.savings.gpu_hours_per_day
+
+
+def test_a_default_gpu_operator_pool_is_not_mig_single() -> None:
+    capacity = capacity_from_nodes([OPERATOR_WHOLE, OPERATOR_TIME_SLICED])
+    assert capacity.mig_profiles(H100) == []
+    described = " ".join(p.describe() for p in capacity.pools)
+    assert "MIG single" not in described and "time-slicing ×4 without rename" in described
+    enabled = node(
+        "cap-1",
+        {
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/mig.capable": "true",
+            "nvidia.com/mig.config": "all-1g.10gb",
+        },
+        {"nvidia.com/gpu": "56"},
+    )
+    assert capacity_from_nodes([enabled]).sharing_strategy(H100) is SharingStrategy.MIG_SINGLE
+
+
+def test_a_share_on_a_non_renamed_pool_is_schedulable_advice() -> None:
+    analysis = analyze_window(rare_job(), PROVEN, sharing=SharingStrategy.TIME_SLICING_NO_RENAME)
+    constrained = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE, TIME_SLICED]), H100)
+    assert constrained == analysis  # the -SHARED product exists: nothing to demote
+    elsewhere = constrain_to_capacity(analysis, capacity_from_nodes([WHOLE]), H100)
+    advice = next(a for a in elsewhere.actions if a.type is ActionType.GPU_SHARING)
+    assert f"{H100}-SHARED" in advice.reason and "time-slicing without rename" in advice.reason
 
 
 def test_a_share_of_another_gpu_model_does_not_count() -> None:
@@ -239,3 +299,26 @@ def test_the_slice_is_chosen_among_the_profiles_the_pool_offers() -> None:
     assert chosen.savings.gpu_hours_per_day > 0
     single = capacity_from_nodes([MIG_SINGLE])
     assert single.mig_profiles(H100) == ["2g.20gb"]
+
+
+def test_the_sizing_finding_names_the_slice_the_final_action_proposes() -> None:
+    from gpu_rightsizer.logic.capacity import analyze_within
+    from gpu_rightsizer.model.codes import DiagnosisCode
+
+    only_3g = node("mig-3g", {"nvidia.com/mig.strategy": "mixed"}, {"nvidia.com/mig-3g.40gb": "16"})
+    window = oversized()
+
+    def run(profiles: list[str] | None) -> Analysis:
+        return analyze_window(
+            window, PROVEN, sharing=SharingStrategy.MIG_MIXED, allowed_mig_profiles=profiles
+        )
+
+    # the sizing rule names the smallest slice that fits; the action, bound by slowdown and pools, another
+    assert (
+        "slice 1g.20gb"
+        in next(f for f in run(None).findings if f.code is DiagnosisCode.OVERSIZED_GPU).message
+    )
+    chosen = analyze_within(capacity_from_nodes([WHOLE, only_3g]), H100, run)
+    finding = next(f for f in chosen.findings if f.code is DiagnosisCode.OVERSIZED_GPU)
+    assert "Change: migProfile → nvidia.com/mig-3g.40gb: 1." in finding.message
+    assert "1g.20gb" not in finding.message

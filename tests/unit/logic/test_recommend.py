@@ -153,10 +153,56 @@ def test_time_slicing_or_mps_when_no_mig(strategy: SharingStrategy) -> None:
     assert ActionType.MIG_PROFILE not in [a.type for a in analysis.actions]
 
 
-def test_no_sharing_strategy_gives_advice_only() -> None:
+def test_no_sharing_strategy_means_no_sharing_action() -> None:
     analysis = analyze_window(rare_job(), PROVEN, sharing=SharingStrategy.NONE)
+    assert not [a for a in analysis.actions if a.type in (ActionType.GPU_SHARING, ActionType.MIG_PROFILE)]
+    assert analysis.savings.gpu_hours_per_day == 0
+
+
+def test_a_pod_already_on_a_share_gets_no_sharing_action() -> None:
+    job = rare_job()
+    shared = job.model_copy(
+        update={"allocation": job.allocation.model_copy(update={"sharing": "time-slicing"})}
+    )
+    for strategy in (
+        SharingStrategy.TIME_SLICING,
+        SharingStrategy.TIME_SLICING_NO_RENAME,
+        SharingStrategy.MPS,
+    ):
+        assert any(
+            a.type is ActionType.GPU_SHARING for a in analyze_window(job, PROVEN, sharing=strategy).actions
+        )
+        analysis = analyze_window(shared, PROVEN, sharing=strategy)
+        assert not [a for a in analysis.actions if a.type is ActionType.GPU_SHARING], strategy
+
+
+def test_a_share_without_rename_selects_the_shared_product_with_nvidia_com_gpu() -> None:
+    analysis = analyze_window(rare_job(), PROVEN, sharing=SharingStrategy.TIME_SLICING_NO_RENAME)
     sharing = next(a for a in analysis.actions if a.type is ActionType.GPU_SHARING)
-    assert not sharing.automatic
+    assert sharing.resource == "nvidia.com/gpu" and "gpu.shared" not in sharing.to_value
+    assert "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED" in sharing.to_value
+    assert not sharing.automatic and sharing.target is None  # a node-selector move: advice
+
+
+def l4_job() -> WorkloadWindow:
+    """The rare training Job on an L4, a GPU without MIG, using 6 GB."""
+    base = (
+        rare_job().pods[0].gpus[0].model_copy(update={"model_name": "NVIDIA L4", "memory_total_mib": 23034})
+    )
+    w = window(
+        [pod(gpus=[base.model_copy(update={"stats": {**base.stats, Signal.FB_USED_MIB: stat(6000)}})])],
+        alloc=allocation(gpu_model="NVIDIA-L4", workload_type="training"),
+        kind="Job",
+    )
+    return w
+
+
+def test_mig_strategy_on_a_gpu_without_mig_says_so_and_never_enable_mig() -> None:
+    w = l4_job()
+    for strategy in (SharingStrategy.MIG_MIXED, SharingStrategy.MIG_SINGLE):
+        sharing = next(a for a in analyze_window(w, PROVEN, sharing=strategy).actions)
+        assert sharing.type is ActionType.GPU_SHARING
+        assert "NVIDIA-L4 has no MIG" in sharing.reason and "enable MIG" not in sharing.reason
 
 
 def test_allowed_profiles_restrict_the_choice() -> None:
@@ -166,14 +212,7 @@ def test_allowed_profiles_restrict_the_choice() -> None:
 
 
 def test_non_mig_gpu_falls_back_to_sharing() -> None:
-    base = (
-        rare_job().pods[0].gpus[0].model_copy(update={"model_name": "NVIDIA L4", "memory_total_mib": 23034})
-    )
-    w = window(
-        [pod(gpus=[base.model_copy(update={"stats": {**base.stats, Signal.FB_USED_MIB: stat(6000)}})])],
-        alloc=allocation(gpu_model="NVIDIA-L4", workload_type="training"),
-        kind="Job",
-    )
+    w = l4_job()
     types = action_types(w)
     assert ActionType.MIG_PROFILE not in types
     assert ActionType.GPU_SHARING in types

@@ -31,8 +31,9 @@ NOW = oversized().end
 def test_no_mig_on_the_nodes_means_no_automatic_mig_advice_and_no_savings() -> None:
     settings = settings_for_workload([], {}, {}, {})
     window = oversized()
-    before = cycle.analyse(window, settings, NOW)  # no node facts: the old default (mig-mixed)
-    assert any(a.type is ActionType.MIG_PROFILE and a.automatic for a in before.actions)
+    before = cycle.analyse(window, settings, NOW)  # no node facts, no policy: mig-mixed, as advice
+    assert any(a.type is ActionType.MIG_PROFILE and not a.automatic for a in before.actions)
+    assert before.savings.gpu_hours_per_day == 0 < before.savings.if_offered_gpu_hours_per_day
     after = cycle.analyse(window, settings, NOW, None, capacity_from_nodes([WHOLE]))
     assert not any(
         a.automatic and a.type in (ActionType.MIG_PROFILE, ActionType.GPU_SHARING) for a in after.actions
@@ -40,11 +41,15 @@ def test_no_mig_on_the_nodes_means_no_automatic_mig_advice_and_no_savings() -> N
     assert after.savings.gpu_hours_per_day == 0
 
 
-def test_a_time_slicing_pool_without_renaming_gives_advice_naming_what_it_needs() -> None:
+def test_a_time_slicing_pool_without_renaming_gets_its_shared_product_and_nvidia_com_gpu() -> None:
     settings = settings_for_workload([], {}, {}, {})
     analysis = cycle.analyse(rare_day_job(), settings, NOW, None, capacity_from_nodes([WHOLE, TIME_SLICED]))
     sharing = next(a for a in analysis.actions if a.type is ActionType.GPU_SHARING)
-    assert not sharing.automatic and "renameByDefault" in sharing.reason
+    assert not sharing.automatic and sharing.resource == "nvidia.com/gpu"
+    assert (
+        "gpu.product=NVIDIA-H100-80GB-HBM3-SHARED" in sharing.to_value
+        and "gpu.shared" not in sharing.to_value
+    )
 
 
 def test_a_mig_mixed_pool_keeps_the_automatic_slice() -> None:

@@ -107,7 +107,9 @@ def recorded() -> Iterator[FakePrometheus]:
 def test_recorded_answers_give_each_workload_its_diagnosis(recorded: FakePrometheus) -> None:
     windows = {
         w.workload.name: w
-        for w in read_prometheus(PrometheusConfig(recorded.url), window_seconds=1800, at=END)
+        for w in read_prometheus(
+            PrometheusConfig(recorded.url), window_seconds=1800, at=END, step_seconds=60.0
+        )
     }
     assert set(windows) == {"trainer", "chat", "slice"}
     assert analyze_window(windows["trainer"]).primary is DiagnosisCode.INPUT_PIPELINE_CPU_BOUND
@@ -132,10 +134,10 @@ def test_recorded_answers_give_each_workload_its_diagnosis(recorded: FakePrometh
 
 def test_query_count_does_not_depend_on_pod_count(recorded: FakePrometheus) -> None:
     source = PrometheusSource(PrometheusConfig(recorded.url))
-    source.read(window_seconds=1800, at=END)
+    source.read(window_seconds=1800, at=END, step_seconds=60.0)
     with FakePrometheus(_empty) as empty:
         other = PrometheusSource(PrometheusConfig(empty.url))
-        assert other.read(window_seconds=1800, at=END) == []
+        assert other.read(window_seconds=1800, at=END, step_seconds=60.0) == []
         assert len(empty.requests) == other.queries_sent
     assert source.queries_sent == other.queries_sent == len(recorded.requests)
     assert source.queries_sent < 60
@@ -231,7 +233,9 @@ def test_a_window_ends_at_its_newest_sample_so_stopped_data_reads_stale() -> Non
     with FakePrometheus(stopped) as server:
         windows = {
             w.workload.name: w
-            for w in read_prometheus(PrometheusConfig(server.url), window_seconds=1800, at=END)
+            for w in read_prometheus(
+                PrometheusConfig(server.url), window_seconds=1800, at=END, step_seconds=60.0
+            )
         }
 
     assert windows["trainer"].end.timestamp() == stopped_at
@@ -254,12 +258,14 @@ def test_prometheus_warnings_mark_every_window_as_partial() -> None:
 
     with FakePrometheus(partial) as server:
         source = PrometheusSource(PrometheusConfig(server.url))
-        windows = source.read(window_seconds=1800, at=END)
+        windows = source.read(window_seconds=1800, at=END, step_seconds=60.0)
         assert windows and all(
             any("partial response" in w and "partial data" in w for w in window.warnings)
             for window in windows
         )
         assert source.answer_warnings == []  # carried by these windows, not by the next read's
     with FakePrometheus(_replay) as server:
-        clean = PrometheusSource(PrometheusConfig(server.url)).read(window_seconds=1800, at=END)
+        clean = PrometheusSource(PrometheusConfig(server.url)).read(
+            window_seconds=1800, at=END, step_seconds=60.0
+        )
     assert not any("partial data" in w for window in clean for w in window.warnings)

@@ -154,7 +154,7 @@ def test_capacity_from_a_file_keeps_only_the_node_series(tmp_path: Path) -> None
     capacity = capacity_from_file(path)
     assert capacity.source == "kube-state-metrics"
     assert capacity.pools[0].sharing_strategy == "time-slicing" and capacity.pools[0].replicas == 4
-    assert capacity.sharing_strategy() is SharingStrategy.TIME_SLICING
+    assert capacity.sharing_strategy() is SharingStrategy.TIME_SLICING_NO_RENAME  # shares stay nvidia.com/gpu
 
 
 def test_pod_labels_without_an_allowlist_are_said() -> None:

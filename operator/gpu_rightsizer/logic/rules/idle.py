@@ -53,6 +53,7 @@ def check_idle(figures: WorkloadFigures, settings: EngineSettings, out: FindingB
     if (
         figures.transfer_bytes_p95 is not None
         and figures.transfer_bytes_p95 >= settings.idle_transfer_bytes_per_s
+        and not no_cuda_context(figures, settings)  # without a context no copy is the pod's
     ):
         return  # copies over PCIe/NVLink are GPU work the busy signal misses (SPEC §1: not idle)
     if figures.cpu_usage_p95 is not None and figures.cpu_usage_p95 > settings.idle_cpu_cores:
