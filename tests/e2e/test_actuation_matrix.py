@@ -106,7 +106,9 @@ def policy(
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                 "mode": mode,
                 "actions": list(actions) if mode != "Off" else [],
-                "observation": {"minSamples": 10},
+                # a 1 m window lowers a server's confidence below the default minConfidence (0.6),
+                # which would turn the HPA row's automatic bound into advice: lowered as a policy may
+                "observation": {"minSamples": 10, "thresholds": {"minConfidence": 0.5}},
                 "safety": {k: v for k, v in settings.items() if v is not None},
             },
         }
