@@ -50,6 +50,19 @@ def published_diagnosis(status: Mapping[str, Any]) -> tuple[DiagnosisCode | None
 class CheckedWriter(ChangeWriter):
     """The checks shared by the template and the in-place paths."""
 
+    def _propose_dry_run(
+        self, case: WorkloadCase, status: RecordState, apply: Mapping[str, Any], plan: ChangePlan,
+        fields: Mapping[str, Any], event: str,
+    ) -> None:  # fmt: skip
+        """Record a dry-run proposal once per change (both paths): Proposed, never sent."""
+        if apply.get("changeId") == plan.change_id and apply.get("dryRun"):
+            return
+        self._write(case, status, {
+            "state": ApplyState.PENDING.value, "phase": ChangePhase.PROPOSED.value, "dryRun": True,
+            "policy": case.settings.policy, "appliedAt": None, "changeId": plan.change_id, **fields,
+        })  # fmt: skip
+        self._event(case, "DryRun", event)
+
     def _gates(
         self, case: WorkloadCase, recent: list[tuple[str, datetime]], *, started_by: str | None = None,
         exclude_own: datetime | None = None, last_change: datetime | None = None,

@@ -195,13 +195,15 @@ class InPlaceSteps(CheckedWriter):
         advice = manifest_advice(case.ref.kind, case.ref.name, plan)
         previous = {path: "" if value is None else value for path, value in plan.previous.items()}
         if settings.dry_run:
-            if apply.get("changeId") != plan.change_id or not apply.get("dryRun"):
-                self._write(case, status, {
-                    "state": ApplyState.PENDING.value, "phase": ChangePhase.PROPOSED.value, "dryRun": True,
-                    "patch": text, "reason": f"dry run: would resize {len(pods)} pod(s) in place: {plan.describe()}",
-                    "policy": settings.policy, "previous": previous, "appliedAt": None, "changeId": plan.change_id,
-                })  # fmt: skip
-                self._event(case, "DryRun", f"would resize {len(pods)} pod(s) in place: {plan.describe()}")
+            would = f"would resize {len(pods)} pod(s) in place: {plan.describe()}"
+            self._propose_dry_run(
+                case,
+                status,
+                apply,
+                plan,
+                {"patch": text, "reason": f"dry run: {would}", "previous": previous},
+                would,
+            )
             return
         self._write(case, status, {
             "state": ApplyState.PENDING.value, "phase": ChangePhase.INTENT_RECORDED.value, "dryRun": False,

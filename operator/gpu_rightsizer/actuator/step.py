@@ -238,13 +238,11 @@ class Actuator(InPlaceSteps):
         )
         previous = {path: "" if value is None else value for path, value in plan.previous.items()}
         if settings.dry_run:
-            if apply.get("changeId") != plan.change_id or not apply.get("dryRun"):
-                self._write(case, status, {
-                    "state": ApplyState.PENDING.value, "phase": ChangePhase.PROPOSED.value, "dryRun": True,
-                    "patch": patch_text, "reason": f"dry run: would apply {plan.describe()}", "policy": settings.policy,
-                    "previous": previous, "appliedAt": None, "verifyAfter": None, "changeId": plan.change_id,
-                })  # fmt: skip
-                self._event(case, "DryRun", f"would apply {plan.describe()}; patch:\n{patch_text}")
+            fields = {"patch": patch_text, "reason": f"dry run: would apply {plan.describe()}", "previous": previous,
+                      "verifyAfter": None}  # fmt: skip
+            self._propose_dry_run(
+                case, status, apply, plan, fields, f"would apply {plan.describe()}; patch:\n{patch_text}"
+            )
             return
         # 1. intent first
         self._write(case, status, {
