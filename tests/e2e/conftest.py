@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,9 @@ class Kube:
     """What a test needs of the cluster: kubeconfig, kubectl, a Python API client."""
 
     cluster: LocalCluster
+    #: Namespaces made through `create_namespace`, in order; the per-test cleanup deletes the ones a
+    #: test made, so one session's cluster keeps GPUs free for the later tests.
+    created_namespaces: list[str] = field(default_factory=list)
 
     @property
     def kubeconfig(self) -> Path:
@@ -106,6 +109,7 @@ class Kube:
         self.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
         )
+        self.created_namespaces.append(name)
         return name
 
 
@@ -127,6 +131,22 @@ def kube(testbins: TestBinaries, tmp_path_factory: pytest.TempPathFactory) -> It
         yield Kube(cluster)
     finally:
         cluster.down()
+
+
+@pytest.fixture(autouse=True)
+def _delete_the_tests_namespaces(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Delete the namespaces a test made once it ends (after its operators stopped): the session shares
+    one cluster, and the workloads of earlier tests would otherwise hold its GPUs, leaving later tests'
+    pods Pending. Namespaces made by module fixtures predate this fixture and stay."""
+    if "kube" not in request.fixturenames:
+        yield
+        return
+    kube: Kube = request.getfixturevalue("kube")
+    before = len(kube.created_namespaces)
+    yield
+    made = kube.created_namespaces[before:]
+    if made:
+        kube.kubectl("delete", "namespace", *made, "--wait=false", "--ignore-not-found", check=False)
 
 
 def _wait_http(url: str, *, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
