@@ -181,14 +181,6 @@ def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
     return max(spans) if spans else None
 
 
-def _setting_names() -> list[str]:
-    from pydantic.alias_generators import to_camel
-
-    from gpu_rightsizer.logic.thresholds import EngineSettings
-
-    return [to_camel(name) for name in EngineSettings.model_fields]
-
-
 def _progress(message: str) -> None:
     print(f"[analyze] {message}", file=sys.stderr, flush=True)
 
@@ -236,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSourceError,
     )
     from gpu_rightsizer.config import MatcherError, parse_matchers, parse_trusted_targets
-    from gpu_rightsizer.logic.thresholds import EngineSettings
+    from gpu_rightsizer.logic.thresholds import EngineSettings, setting_names
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
 
@@ -246,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = EngineSettings().with_overrides(overrides)
     except ValueError as error:
-        names = ", ".join(sorted(_setting_names()))
+        names = ", ".join(sorted(setting_names()))
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
         return 2
     started = time.monotonic()
