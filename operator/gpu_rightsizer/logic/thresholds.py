@@ -42,6 +42,11 @@ class _Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
+def _rule(model: type[_Settings]) -> Any:
+    """The field of `EngineSettings` that holds one rule's settings: its defaults, its docstring."""
+    return Field(default_factory=model, description=model.__doc__)
+
+
 class HealthSettings(_Settings):
     """H0 HardwareFault and H1 Throttled: the health gates."""
 
@@ -741,59 +746,21 @@ class EngineSettings(_Settings):
         "SM_ACTIVE) to GPU_UTIL, which only says 'a kernel ran'. NV (nvml.h utilisation semantics).",
     )
     # --- per-rule settings, one nested model per rule (its registry line names it) ---------------
-    health: HealthSettings = Field(
-        default_factory=HealthSettings, description="H0 HardwareFault and H1 Throttled: the health gates."
-    )
-    idle: IdleSettings = Field(
-        default_factory=IdleSettings,
-        description="R1 IdleAllocation: no kernels, quiet links and CPU; a release needs proof of no traffic.",
-    )
-    input_pipeline: InputPipelineSettings = Field(
-        default_factory=InputPipelineSettings,
-        description="R2/R2c InputPipelineCPUBound and R2b InputPipelineIOBound: the loader starves the GPU.",
-    )
-    host_transfer: HostTransferSettings = Field(
-        default_factory=HostTransferSettings,
-        description="R3/R3b HostTransferBound: the GPU waits on host copies.",
-    )
-    communication: CommunicationSettings = Field(
-        default_factory=CommunicationSettings,
-        description="R4 CommunicationBound: the GPUs of one pod wait on each other.",
-    )
-    launch_bound: LaunchBoundSettings = Field(
-        default_factory=LaunchBoundSettings,
-        description="R14 LaunchBound: narrow GPU phases launched by one thread.",
-    )
-    host_wait: HostWaitSettings = Field(
-        default_factory=HostWaitSettings,
-        description="R15 HostWaitBound: wide GPU phases at low duty with no named cause.",
-    )
-    occupancy: LowOccupancySettings = Field(
-        default_factory=LowOccupancySettings, description="R5 LowOccupancy."
-    )
-    memory_bandwidth: MemoryBandwidthSettings = Field(
-        default_factory=MemoryBandwidthSettings, description="R6 MemoryBandwidthBound."
-    )
-    no_tensor_cores: NoTensorCoresSettings = Field(
-        default_factory=NoTensorCoresSettings, description="R7 NoTensorCores."
-    )
-    oversized: OversizedSettings = Field(
-        default_factory=OversizedSettings, description="R8/R8b OversizedGPU: little work on a large device."
-    )
-    memory_capacity: MemoryCapacitySettings = Field(
-        default_factory=MemoryCapacitySettings,
-        description="R9 MemoryCapacityBound: GPU memory full or crashing at its peak.",
-    )
-    under_replicated: UnderReplicatedSettings = Field(
-        default_factory=UnderReplicatedSettings,
-        description="R10 UnderReplicated (and R13 ServingHostBound's queue test).",
-    )
-    over_replicated: OverReplicatedSettings = Field(
-        default_factory=OverReplicatedSettings, description="R11 OverReplicated: a quiet serving fleet."
-    )
-    crash_looping: CrashLoopingSettings = Field(
-        default_factory=CrashLoopingSettings, description="R12 CrashLooping."
-    )
+    health: HealthSettings = _rule(HealthSettings)
+    idle: IdleSettings = _rule(IdleSettings)
+    input_pipeline: InputPipelineSettings = _rule(InputPipelineSettings)
+    host_transfer: HostTransferSettings = _rule(HostTransferSettings)
+    communication: CommunicationSettings = _rule(CommunicationSettings)
+    launch_bound: LaunchBoundSettings = _rule(LaunchBoundSettings)
+    host_wait: HostWaitSettings = _rule(HostWaitSettings)
+    occupancy: LowOccupancySettings = _rule(LowOccupancySettings)
+    memory_bandwidth: MemoryBandwidthSettings = _rule(MemoryBandwidthSettings)
+    no_tensor_cores: NoTensorCoresSettings = _rule(NoTensorCoresSettings)
+    oversized: OversizedSettings = _rule(OversizedSettings)
+    memory_capacity: MemoryCapacitySettings = _rule(MemoryCapacitySettings)
+    under_replicated: UnderReplicatedSettings = _rule(UnderReplicatedSettings)
+    over_replicated: OverReplicatedSettings = _rule(OverReplicatedSettings)
+    crash_looping: CrashLoopingSettings = _rule(CrashLoopingSettings)
 
     @model_validator(mode="before")
     @classmethod
