@@ -132,6 +132,7 @@ class Waste(CamelModel):
         ge=0.0, description="Allocated GPU-hours per day times (1 - busy): idle GPU time held."
     )
     allocated_gpus: float = Field(
+        alias="allocatedGPUs",
         ge=0.0,
         description="Whole-GPU equivalents held: a MIG slice counts its compute share, a time-sliced "
         "share 1/N of its device.",
@@ -147,7 +148,9 @@ class Waste(CamelModel):
 class Cost(CamelModel):
     """Money per day, from a known price per GPU-hour; absent when no price is known."""
 
-    price_per_gpu_hour: float = Field(ge=0.0, description="Price of one whole GPU for one hour.")
+    price_per_gpu_hour: float = Field(
+        alias="pricePerGPUHour", ge=0.0, description="Price of one whole GPU for one hour."
+    )
     per_day: float = Field(ge=0.0, description="What the allocation costs per day.")
     waste_per_day: float = Field(ge=0.0, description="What its idle GPU time costs per day.")
     savings_per_day: float = Field(ge=0.0, description="What the landable actions would save per day.")
