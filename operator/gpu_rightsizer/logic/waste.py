@@ -4,6 +4,7 @@ Waste counts as Kubecost counts idle cost: allocated GPU-hours × (1 − busy). 
 of GR_ENGINE_ACTIVE, or of GPU_UTIL where the profiling fields are absent (the same busy signal the
 rules read, `logic/figures.py`). A MIG slice holds its compute share of a GPU and a time-sliced share
 1/N of its device; a shared device's busy is the device's, so its sharers split its idle time.
+(Savings count a slice as the scarcer of its compute and memory share, what it takes from others.)
 
 Savings (`logic/savings.py`) are what a landable action frees; waste is what the allocation leaves
 idle today. The two are kept apart: a CPU-starved trainer at 11 % busy wastes most of its GPU-hours
@@ -18,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpu_rightsizer.logic.figures import WorkloadFigures
+from gpu_rightsizer.logic.figures import GPUFigures, WorkloadFigures
 from gpu_rightsizer.logic.savings import HOURS_PER_DAY
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, Cost, Waste
@@ -30,50 +31,59 @@ def _allocation_shared(figures: WorkloadFigures) -> bool:
     return allocation.sharing in {"time-slicing", "mps"} or allocation.gpu_resource.endswith(".shared")
 
 
-def _device_shares(figures: WorkloadFigures) -> list[float]:
-    """Each observed device's share of a whole GPU, in `figures.gpus` order.
+def _devices(figures: WorkloadFigures) -> int:
+    """Devices (GPUs or slices) the workload holds: per pod times replicas, else those observed."""
+    allocation = figures.window.allocation
+    return allocation.gpu_count * max(allocation.replicas, 0) or figures.total_gpus
 
-    A pod on a shared (time-sliced/MPS) GPU holds 1 / the pods that see the device (`shared_by_pods`,
-    or the pods of this workload seen on it, whichever is larger), and at most 1/2 when the allocation
-    is shared but no neighbour is visible (a time-sliced device has at least two replicas).
-    """
+
+def _share_of_shared_device(figures: WorkloadFigures, gpu: GPUFigures) -> float:
+    """A pod's share of a shared (time-sliced/MPS) device: 1 / the pods that see it (`shared_by_pods`,
+    or the pods of this workload seen on it, whichever is larger), at most 1/2 when the allocation is
+    shared but no neighbour is visible (a time-sliced device has at least two replicas)."""
     minimum = 2 if _allocation_shared(figures) else 1
-    pods_per_uuid: dict[str, int] = {}
-    for pod in figures.window.pods:
-        for uuid in {gpu.uuid for gpu in pod.gpus}:
-            pods_per_uuid[uuid] = pods_per_uuid.get(uuid, 0) + 1
-    first_profile = next((g.profile for g in figures.gpus if g.profile), None)
-    shares = []
-    for gpu in figures.gpus:
-        profile = gpu.profile or first_profile
-        if profile is not None:
-            shares.append(profile.gpu_fraction)
-        elif figures.is_shared:
-            shares.append(1.0 / max(minimum, gpu.observation.shared_by_pods, pods_per_uuid.get(gpu.uuid, 1)))
-        else:
-            shares.append(1.0)
-    return shares
+    seen_on = sum(1 for pod in figures.window.pods if any(g.uuid == gpu.uuid for g in pod.gpus))
+    return 1.0 / max(minimum, gpu.observation.shared_by_pods, seen_on or 1)
+
+
+def _mean_shared_share(figures: WorkloadFigures) -> float:
+    shares = [_share_of_shared_device(figures, gpu) for gpu in figures.gpus]
+    return math.fsum(shares) / len(shares) if shares else 1.0 / (2 if _allocation_shared(figures) else 1)
 
 
 def allocated_gpu_equivalents(figures: WorkloadFigures) -> float:
-    """Whole-GPU equivalents the workload holds now.
+    """Whole-GPU equivalents the workload holds now, as savings count them.
 
-    A MIG slice counts as its share of a GPU; a pod on a shared GPU counts only its share of the
-    device (`_device_shares`). Crediting each sharing pod with a whole GPU counted one device several
-    times over.
+    A MIG slice counts as the share of a GPU it takes out of service for others (the scarcer of
+    compute and memory); a pod on a shared GPU only its share of the device. Crediting each sharing
+    pod with a whole GPU counted one device several times over.
     """
-    allocation = figures.window.allocation
-    devices = allocation.gpu_count * max(allocation.replicas, 0) or figures.total_gpus
+    devices = _devices(figures)
     profile = next((g.profile for g in figures.gpus if g.profile), None)
     if profile is not None:
         return float(devices) * profile.gpu_fraction
     if not figures.is_shared:
         return float(devices)
-    shares = _device_shares(figures)
-    per_device = (
-        math.fsum(shares) / len(shares) if shares else 1.0 / (2 if _allocation_shared(figures) else 1)
-    )
-    return float(devices) * per_device
+    return float(devices) * _mean_shared_share(figures)
+
+
+def _held_share(figures: WorkloadFigures, gpu: GPUFigures) -> float:
+    """One device's share of a whole GPU for waste: a slice's compute share, a shared device's 1/N."""
+    profile = gpu.profile or next((g.profile for g in figures.gpus if g.profile), None)
+    if profile is not None:
+        return profile.compute_fraction
+    if figures.is_shared:
+        return _share_of_shared_device(figures, gpu)
+    return 1.0
+
+
+def held_gpus(figures: WorkloadFigures) -> float:
+    """Whole-GPU equivalents held, as waste counts them: a MIG slice its compute share, a time-sliced
+    share 1/N of its device, a whole GPU 1."""
+    shares = [_held_share(figures, gpu) for gpu in figures.gpus]
+    if not shares:
+        return allocated_gpu_equivalents(figures)
+    return float(_devices(figures)) * math.fsum(shares) / len(shares)
 
 
 def busy_fraction(figures: WorkloadFigures) -> float | None:
@@ -84,7 +94,8 @@ def busy_fraction(figures: WorkloadFigures) -> float | None:
     """
     weighted: list[float] = []
     weights: list[float] = []
-    for gpu, share in zip(figures.gpus, _device_shares(figures), strict=True):
+    for gpu in figures.gpus:
+        share = _held_share(figures, gpu)
         if gpu.busy is None or gpu.busy.samples == 0 or not math.isfinite(gpu.busy.mean):
             continue
         weighted.append(share * min(1.0, max(0.0, gpu.busy.mean)))
@@ -100,7 +111,7 @@ def estimate_waste(figures: WorkloadFigures) -> Waste | None:
     busy = busy_fraction(figures)
     if busy is None:
         return None
-    allocated = allocated_gpu_equivalents(figures)
+    allocated = held_gpus(figures)
     return Waste(
         gpu_hours_per_day=round(allocated * HOURS_PER_DAY * (1.0 - busy), 3),
         allocated_gpus=round(allocated, 4),
