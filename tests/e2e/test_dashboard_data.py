@@ -16,8 +16,6 @@ import json
 import re
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import yaml
 
 from tests.chart.chartlib import CHART_DIR, require_helm
 from tests.e2e.conftest import Background, Kube, start_simulator
+from tests.e2e.test_foundation import _promql as instant
 from tests.e2e.workloads import gpu_deployment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -177,15 +176,6 @@ def dashboard_queries(docs: list[dict[str, Any]], namespaces: str) -> dict[str, 
         assert "$" not in filled, f"{where}: a Grafana variable the test does not fill: {expr}"
         substituted[where] = filled
     return substituted
-
-
-def instant(prometheus_url: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        body = json.load(answer)
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
 
 
 def _status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
