@@ -166,6 +166,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "/federate dump; docs/clusters.md)",
     )
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
+    money = parser.add_argument_group("money (no price: no money)")
+    money.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="price of one GPU for one hour, for the GPU models --gpu-prices does not name; adds cost "
+        "(per day, of the waste, of the savings) to each workload",
+    )
+    money.add_argument(
+        "--gpu-prices",
+        metavar="FILE",
+        help="YAML or JSON map of GPU model to price per GPU-hour, e.g. 'NVIDIA-H100-80GB-HBM3: 2.5'",
+    )
 
 
 def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
@@ -227,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSource,
         PrometheusSourceError,
     )
-    from gpu_rightsizer.config import MatcherError, parse_matchers, parse_trusted_targets
+    from gpu_rightsizer.config import MatcherError, load_gpu_prices, parse_matchers, parse_trusted_targets
     from gpu_rightsizer.logic.thresholds import EngineSettings, setting_names
+    from gpu_rightsizer.logic.waste import gpu_models, with_cost
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow, render
 
@@ -240,6 +253,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         names = ", ".join(sorted(setting_names()))
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
+        return 2
+    try:
+        prices = load_gpu_prices(getattr(args, "gpu_hour_price", None), getattr(args, "gpu_prices", None))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.monotonic()
     try:
@@ -326,7 +344,8 @@ def run(args: argparse.Namespace) -> int:
     ):
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         warnings = sorted(set(window.warnings) | set(notes))
-        rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))
+        priced = with_cost(analysis, prices, gpu_models(window))
+        rows.append(ReportRow(analysis=priced, warnings=warnings, window=span))
         if len(windows) > 50 and index % 50 == 0:
             _progress(f"diagnosed {index}/{len(windows)}")
     sys.stdout.write(render(rows, args.output))
