@@ -198,6 +198,12 @@ def money_text(amount: float | None) -> str:
 
 
 # --- table --------------------------------------------------------------------------------------------
+#: The table's columns; the waste and money columns go before CONFIDENCE, only when present.
+TABLE_COLUMNS = ("WORKLOAD", "DIAGNOSIS", "ACTION", "WHY", "GPU BUSY P95", "SAVINGS", "CONFIDENCE")
+TABLE_WASTE_COLUMNS = ("WASTE",)
+TABLE_COST_COLUMNS = ("WASTE COST", "SAVINGS VALUE")
+
+
 def _table_cells(row: ReportRow, waste: bool, cost: bool) -> list[str]:
     a = row.analysis
     cells = [
@@ -240,12 +246,12 @@ def render_table(rows: Sequence[ReportRow], *, group_by: str | None = None, widt
     if not rows:
         return "(no GPU workloads in the window)\n"
     waste, cost = has_waste(rows), has_cost(rows)
-    headers = ["WORKLOAD", "DIAGNOSIS", "ACTION", "WHY", "GPU BUSY P95", "SAVINGS"]
-    if waste:
-        headers.append("WASTE")
-    if cost:
-        headers.extend(["WASTE COST", "SAVINGS VALUE"])
-    headers.append("CONFIDENCE")
+    headers = [
+        *TABLE_COLUMNS[:-1],
+        *(TABLE_WASTE_COLUMNS if waste else ()),
+        *(TABLE_COST_COLUMNS if cost else ()),
+    ]
+    headers.append(TABLE_COLUMNS[-1])
     table = Table(box=box.SIMPLE_HEAD, show_lines=True, header_style="bold")
     # the workload key folds only past 32 characters; ACTION and WHY take the wrapping
     fixed = {

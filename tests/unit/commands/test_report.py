@@ -10,12 +10,27 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_rightsizer.commands import analyze
+from gpu_rightsizer.logic.timeline import Timeline, downsample
 from gpu_rightsizer.model.codes import ActionType, DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import WorkloadRef
 from gpu_rightsizer.model.result import Action, ActionTarget, Analysis, Finding, Savings, Veto
-from gpu_rightsizer.report import CSV_COLUMNS, ReportRow, render, render_csv, render_table, why
+from gpu_rightsizer.report import (
+    CSV_COLUMNS,
+    CSV_COST_COLUMNS,
+    CSV_WASTE_COLUMNS,
+    FORMATS,
+    TABLE_COLUMNS,
+    TABLE_COST_COLUMNS,
+    TABLE_WASTE_COLUMNS,
+    ReportRow,
+    render,
+    render_csv,
+    render_table,
+    why,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "openmetrics"
 LONG_REASON_ACTION = Action(
@@ -236,3 +251,106 @@ def test_output_file_and_group_by_from_the_command(
 def test_html_is_not_a_text_format() -> None:
     with pytest.raises(ValueError, match="unknown output format"):
         render([], "xml")
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _analyze_row_of_readme() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return next(line for line in readme.splitlines() if line.startswith("| `gpu-rightsizer analyze`"))
+
+
+def test_every_output_flag_format_and_column_is_documented() -> None:
+    parser = argparse.ArgumentParser()
+    analyze.add_output_arguments(parser)
+    flags = [f for action in parser._actions for f in action.option_strings if f not in ("-h", "--help")]
+    doc = (ROOT / "docs" / "report.md").read_text()
+    row = _analyze_row_of_readme()
+    for flag in flags:
+        assert f"`{flag}" in doc, flag
+        assert flag in row or flag == "--output", flag  # README names -o
+    assert all(fmt in row and f"`{fmt}`" in doc for fmt in FORMATS)
+    for column in (*CSV_COLUMNS, *CSV_WASTE_COLUMNS, *CSV_COST_COLUMNS):
+        assert f"`{column}`" in doc, column
+    for header in (*TABLE_COLUMNS, *TABLE_WASTE_COLUMNS, *TABLE_COST_COLUMNS):
+        assert f"`{header}`" in doc, header
+    assert "docs/report.md" in row
+
+
+def test_downsample_keeps_the_shape_in_few_points() -> None:
+    samples = [(float(t), 1.0 if (t // 100) % 2 else 0.0) for t in range(1000)]
+    kept = downsample([*samples, (1000.0, float("nan"))], points=10)
+    assert len(kept) == 10
+    assert [round(v) for _, v in kept] == [0, 1] * 5
+    assert downsample(samples[:5]) == samples[:5]
+
+
+def _matrix(pod: str, value: float) -> dict[str, object]:
+    rows = [
+        {
+            "metric": {"namespace": "ml", "pod": pod},
+            "values": [[END_S - 60 * i, str(value)] for i in range(5)],
+        }
+    ]
+    return {"status": "success", "data": {"resultType": "matrix", "result": rows}}
+
+
+END_S = 1_767_225_600.0
+
+
+def test_prometheus_reads_the_plotted_series_only_when_asked() -> None:
+    from datetime import UTC, datetime
+
+    from tests.unit.signals.test_prometheus_adapter import FakePrometheus, _replay
+
+    from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
+
+    def answer(endpoint: str, query: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        if (
+            endpoint == "query_range"
+            and "DCGM_FI_PROF_SM_ACTIVE" in query
+            and "max by (namespace, pod)" in query
+        ):
+            return 200, json.dumps(_matrix("trainer-c5150820-c51500", 0.4)).encode()
+        if endpoint == "query_range" and "DCGM_FI_DEV_FB_USED" in query:
+            return 200, json.dumps(_matrix("trainer-c5150820-c51500", 2048.0)).encode()
+        return _replay(endpoint, query, headers)
+
+    at = datetime.fromtimestamp(END_S, tz=UTC)
+    with FakePrometheus(answer) as server:
+        plain = PrometheusSource(PrometheusConfig(server.url))
+        plain.read(window_seconds=1800, at=at, step_seconds=60.0)
+        plotted: dict[str, Timeline] = {}
+        asked = PrometheusSource(PrometheusConfig(server.url))
+        windows = asked.read(window_seconds=1800, at=at, step_seconds=60.0, timelines=plotted)
+    assert asked.queries_sent == plain.queries_sent + 3
+    trainer = next(w for w in windows if w.workload.name == "trainer")
+    timeline = plotted[trainer.workload.key]
+    assert [v for _, v in timeline.sm_active] == [0.4] * 5
+    assert [v for _, v in timeline.gpu_memory_used_mib] == [2048.0] * 5
+    assert timeline.cpu_cores  # the CPU series the source reads anyway
+    assert set(plotted) == {w.workload.key for w in windows}
+
+
+def test_bad_recommendations_file_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "recs.yaml"
+    argv = ["--openmetrics", str(FIXTURES / "plain.om"), "-o", "html", "--recommendations", str(bad)]
+    bad.write_text("items: [unclosed\n")
+    assert _run(argv) == 1
+    assert "is not YAML or JSON" in capsys.readouterr().err
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "List",
+                "items": [
+                    {"kind": "GPURecommendation", "metadata": {"name": "r"}, "spec": {"targetRef": {}}}
+                ],
+            }
+        )
+    )
+    assert _run(argv) == 1
+    assert "GPURecommendation 'r' does not read" in capsys.readouterr().err
+    assert _run([*argv[:-2], "--recommendations", str(tmp_path / "absent.yaml")]) == 1
