@@ -253,9 +253,9 @@ def render_table(rows: Sequence[ReportRow], *, group_by: str | None = None, widt
     ]
     headers.append(TABLE_COLUMNS[-1])
     table = Table(box=box.SIMPLE_HEAD, show_lines=True, header_style="bold")
-    # the workload key folds only past 32 characters; ACTION and WHY take the wrapping
+    # the workload key folds only past 64 characters; ACTION and WHY take the wrapping
     fixed = {
-        "WORKLOAD": min(32, max(len(r.analysis.workload.key) for r in rows)),
+        "WORKLOAD": min(64, max(len(r.analysis.workload.key) for r in rows)),
         "DIAGNOSIS": max(len(r.analysis.primary.value) for r in rows),
     }
     for header in headers:
