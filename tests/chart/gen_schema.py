@@ -58,6 +58,13 @@ namespace_name: JsonSchema = {
 }
 namespace_list: JsonSchema = {"type": "array", "items": namespace_name, "uniqueItems": True}
 string_map: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
+#: The `release` label kube-prometheus-stack selects its ServiceMonitors and rules by (a label value).
+release_label: JsonSchema = {
+    "type": "string",
+    "maxLength": 63,
+    "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    "description": "the kube-prometheus-stack release name, or empty for no release label",
+}
 quantity: JsonSchema = {
     "anyOf": [{"type": "string", "pattern": QUANTITY}, {"type": "number", "minimum": 0}],
     "description": "a Kubernetes quantity such as 100m, 0.5, 256Mi",
@@ -350,6 +357,7 @@ def build() -> JsonSchema:
                         },
                         "interval": duration("scrape interval"),
                         "scrapeTimeout": duration("scrape timeout"),
+                        "release": release_label,
                         "labels": string_map,
                     },
                     required=["enabled"],
@@ -357,6 +365,7 @@ def build() -> JsonSchema:
                 "prometheusRule": obj(
                     {
                         "enabled": boolean("create a PrometheusRule"),
+                        "release": release_label,
                         "labels": string_map,
                         "additionalAlertLabels": string_map,
                         "idleFor": duration("alert delay for idle GPUs"),
@@ -375,6 +384,21 @@ def build() -> JsonSchema:
                         "labels": string_map,
                     },
                     required=["enabled"],
+                ),
+                "pricing": obj(
+                    {
+                        "gpuHourPrice": {
+                            "type": "number",
+                            "minimum": 0,
+                            "description": "price of one GPU-hour; 0 means no price",
+                        },
+                        "gpuModelPrices": {
+                            "type": "object",
+                            "additionalProperties": {"type": "number", "minimum": 0},
+                            "propertyNames": {"minLength": 1, "maxLength": 253},
+                            "description": "GPU model -> price per GPU-hour",
+                        },
+                    },
                 ),
                 "dashboard": obj(
                     {

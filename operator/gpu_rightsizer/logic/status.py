@@ -139,6 +139,8 @@ def analysed_status(
         ),
         actions=analysis.actions,
         savings=analysis.savings,
+        waste=analysis.waste,
+        cost=analysis.cost,
         vetoes=analysis.vetoes,
         memory_lookback=analysis.memory_lookback,
         apply=apply
@@ -214,6 +216,8 @@ _FIGURES = (
     ("diagnosis", "findings", "*", "confidence"),
     ("diagnosis", "findings", "*", "evidence", "*"),
     ("savings", "*"),
+    ("waste", "*"),
+    ("cost", "*"),
     ("baseline", "*"),
 )
 #: Paths holding text for people, made from the same figures: their words must match, their numbers

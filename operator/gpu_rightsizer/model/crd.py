@@ -27,7 +27,16 @@ from gpu_rightsizer.model.codes import (
 )
 from gpu_rightsizer.model.durations import CEL_UNREADABLE, cel_readable, parse_duration
 from gpu_rightsizer.model.durations import DURATION_PATTERN as _DURATION_GRAMMAR
-from gpu_rightsizer.model.result import Action, CamelModel, Finding, MemoryLookback, Savings, Veto
+from gpu_rightsizer.model.result import (
+    Action,
+    CamelModel,
+    Cost,
+    Finding,
+    MemoryLookback,
+    Savings,
+    Veto,
+    Waste,
+)
 
 GROUP = "gpurightsizer.io"
 VERSION = "v1alpha1"
@@ -406,6 +415,8 @@ class GPURecommendationStatus(CamelModel):
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "atomic"}
     )
     savings: Savings | None = None
+    waste: Waste | None = None
+    cost: Cost | None = Field(default=None, description="Present only when a GPU-hour price is known.")
     baseline: Baseline | None = None
     apply: ApplyStatus | None = None
     summary: RecommendationSummary | None = None

@@ -39,6 +39,7 @@ from gpu_rightsizer.logic.policy import (
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.waste import gpu_models, with_cost
 from gpu_rightsizer.model.codes import SharingStrategy
 from gpu_rightsizer.model.crd import (
     GPURightsizingPolicy,
@@ -284,8 +285,6 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
                 with contextlib.suppress(KeyError):  # never published
                     gauge.remove(f"{seconds:g}")
     metrics.WORKLOADS_PENDING.set(sum(1 for item in pending if item.window_seconds in backfilling))
-    by_diagnosis: Tally[tuple[str, str]] = Tally()
-    wasted: dict[str, float] = {}
     updated = 0
     written: Tally[str] = Tally()
     work: list[tuple[_Pending, WorkloadWindow]] = []
@@ -315,21 +314,13 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         results = [attempt(job) for job in work]
     analysed = {done.item.ref.key: done for done in results if done is not None}
     for done in analysed.values():
-        ref = done.item.ref
-        by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
-        wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
         updated += 1
         if done.written is not None:
             written[done.written] += 1
     marks.append(time.monotonic())
     update_policy_statuses(kube, state.policies, state.governed, state.now)
     if batches or not pending:
-        metrics.RECOMMENDATIONS.clear()
-        for (diagnosis, namespace), count in by_diagnosis.items():
-            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
-        metrics.WASTED_GPU_HOURS.clear()
-        for namespace, hours in wasted.items():
-            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+        metrics.publish_recommendations((done.item.ref, done.analysis) for done in analysed.values())
     ctx.last_cycle = time.monotonic()
     spans = [b - a for a, b in zip(marks, [*marks[1:], ctx.last_cycle], strict=True)]
     LOG.info(
@@ -414,6 +405,7 @@ def _analyse_and_write(
         LOG.exception("analysis of %s failed", ref.key)
         return None
     metrics.WORKLOADS_ANALYZED.inc()
+    analysis = with_cost(analysis, cfg.gpu_prices, gpu_models(window))
     written = write_recommendation(
         store, kube, uid, item.recommendation, analysis, window, settings, state.now,
         refresh_after=refresh_period(
