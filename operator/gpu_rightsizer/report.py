@@ -197,6 +197,17 @@ def money_text(amount: float | None) -> str:
     return "-" if amount is None else f"{amount:,.2f}/d"
 
 
+def money_line(row: ReportRow) -> str:
+    """' · waste ... · waste cost ... · savings value ...' for what the row carries; '' for none."""
+    parts = []
+    if "waste" in row.money:
+        parts.append(f"waste {hours_text(_money_figure(row, 'waste', 'gpuHoursPerDay'))}")
+    if "cost" in row.money:
+        parts.append(f"waste cost {money_text(_money_figure(row, 'cost', 'wastePerDay'))}")
+        parts.append(f"savings value {money_text(_money_figure(row, 'cost', 'savingsPerDay'))}")
+    return "".join(f" · {part}" for part in parts)
+
+
 # --- table --------------------------------------------------------------------------------------------
 #: The table's columns; the waste and money columns go before CONFIDENCE, only when present.
 TABLE_COLUMNS = ("WORKLOAD", "DIAGNOSIS", "ACTION", "WHY", "GPU BUSY P95", "SAVINGS", "CONFIDENCE")

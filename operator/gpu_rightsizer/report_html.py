@@ -25,6 +25,7 @@ from gpu_rightsizer.report import (
     has_cost,
     has_waste,
     hours_text,
+    money_line,
     money_text,
     percent,
     savings_text,
@@ -321,7 +322,8 @@ def _workload_html(row: ReportRow) -> str:
     return (
         f'<article class="workload" id="{_e(a.workload.key)}"><h3>{_e(a.workload.key)}</h3>'
         f'<p><span class="code {_e(a.primary.value)}">{_e(a.primary.value)}</span> confidence '
-        f"{percent(a.confidence)} · GPU busy p95 {percent(a.gpu_busy_p95)} · savings {_e(savings_text(a))}</p>"
+        f"{percent(a.confidence)} · GPU busy p95 {percent(a.gpu_busy_p95)} · savings {_e(savings_text(a))}"
+        f"{_e(money_line(row))}</p>"
         f'<p class="meta">{_e(a.summary)}</p>'
         + (f'<p class="why">Why: {_e(reason)}</p>' if reason != "-" else "")
         + _plots_html(row.timeline)

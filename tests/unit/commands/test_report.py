@@ -16,7 +16,7 @@ from gpu_rightsizer.commands import analyze
 from gpu_rightsizer.logic.timeline import Timeline, downsample
 from gpu_rightsizer.model.codes import ActionType, DiagnosisCode, Severity
 from gpu_rightsizer.model.observation import WorkloadRef
-from gpu_rightsizer.model.result import Action, ActionTarget, Analysis, Finding, Savings, Veto
+from gpu_rightsizer.model.result import Action, ActionTarget, Analysis, Cost, Finding, Savings, Veto, Waste
 from gpu_rightsizer.report import (
     CSV_COLUMNS,
     CSV_COST_COLUMNS,
@@ -181,29 +181,22 @@ def test_csv_has_the_main_actions_machine_fields() -> None:
     assert second["automatic"] == second["target"] == second["predicted_slowdown"] == second["why"] == ""
 
 
-class PricedAnalysis(Analysis):
-    """An analysis with the money fields (`status.waste`, `status.cost`)."""
-
-    waste: dict[str, float] | None = None
-    cost: dict[str, float] | None = None
-
-
 def _priced(name: str, waste_hours: float, price: float | None) -> ReportRow:
     cost = (
         None
         if price is None
-        else {
-            "pricePerGPUHour": price,
-            "perDay": 24 * price,
-            "wastePerDay": waste_hours * price,
-            "savingsPerDay": 0.0,
-        }
+        else Cost(
+            price_per_gpu_hour=price,
+            per_day=24 * price,
+            waste_per_day=waste_hours * price,
+            savings_per_day=0.0,
+        )
     )
-    analysis = PricedAnalysis(
+    analysis = Analysis(
         workload=WorkloadRef(namespace="ml", kind="Job", name=name),
         primary=DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
         confidence=0.9,
-        waste={"gpuHoursPerDay": waste_hours, "allocatedGPUs": 1.0, "busyFraction": 1 - waste_hours / 24},
+        waste=Waste(gpu_hours_per_day=waste_hours, allocated_gpus=1.0, busy_fraction=1 - waste_hours / 24),
         cost=cost,
     )
     return ReportRow(analysis=analysis)
