@@ -347,3 +347,28 @@ def test_bad_recommendations_file_is_a_clear_error(
     assert _run(argv) == 1
     assert "GPURecommendation 'r' does not read" in capsys.readouterr().err
     assert _run([*argv[:-2], "--recommendations", str(tmp_path / "absent.yaml")]) == 1
+
+
+def test_html_money_columns_only_with_a_price_and_text_is_escaped() -> None:
+    from gpu_rightsizer.report_html import render_html
+
+    unpriced = render_html([_priced("trainer", 21.4, None)])
+    assert '<th class="num">waste</th>' in unpriced and "waste cost" not in unpriced
+    assert "waste 21.4 GPU-h/d" in unpriced
+    priced = render_html([_priced("trainer", 21.4, 2.5), _priced("loader", 10.0, 2.5)])
+    assert '<th class="num">waste cost</th>' in priced and "78.50/d" in priced  # the total row
+    hostile = _analysis(
+        "a",
+        "b",
+        findings=[
+            Finding(
+                code=DiagnosisCode.HEALTHY,
+                severity=Severity.INFO,
+                confidence=0.5,
+                message="Seen: <script>alert(1)</script> & more. Meaning: m. Change: c.",
+            )
+        ],
+    )
+    page = render_html([ReportRow(analysis=hostile)])
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
+    assert "no series to plot for this workload" in page
