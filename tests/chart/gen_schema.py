@@ -58,6 +58,11 @@ namespace_name: JsonSchema = {
 }
 namespace_list: JsonSchema = {"type": "array", "items": namespace_name, "uniqueItems": True}
 string_map: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
+#: A price per GPU-hour: a number, or its decimal text (`helm --set` passes 2.5 as a string).
+price: JsonSchema = {
+    "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}],
+    "description": "a price per GPU-hour, e.g. 2.5",
+}
 #: The `release` label kube-prometheus-stack selects its ServiceMonitors and rules by (a label value).
 release_label: JsonSchema = {
     "type": "string",
@@ -387,14 +392,10 @@ def build() -> JsonSchema:
                 ),
                 "pricing": obj(
                     {
-                        "gpuHourPrice": {
-                            "type": "number",
-                            "minimum": 0,
-                            "description": "price of one GPU-hour; 0 means no price",
-                        },
+                        "gpuHourPrice": {**price, "description": "price of one GPU-hour; 0 means no price"},
                         "gpuModelPrices": {
                             "type": "object",
-                            "additionalProperties": {"type": "number", "minimum": 0},
+                            "additionalProperties": price,
                             "propertyNames": {"minLength": 1, "maxLength": 253},
                             "description": "GPU model -> price per GPU-hour",
                         },

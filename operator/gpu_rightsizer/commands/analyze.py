@@ -170,6 +170,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "/federate dump; docs/clusters.md)",
     )
     auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
+    money = parser.add_argument_group("money (no price: no money)")
+    money.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="price of one GPU for one hour, for the GPU models --gpu-prices does not name; adds cost "
+        "(per day, of the waste, of the savings) to each workload",
+    )
+    money.add_argument(
+        "--gpu-prices",
+        metavar="FILE",
+        help="YAML or JSON map of GPU model to price per GPU-hour, e.g. 'NVIDIA-H100-80GB-HBM3: 2.5'",
+    )
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -323,9 +335,10 @@ def run(args: argparse.Namespace) -> int:
         PrometheusSource,
         PrometheusSourceError,
     )
-    from gpu_rightsizer.config import MatcherError, parse_matchers, parse_trusted_targets
+    from gpu_rightsizer.config import MatcherError, load_gpu_prices, parse_matchers, parse_trusted_targets
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.logic.timeline import Timeline, with_allocation
+    from gpu_rightsizer.logic.waste import gpu_models, with_cost
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow
 
@@ -337,6 +350,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         names = ", ".join(sorted(_setting_names()))
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
+        return 2
+    try:
+        prices = load_gpu_prices(getattr(args, "gpu_hour_price", None), getattr(args, "gpu_prices", None))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     plotted: dict[str, Timeline] | None = {} if args.output == "html" else None
     try:
@@ -434,7 +452,7 @@ def run(args: argparse.Namespace) -> int:
         timeline = (plotted or {}).get(window.workload.key)
         rows.append(
             ReportRow(
-                analysis=analysis,
+                analysis=with_cost(analysis, prices, gpu_models(window)),
                 warnings=warnings,
                 window=span,
                 timeline=None if timeline is None else with_allocation(timeline, window),

@@ -372,3 +372,17 @@ def test_html_money_columns_only_with_a_price_and_text_is_escaped() -> None:
     page = render_html([ReportRow(analysis=hostile)])
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
     assert "no series to plot for this workload" in page
+
+
+def test_a_price_from_the_command_adds_the_money_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--openmetrics", str(FIXTURES / "plain.om"), "--window", "40m", "-o", "csv"]
+    assert _run(argv) == 0
+    assert "waste_per_day" not in capsys.readouterr().out
+    assert _run([*argv, "--gpu-hour-price", "2.5"]) == 0
+    records = {r["name"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    trainer = records["trainer"]  # CPU-starved: wastes most of its GPU and frees none until its fix lands
+    assert float(trainer["waste_gpu_hours_per_day"]) > 15.0
+    assert float(trainer["gpu_hours_per_day_saved"]) == 0.0
+    assert float(trainer["waste_per_day"]) == pytest.approx(
+        2.5 * float(trainer["waste_gpu_hours_per_day"]), rel=1e-3
+    )
