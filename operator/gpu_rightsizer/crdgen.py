@@ -274,7 +274,11 @@ RECOMMENDATION_COLUMNS = [
     _column("Confidence", ".status.summary.confidence", "Confidence of the primary diagnosis.", priority=1),
     _column("Window", ".status.summary.window", "Length of the observed window.", priority=1),
     _column(
-        "Age", ".metadata.creationTimestamp", "Time since the recommendation was created.", kind="date", priority=1
+        "Age",
+        ".metadata.creationTimestamp",
+        "Time since the recommendation was created.",
+        kind="date",
+        priority=1,
     ),
 ]
 
