@@ -36,6 +36,7 @@ from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
+from gpu_rightsizer.logic.timeline import Timeline, timeline_of
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     GPUObservation,
@@ -511,8 +512,10 @@ class PrometheusSource:
         workload: str | None = None,
         progress: Progress | None = None,
         owners: ExtraOwners | None = None,
+        timelines: dict[str, Timeline] | None = None,
     ) -> list[WorkloadWindow]:
-        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot."""
+        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot.
+        A `timelines` dict is filled with each workload's plotted series (three more range queries)."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or self.step_seconds or step_for(window_seconds)  # the operator's one rule
@@ -589,6 +592,8 @@ class PrometheusSource:
         ranges: dict[str, str] = {f"range:{s.value}": e("") for s, e in serving.items()}
         ranges["range:busy"] = BUSY_BY_POD
         ranges["range:cpu"] = scoped(_rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True))("")
+        if timelines is not None:
+            ranges.update(_plot_ranges())
         total = len(jobs) + len(ranges)
         say(
             f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})"
@@ -609,7 +614,10 @@ class PrometheusSource:
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
         results.update(self.identity_answers(end, window_seconds))
-        return self.assemble(results, start, end, step, coarse, namespace, workload, owners)
+        windows = self.assemble(results, start, end, step, coarse, namespace, workload, owners)
+        if timelines is not None:
+            timelines.update(_timelines(results, windows, coarse))
+        return windows
 
     @property
     def where(self) -> str:
@@ -983,6 +991,44 @@ def sharers_in_time(
                 or (theirs := spans.get(other)) is None
                 or min(mine[1], theirs[1]) - max(mine[0], theirs[0]) > 2 * step
             )
+    return out
+
+
+def _plot_ranges() -> dict[str, str]:
+    """Range queries of the plotted series the other reads do not have: per pod, its busiest GPU."""
+
+    def busiest(metric: str) -> str:
+        return f"max by (namespace, pod) ({fold_labels(f'{metric} {_SENTINEL_FILTER}')})"
+
+    return {
+        "plot:busy": f"{busiest(mn.DCGM_GR_ENGINE_ACTIVE)} or {busiest(mn.DCGM_GPU_UTIL)} / 100",
+        "plot:sm": busiest(mn.DCGM_SM_ACTIVE),
+        "plot:memory": busiest(mn.DCGM_FB_USED),
+    }
+
+
+def _timelines(
+    results: dict[str, list[dict[str, Any]]], windows: Sequence[WorkloadWindow], step: float
+) -> dict[str, Timeline]:
+    """Each window's plotted series from the range answers of its pods."""
+    by_pod = {name: _range_by_pod(results.get(name, [])) for name in ("plot:busy", "plot:sm", "plot:memory")}
+    cpu = _range_by_pod(results.get("range:cpu", []))
+    out: dict[str, Timeline] = {}
+    for window in windows:
+        keys = [(window.workload.namespace, pod.name) for pod in window.pods]
+
+        def of(
+            series: dict[Key, list[tuple[float, float]]], keys: list[Key] = keys
+        ) -> list[list[tuple[float, float]]]:
+            return [series[key] for key in keys if key in series]
+
+        out[window.workload.key] = timeline_of(
+            busy=of(by_pod["plot:busy"]),
+            sm_active=of(by_pod["plot:sm"]),
+            cpu_cores=of(cpu),
+            memory_used_mib=of(by_pod["plot:memory"]),
+            step_seconds=step,
+        )
     return out
 
 

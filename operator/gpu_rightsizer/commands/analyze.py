@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+
 from gpu_rightsizer.config import parse_duration
 
 if TYPE_CHECKING:
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
     from gpu_rightsizer.logic.capacity import ClusterCapacity
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
+    from gpu_rightsizer.model.crd import ApplyStatus
     from gpu_rightsizer.model.observation import WorkloadWindow
     from gpu_rightsizer.model.result import Analysis
+    from gpu_rightsizer.report import ReportRow
 
 DEFAULT_WINDOW_SECONDS = 3600.0
 DEFAULT_MAX_INPUT_MIB = 4096
@@ -129,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-n", "--namespace", default=None, help="only this namespace")
     parser.add_argument("--workload", default=None, help="only this workload (NAME or KIND/NAME)")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
+    add_output_arguments(parser)
     parser.add_argument(
         "--sharing",
         choices=("auto", *(strategy.value for strategy in SharingStrategy)),
@@ -153,6 +157,90 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "unlike `run`; for --openmetrics, only a file whose series carry target labels, such as a "
         "/federate dump; docs/clusters.md)",
     )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the report's output options (format, file, grouping, the change records to show)."""
+    from gpu_rightsizer.report import FORMATS, GROUPINGS
+
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="table",
+        help="report format (default table; html: one self-contained file with plots, best with "
+        "--output-file)",
+    )
+    parser.add_argument(
+        "--output-file", metavar="FILE", default=None, help="write the report to FILE instead of stdout"
+    )
+    parser.add_argument(
+        "--group-by",
+        choices=GROUPINGS,
+        default=None,
+        help="table: a total row per namespace besides the grand total (the HTML report always has them)",
+    )
+    parser.add_argument(
+        "--recommendations",
+        metavar="FILE",
+        default=None,
+        help="GPURecommendations as `kubectl get gpurecommendations -A -o yaml` (or json) writes them: "
+        "the HTML report shows each workload's applied changes, before and after, with the verdict",
+    )
+
+
+def _write_report(rows: list[ReportRow], args: argparse.Namespace) -> int:
+    """Render the rows as asked and write them to the output file or stdout; 1 when that fails."""
+    from gpu_rightsizer.report import render
+    from gpu_rightsizer.report_html import render_html
+
+    try:
+        if args.output == "html":
+            text = render_html(rows)
+        else:
+            text = render(rows, args.output, group_by=getattr(args, "group_by", None))
+        output_file = getattr(args, "output_file", None)
+        if output_file:
+            Path(output_file).write_text(text, encoding="utf-8")
+            _progress(f"report written to {output_file}")
+        else:
+            sys.stdout.write(text)
+    except OSError as error:
+        print(f"error: cannot write the report: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _change_records(path: str) -> dict[str, ApplyStatus]:
+    """Each workload's `status.apply` (by `namespace/Kind/name`) from GPURecommendations in a file:
+    a kubectl List, one object, or several YAML documents."""
+    from gpu_rightsizer.model.crd import GPURecommendation
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not YAML or JSON: {error}") from error
+    items = [
+        i
+        for d in documents
+        if isinstance(d, dict)
+        for i in (d.get("items") or [] if d.get("kind") == "List" else [d])
+    ]
+    records: dict[str, ApplyStatus] = {}
+    for item in items:
+        if not isinstance(item, dict) or item.get("kind") != GPURecommendation.KIND:
+            continue
+        try:
+            recommendation = GPURecommendation.model_validate(item)
+        except ValueError as error:
+            name = item.get("metadata", {}).get("name")
+            raise ValueError(f"{path}: GPURecommendation {name!r} does not read: {error}") from error
+        status, target = recommendation.status, recommendation.spec.target_ref
+        if status is not None and status.apply is not None:
+            namespace = recommendation.metadata.get("namespace", "")
+            records[f"{namespace}/{target.kind}/{target.name}"] = status.apply
+    return records
 
 
 def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
@@ -222,8 +310,9 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.commands.prometheus_access import prometheus_config
     from gpu_rightsizer.config import MatcherError, parse_trusted_targets
     from gpu_rightsizer.logic.thresholds import EngineSettings
+    from gpu_rightsizer.logic.timeline import Timeline, with_allocation
     from gpu_rightsizer.model.codes import SharingStrategy
-    from gpu_rightsizer.report import ReportRow, render
+    from gpu_rightsizer.report import ReportRow
 
     overrides: dict[str, object] = dict(getattr(args, "settings", None) or [])
     if getattr(args, "min_window", None) is not None:
@@ -234,6 +323,12 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(sorted(_setting_names()))
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
         return 2
+    plotted: dict[str, Timeline] | None = {} if args.output == "html" else None
+    try:
+        records = _change_records(args.recommendations) if getattr(args, "recommendations", None) else {}
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     started = time.monotonic()
     try:
         texts = list(getattr(args, "trusted_gpu_targets", []) or [])
@@ -257,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
                     workload=args.workload,
                     limits=limits,
                     trusted_gpu_targets=trusted,
+                    timelines=plotted,
                 )
 
             windows = read(window_seconds)
@@ -276,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
                 namespace=args.namespace,
                 workload=args.workload,
                 progress=_progress,
+                timelines=plotted,
             )
             window_end = args.at or datetime.now(tz=UTC)
             span = args.window or DEFAULT_WINDOW_SECONDS
@@ -304,8 +401,16 @@ def run(args: argparse.Namespace) -> int:
     ):
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         warnings = sorted(set(window.warnings) | set(notes))
-        rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))
+        timeline = (plotted or {}).get(window.workload.key)
+        rows.append(
+            ReportRow(
+                analysis=analysis,
+                warnings=warnings,
+                window=span,
+                timeline=None if timeline is None else with_allocation(timeline, window),
+                apply=records.get(window.workload.key),
+            )
+        )
         if len(windows) > 50 and index % 50 == 0:
             _progress(f"diagnosed {index}/{len(windows)}")
-    sys.stdout.write(render(rows, args.output))
-    return 0
+    return _write_report(rows, args)
