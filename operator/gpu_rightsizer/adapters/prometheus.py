@@ -318,15 +318,6 @@ def serving_exprs(rate_window: float) -> dict[Signal, Callable[[str], str]]:
     }
 
 
-#: GPU busy per pod, 0..1: the graphics engine's active share, or GPU_UTIL where profiling is off.
-BUSY_BY_POD = (
-    f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
-    f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
-)
-#: SM activity per pod, 0..1.
-SM_ACTIVE_BY_POD = f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_SM_ACTIVE} {_SENTINEL_FILTER}')})"
-
-
 class PrometheusSource:
     """Reads workload windows from one Prometheus server."""
 
@@ -442,35 +433,6 @@ class PrometheusSource:
                 step=_duration(step),
             ),
         )
-
-    def workload_series(
-        self, namespace: str, pods: Sequence[str], start: float, end: float, step: float
-    ) -> dict[Signal, list[tuple[float, float]]]:
-        """GPU busy, SM activity and CPU cores over [start, end], each the mean over `pods` per step
-        (what `explain` draws). A signal with no series for those pods is left out."""
-        rate_window = rate_window_seconds(step)
-        queries = {
-            Signal.GR_ENGINE_ACTIVE: BUSY_BY_POD,
-            Signal.SM_ACTIVE: SM_ACTIVE_BY_POD,
-            Signal.CPU_USAGE_CORES: add_matchers(
-                _rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True)(""),
-                (f'namespace=~"{_promql_regex_literal(namespace)}"',),
-                _CADVISOR_NAMES,
-            ),
-        }
-        wanted = {(namespace, pod) for pod in pods}
-        out: dict[Signal, list[tuple[float, float]]] = {}
-        for signal, query in queries.items():
-            by_pod = _range_by_pod(self.range(f"{signal.value} over the window", query, start, end, step))
-            per_time: dict[float, list[float]] = defaultdict(list)
-            for key, samples in by_pod.items():
-                if key in wanted:
-                    for at, value in samples:
-                        if math.isfinite(value):
-                            per_time[at].append(value)
-            if per_time:
-                out[signal] = [(at, sum(vs) / len(vs)) for at, vs in sorted(per_time.items())]
-        return out
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The recording-rule groups Prometheus evaluates (`/api/v1/rules?type=record`, as answered).
@@ -590,7 +552,10 @@ class PrometheusSource:
         )
         coarse = max(step, window_seconds / 240.0)
         ranges: dict[str, str] = {f"range:{s.value}": e("") for s, e in serving.items()}
-        ranges["range:busy"] = BUSY_BY_POD
+        ranges["range:busy"] = (
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
+            f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
+        )
         ranges["range:cpu"] = scoped(_rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True))("")
         if timelines is not None:
             ranges.update(_plot_ranges())

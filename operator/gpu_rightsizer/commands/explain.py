@@ -4,9 +4,9 @@ gpu-rightsizer explain trainer -n team-a                  (Prometheus found thro
 gpu-rightsizer explain Deployment/llm-serve -n serving --context prod --window 6h
 gpu-rightsizer explain trainer -n team-a --prometheus http://127.0.0.1:9090 --at 2026-05-01T12:00:00Z
 
-Sparklines show GPU busy and SM activity (0 to 100 %) and CPU against the pod's CPU limit (the
-top of its line is the limit; `▔` marks a step at or over it), each averaged over the workload's
-pods per step. The exit code is 0 when the workload was explained, 1 when it was not found or the
+Sparklines show GPU busy and SM activity of the busiest GPU (0 to 100 %) and the busiest pod's CPU
+against its CPU limit (the top of its line is the limit; `▔` marks a stretch at or over it), the
+series the HTML report plots (`logic.timeline`). The exit code is 0 when the workload was explained, 1 when it was not found or the
 source cannot be read, 2 for bad arguments. Progress goes to stderr.
 """
 
@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from gpu_rightsizer.config import parse_duration
 
 if TYPE_CHECKING:
-    from gpu_rightsizer.model.observation import Signal, WorkloadWindow
+    from gpu_rightsizer.logic.timeline import Timeline
+    from gpu_rightsizer.model.observation import WorkloadWindow
     from gpu_rightsizer.model.result import Analysis
 
 DEFAULT_WINDOW_SECONDS = 3600.0
@@ -70,90 +71,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
 
 
-def sparkline(values: Sequence[float | None], width: int, top: float) -> str:
-    """`values` (oldest first) as `width` characters: each the mean of its share of the values on a
-    0..`top` scale, blank where a share has none, `AT_LIMIT` where it reaches `top`."""
-    if width <= 0 or top <= 0:
+def sparkline(
+    samples: Sequence[tuple[float, float]], start: float, end: float, width: int, top: float
+) -> str:
+    """(unix seconds, value) samples over [start, end] as `width` characters: each the mean of the
+    samples in its share of the time on a 0..`top` scale, blank where it has none, `AT_LIMIT` where
+    the mean reaches `top`."""
+    if width <= 0 or top <= 0 or end <= start:
         return ""
-    cells: list[str] = []
-    count = len(values)
-    for index in range(width):
-        share = [
-            v
-            for v in values[
-                index * count // width : max((index + 1) * count // width, index * count // width + 1)
-            ]
-            if v is not None and math.isfinite(v)
-        ]
-        if not share or count == 0:
-            cells.append(" ")
-            continue
-        level = sum(share) / len(share) / top
-        if level >= 1.0:
-            cells.append(AT_LIMIT)
-            continue
-        cells.append(BLOCKS[max(0, min(len(BLOCKS) - 1, int(level * len(BLOCKS))))])
-    return "".join(cells)
-
-
-def on_steps(
-    samples: Sequence[tuple[float, float]], start: float, end: float, step: float
-) -> list[float | None]:
-    """The samples placed on the window's steps, None where Prometheus had nothing."""
-    slots = max(1, round((end - start) / step) + 1)
-    out: list[float | None] = [None] * slots
+    cells: list[list[float]] = [[] for _ in range(width)]
     for at, value in samples:
-        index = round((at - start) / step)
-        if 0 <= index < slots:
-            out[index] = value
-    return out
+        if math.isfinite(value) and start <= at <= end:
+            cells[min(width - 1, int((at - start) / (end - start) * width))].append(value)
+    line = []
+    for values in cells:
+        if not values:
+            line.append(" ")
+            continue
+        level = sum(values) / len(values) / top
+        line.append(
+            AT_LIMIT if level >= 1.0 else BLOCKS[max(0, min(len(BLOCKS) - 1, int(level * len(BLOCKS))))]
+        )
+    return "".join(line)
 
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def _plot_lines(
-    series: dict[Signal, list[tuple[float, float]]], window: WorkloadWindow, step: float, width: int
-) -> list[str]:
-    from gpu_rightsizer.model.observation import Signal
-
+def _plot_lines(timeline: Timeline, window: WorkloadWindow, width: int) -> list[str]:
     start, end = window.start.timestamp(), window.end.timestamp()
-    limit = window.allocation.cpu_limit_cores
-    cpu_top = limit or max((v for _, v in series.get(Signal.CPU_USAGE_CORES, [])), default=0.0) or 1.0
+    limit = timeline.cpu_limit_cores
+    cpu_peak = max((v for _, v in timeline.cpu_cores), default=0.0)
+    cpu_top = limit or cpu_peak or 1.0
+    cpu_scale = f"0-{cpu_top:g} cores (the limit)" if limit else f"0-{cpu_top:.2g} cores (no limit: the peak)"
     rows = (
-        ("GPU busy", Signal.GR_ENGINE_ACTIVE, 1.0, "0-100%"),
-        ("SM active", Signal.SM_ACTIVE, 1.0, "0-100%"),
-        (
-            "CPU",
-            Signal.CPU_USAGE_CORES,
-            cpu_top,
-            f"0-{cpu_top:g} cores (the limit)" if limit else f"0-{cpu_top:.2g} cores (no limit: the peak)",
-        ),
+        ("GPU busy", timeline.gpu_busy, 1.0, "0-100%, busiest GPU"),
+        ("SM active", timeline.sm_active, 1.0, "0-100%, busiest GPU"),
+        ("CPU", timeline.cpu_cores, cpu_top, f"{cpu_scale}, busiest pod"),
     )
     hours = (end - start) / 3600
     lines = [f"{'':10}  {window.start:%H:%M}{'':{max(0, width - 10)}}{window.end:%H:%M}  ({hours:g}h)"]
-    for label, signal, top, scale in rows:
-        samples = series.get(signal)
+    for label, samples, top, scale in rows:
         if not samples:
             lines.append(f"{label:10}  (no series in the window)")
             continue
         values = [v for _, v in samples]
         mean, peak = sum(values) / len(values), max(values)
+        is_cpu = label == "CPU"
         figures = (
             f"mean {mean:.2f}, max {peak:.2f} cores" + (f", limit {limit:g}" if limit else "")
-            if signal == Signal.CPU_USAGE_CORES
+            if is_cpu
             else f"mean {mean:.0%}, max {peak:.0%}"
         )
-        line = sparkline(on_steps(samples, start, end, step), width, top)
-        lines.append(f"{label:10}  {line}  {figures}  [{scale}]")
+        lines.append(f"{label:10}  {sparkline(samples, start, end, width, top)}  {figures}  [{scale}]")
     return lines
 
 
 def render_explanation(
     window: WorkloadWindow,
     analysis: Analysis,
-    series: dict[Signal, list[tuple[float, float]]],
+    timeline: Timeline,
     *,
     step: float,
     width: int,
@@ -177,8 +155,8 @@ def render_explanation(
         + f", {allocation.replicas} replica(s), {len(window.pods)} pod(s) seen",
     ]
     if analysis.summary:
-        out.append(f"  {analysis.summary}")
-    out += ["", *_plot_lines(series, window, step, width), "", "Findings"]
+        out += heading.wrap(analysis.summary)
+    out += ["", *_plot_lines(timeline, window, width), "", "Findings"]
     for finding in analysis.findings or []:
         out.append(
             f"  {finding.code.value} ({finding.severity.value}, confidence {confidence_text(finding.confidence)})"
@@ -228,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.commands.prometheus_access import prometheus_config
     from gpu_rightsizer.config import MatcherError
     from gpu_rightsizer.logic.thresholds import EngineSettings
+    from gpu_rightsizer.logic.timeline import Timeline, with_allocation
 
     if args.width < 10:
         print("error: --width must be at least 10", file=sys.stderr)
@@ -236,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     step = args.step or step_for(args.window)
     try:
         source = PrometheusSource(prometheus_config(args, _progress))
+        plotted: dict[str, Timeline] = {}
         windows = source.read(
             window_seconds=args.window,
             at=end,
@@ -243,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             workload=args.workload,
             progress=_progress,
+            timelines=plotted,
         )
         windows = [w for w in windows if w.workload.namespace == args.namespace]
         if not windows:
@@ -257,12 +238,9 @@ def run(args: argparse.Namespace) -> int:
         )
         texts = []
         for window, analysis, notes in diagnose(windows, capacity, EngineSettings()):
-            pods = [pod.name for pod in window.pods]
-            series = source.workload_series(
-                window.workload.namespace, pods, window.start.timestamp(), window.end.timestamp(), step
-            )
+            timeline = with_allocation(plotted.get(window.workload.key) or Timeline(), window)
             texts.append(
-                render_explanation(window, analysis, series, step=step, width=args.width, notes=notes)
+                render_explanation(window, analysis, timeline, step=step, width=args.width, notes=notes)
             )
     except (PrometheusSourceError, PrometheusNotFoundError, MatcherError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
