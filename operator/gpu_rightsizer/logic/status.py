@@ -69,9 +69,14 @@ def _resource_change(action: Action, resource: str, unit: str) -> str:
     return f"{resource} {which} {before.group()} → {after.group()} {unit}"
 
 
-def describe_action(action: Action) -> str:
-    """A change as people say it: 'cpu limit 1 → 4 cores', 'MIG slice nvidia.com/gpu: 1 → mig-2g.35gb',
-    'code change: raise the batch size'."""
+#: GPU changes whose current value is a long description; the column shows only where they go.
+_TARGET_ONLY = frozenset({ActionType.MIG_PROFILE, ActionType.GPU_SHARING, ActionType.GPU_MODEL})
+
+
+def describe_action(action: Action, *, short: bool = False) -> str:
+    """A change as people say it: 'cpu limit 1 → 4 cores', 'MIG slice nvidia.com/gpu: 1 →
+    nvidia.com/mig-2g.35gb: 1', 'code change: raise the batch size'; `short` leaves the current
+    GPU out of GPU changes (the printer column)."""
     if action.type == ActionType.CPU:
         return _resource_change(action, "cpu", "cores")
     if action.type == ActionType.MEMORY:
@@ -83,12 +88,14 @@ def describe_action(action: Action) -> str:
     if action.type == ActionType.RELEASE_IDLE:
         return f"release idle GPUs: {action.to_value}"
     words = _GPU_CHANGE_WORDS.get(action.type, action.type.value)
+    if short and action.type in _TARGET_ONLY:
+        return f"{words} → {action.to_value}"
     return f"{words} {action.from_value} → {action.to_value}"
 
 
 def action_column(action: Action) -> str:
     """`describe_action` cut to the Action printer column's width."""
-    text = describe_action(action)
+    text = describe_action(action, short=True)
     return text if len(text) <= ACTION_COLUMN_WIDTH else text[: ACTION_COLUMN_WIDTH - 1] + "…"
 
 

@@ -6,7 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpu_rightsizer.logic.status import analysed_status, format_duration, merge_conditions, waiting_status
+from gpu_rightsizer.logic.status import (
+    action_column,
+    analysed_status,
+    describe_action,
+    format_duration,
+    merge_conditions,
+    waiting_status,
+)
 from gpu_rightsizer.logic.workloads import (
     QuantityError,
     allocation_from_pod_spec,
@@ -180,3 +187,26 @@ def test_action_column_prefers_the_change_the_actuator_can_make_and_stays_short(
         only_advice, Allocation(), window_start=NOW, window_end=NOW, workload=REF, now=NOW, generation=1
     ).summary
     assert column is not None and len(column.action) <= 48 and column.action.startswith("code change: ")
+
+
+def test_action_column_says_where_a_gpu_change_goes() -> None:
+    mig = Action(
+        type=ActionType.MIG_PROFILE,
+        from_value="nvidia.com/gpu: 1 (NVIDIA H200 141GB)",
+        to_value="nvidia.com/mig-2g.35gb: 1",
+        reason="small model",
+    )
+    assert action_column(mig) == "MIG slice → nvidia.com/mig-2g.35gb: 1"
+    assert (
+        describe_action(mig) == "MIG slice nvidia.com/gpu: 1 (NVIDIA H200 141GB) → nvidia.com/mig-2g.35gb: 1"
+    )
+    memory = Action(
+        type=ActionType.MEMORY,
+        from_value="8.0Gi",
+        to_value="12.0Gi",
+        reason="tight",
+        target=ActionTarget(limits={"memory": "12Gi"}),
+    )
+    assert action_column(memory) == "memory limit 8.0 → 12.0 Gi"
+    replicas = Action(type=ActionType.REPLICAS, from_value="3", to_value="5", reason="queue")
+    assert action_column(replicas) == "replicas 3 → 5"
