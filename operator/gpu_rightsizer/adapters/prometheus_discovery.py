@@ -181,6 +181,11 @@ def _not_found(namespace: str | None, api: client.ApiClient) -> str:
     )
 
 
+def _plain_items(api: client.ApiClient, listed: Any) -> list[dict[str, Any]]:
+    """A typed list answer's items as API dicts (camelCase keys), as the pure pickers take them."""
+    return [api.sanitize_for_serialization(item) for item in listed.items]  # type: ignore[no-untyped-call]
+
+
 def find_prometheus(api: client.ApiClient, namespace: str | None = None) -> DiscoveredService:
     """List Services by each selector in `SELECTORS` order and pick the first match."""
     core = client.CoreV1Api(api)
@@ -200,11 +205,7 @@ def find_prometheus(api: client.ApiClient, namespace: str | None = None) -> Disc
             raise PrometheusNotFoundError(
                 f"cannot reach the API server at {api.configuration.host}: {error}"
             ) from error
-        items = [
-            api.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
-            for item in answer.items
-        ]
-        found = pick_service([(selector, installation, items)])
+        found = pick_service([(selector, installation, _plain_items(api, answer))])
         if found is not None:
             return found
     raise PrometheusNotFoundError(_not_found(namespace, api))
@@ -221,11 +222,11 @@ def endpoint_url(api: client.ApiClient, service: DiscoveredService) -> str:
         raise PrometheusNotFoundError(
             f"cannot list the EndpointSlices of {service.describe()}: HTTP {error.status} {error.reason}"
         ) from error
-    documents = [
-        api.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
-        for item in slices.items
-    ]
-    url = pick_endpoint(documents, service)
+    except (HTTPError, OSError) as error:
+        raise PrometheusNotFoundError(
+            f"cannot reach the API server at {api.configuration.host}: {error}"
+        ) from error
+    url = pick_endpoint(_plain_items(api, slices), service)
     if url is None:
         raise PrometheusNotFoundError(
             f"{service.describe()} has no ready endpoint for port {service.port_name or service.port}"
