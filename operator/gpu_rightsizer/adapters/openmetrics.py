@@ -894,6 +894,39 @@ def _absorb(earlier: PodSeries, later: PodSeries) -> None:
         later.serving[metric] = [*samples, *later.serving.get(metric, [])]
 
 
+def replaced_note(earlier: Key, later: Key) -> str:
+    """The warning both sources give when they read a pod and its successor as one pod."""
+    return f"{earlier[0]}/{earlier[1]} was replaced by {later[1]} on the same GPU (no overlap in time): read as one pod"
+
+
+#: A pod as `successions` groups it: (pod, its workload's key, the GPUs it saw, its span in time).
+PodSpan = tuple[Key, str, frozenset[tuple[str | None, str]], tuple[float, float]]
+
+
+def successions(pods: Iterable[PodSpan], step: float) -> list[tuple[Key, Key]]:
+    """(earlier, later) pods of one workload that followed each other on the same GPUs, in time order.
+
+    Pods on the same devices that overlap for at most `_OVERLAP_STEPS` steps follow each other (a Job
+    retry, a Recreate rollout); a chain a → b → c gives (a, b), (b, c). Both sources read each pair as
+    one pod, the later one.
+    """
+    groups: dict[tuple[str, frozenset[tuple[str | None, str]]], list[tuple[tuple[float, float], Key]]] = (
+        defaultdict(list)
+    )
+    for key, workload, devices, span in pods:
+        groups[(workload, devices)].append((span, key))
+    pairs: list[tuple[Key, Key]] = []
+    for members in groups.values():
+        members.sort()
+        current_span, current = members[0]
+        for span, key in members[1:]:
+            follows = _overlap(current_span, span) <= _OVERLAP_STEPS * step
+            if follows:
+                pairs.append((current, key))
+            current_span, current = ((current_span[0], span[1]) if follows else span), key
+    return pairs
+
+
 def merge_successive_pods(collector: SeriesCollector, step: float) -> dict[Key, list[str]]:
     """Read a workload's pods that followed each other on the same GPUs as one pod (the latest).
 
@@ -901,34 +934,21 @@ def merge_successive_pods(collector: SeriesCollector, step: float) -> dict[Key, 
     as sharers would read the GPU as time-sliced and take the profiling fields away. Returns the
     warnings that say which pods were joined, by the surviving pod.
     """
-    groups: dict[tuple[str, frozenset[tuple[str | None, str]]], list[tuple[tuple[float, float], Key]]] = (
-        defaultdict(list)
-    )
+    pods: list[PodSpan] = []
     for key, series in collector.pods.items():
         span = _pod_span(series)
-        if span is None:
-            continue
-        devices = frozenset((d.node, d.uuid) for d in series.devices.values())
-        groups[(collector.inventory.workload_of(*key).key, devices)].append((span, key))
+        if span is not None:
+            devices = frozenset((d.node, d.uuid) for d in series.devices.values())
+            pods.append((key, collector.inventory.workload_of(*key).key, devices, span))
     notes: dict[Key, list[str]] = defaultdict(list)
-    for members in groups.values():
-        members.sort()
-        current_span, current = members[0]
-        for span, key in members[1:]:
-            if _overlap(current_span, span) > _OVERLAP_STEPS * step:
-                current_span, current = span, key
-                continue
-            _absorb(collector.pods.pop(current), collector.pods[key])
-            earlier = collector.inventory.pods.pop(current, None)
-            if earlier is not None and key in collector.inventory.pods:
-                collector.inventory.pods[key].restarts += earlier.restarts
-                collector.inventory.pods[key].oom_killed |= earlier.oom_killed
-            notes[key].extend(notes.pop(current, []))
-            notes[key].append(
-                f"{current[0]}/{current[1]} was replaced by {key[1]} on the same GPU (no overlap in time): "
-                "read as one pod"
-            )
-            current_span, current = (current_span[0], span[1]), key
+    for current, key in successions(pods, step):
+        _absorb(collector.pods.pop(current), collector.pods[key])
+        earlier = collector.inventory.pods.pop(current, None)
+        if earlier is not None and key in collector.inventory.pods:
+            collector.inventory.pods[key].restarts += earlier.restarts
+            collector.inventory.pods[key].oom_killed |= earlier.oom_killed
+        notes[key].extend(notes.pop(current, []))
+        notes[key].append(replaced_note(current, key))
     return notes
 
 

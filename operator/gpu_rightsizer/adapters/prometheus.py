@@ -30,7 +30,14 @@ from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
-from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows, rate_window_seconds
+from gpu_rightsizer.adapters.openmetrics import (
+    Inventory,
+    Key,
+    assemble_windows,
+    rate_window_seconds,
+    replaced_note,
+    successions,
+)
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead, step_for
 from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
@@ -556,6 +563,12 @@ class PrometheusSource:
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
         )
+        # When each pod's GPU series had samples: the samples' own times, so the look-back that extends
+        # a series for 5 min after its last sample does not make a pod and its successor overlap.
+        ranges["range:seen"] = (
+            f"max by (namespace, pod) ({fold_labels(f'timestamp({mn.DCGM_GR_ENGINE_ACTIVE})')}) or "
+            f"max by (namespace, pod) ({fold_labels(f'timestamp({mn.DCGM_GPU_UTIL})')})"
+        )
         ranges["range:cpu"] = scoped(_rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True))("")
         if timelines is not None:
             ranges.update(_plot_ranges())
@@ -741,7 +754,7 @@ class PrometheusSource:
                     for signal, summary in entry["stats"].items():
                         board_of_device["stats"].setdefault(signal, summary)
         busy_series = _range_by_pod(results.get("range:busy", []))
-        shared = sharers_in_time(devices, busy_series, coarse)
+        shared = sharers_in_time(devices, _sample_spans(results.get("range:seen", []), busy_series), coarse)
         cpu_series = _range_by_pod(results.get("range:cpu", []))
         has_ksm = bool(inventory.pods)
         observations: dict[Key, PodObservation] = {}
@@ -787,6 +800,9 @@ class PrometheusSource:
                 oom_killed=info.oom_killed if info else False,
                 gpu_cpu_correlation=correlation,
             )
+        spans = _sample_spans(results.get("range:seen", []), busy_series)
+        for key, notes in merge_successive_observations(observations, spans, inventory, coarse).items():
+            warnings[key].extend(notes)
         workload_stats = self._workload_serving(results, inventory, coarse)
         windows = assemble_windows(
             inventory,
@@ -928,18 +944,94 @@ def ending_at_newest_sample(
     return window.model_copy(update={"end": datetime.fromtimestamp(max(newest), tz=UTC)})
 
 
+def _sample_spans(
+    seen: list[dict[str, Any]], busy: Mapping[Key, list[tuple[float, float]]]
+) -> dict[Key, tuple[float, float]]:
+    """(first, last) sample time of each pod's GPU series.
+
+    From `range:seen` (the samples' own timestamps) where it answered; else from the busy range
+    series, whose points run on for Prometheus' look-back (5 min by default) after the last sample.
+    """
+    spans = {key: (samples[0][0], samples[-1][0]) for key, samples in busy.items() if samples}
+    for key, stamps in _range_by_pod(seen).items():
+        times = [value for _, value in stamps if math.isfinite(value)]
+        if times:
+            spans[key] = (min(times), max(times))
+    return spans
+
+
+def _merged(earlier: PodObservation, later: PodObservation) -> PodObservation:
+    """A pod and its successor on the same GPUs as one pod (the later one's name)."""
+
+    def combined(
+        first: Mapping[Signal, SignalStats], second: Mapping[Signal, SignalStats]
+    ) -> dict[Signal, SignalStats]:
+        out: dict[Signal, SignalStats] = {}
+        for signal in {*first, *second}:
+            merged = st.combine_successive([s for s in (first.get(signal), second.get(signal)) if s])
+            if merged is not None:
+                out[signal] = merged
+        return out
+
+    before = {g.uuid: g for g in earlier.gpus}
+    gpus = [
+        g.model_copy(
+            update={
+                "stats": combined(before[g.uuid].stats, g.stats),
+                "xid_codes": sorted({*before[g.uuid].xid_codes, *g.xid_codes}),
+            }
+        )
+        if g.uuid in before
+        else g
+        for g in later.gpus
+    ]
+    return later.model_copy(
+        update={
+            "stats": combined(earlier.stats, later.stats),
+            "gpus": gpus,
+            "restarts": earlier.restarts + later.restarts,
+            "oom_killed": earlier.oom_killed or later.oom_killed,
+        }
+    )
+
+
+def merge_successive_observations(
+    observations: dict[Key, PodObservation],
+    spans: Mapping[Key, tuple[float, float]],
+    inventory: Inventory,
+    step: float,
+) -> dict[Key, list[str]]:
+    """Read a workload's pods that followed each other on the same GPUs as one pod (the latest), as
+    the OpenMetrics source does (`merge_successive_pods`); returns the warnings, by surviving pod.
+
+    A Job retry or a Recreate rollout starts a new pod on the device the old one left; two pods of a
+    one-replica workload, each over half the window, would read as two half-observed replicas.
+    """
+    pods = [
+        (key, inventory.workload_of(*key).key, frozenset((g.node, g.uuid) for g in pod.gpus), span)
+        for key, pod in observations.items()
+        if pod.gpus and (span := spans.get(key)) is not None
+    ]
+    notes: dict[Key, list[str]] = defaultdict(list)
+    for current, key in successions(pods, step):
+        observations[key] = _merged(observations.pop(current), observations[key])
+        inventory.pods.pop(current, None)
+        notes[key].extend(notes.pop(current, []))
+        notes[key].append(replaced_note(current, key))
+    return notes
+
+
 def sharers_in_time(
     devices: Mapping[Key, Mapping[str, Mapping[str, Any]]],
-    busy: Mapping[Key, list[tuple[float, float]]],
+    spans: Mapping[Key, tuple[float, float]],
     step: float,
 ) -> dict[tuple[Key, str, str], int]:
     """(pod, node, device) → the pods that saw the device while this one did (itself included).
 
-    A pod's time is the span of its busy range series; pods overlapping by at most two steps follow
-    each other (a Job retry, a Recreate rollout) and do not share the device. A pod without a busy
-    series overlaps every other (it cannot be told apart).
+    A pod's time is the span of its GPU samples (`_sample_spans`); pods overlapping by at most two
+    steps follow each other (a Job retry, a Recreate rollout) and do not share the device. A pod
+    without a span overlaps every other (it cannot be told apart).
     """
-    spans = {key: (samples[0][0], samples[-1][0]) for key, samples in busy.items() if samples}
     on_device: dict[tuple[str, str], list[Key]] = defaultdict(list)
     for key, per_pod in devices.items():
         for device_id, entry in per_pod.items():

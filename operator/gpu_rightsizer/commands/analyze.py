@@ -256,14 +256,6 @@ def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
     return max(spans) if spans else None
 
 
-def _setting_names() -> list[str]:
-    from pydantic.alias_generators import to_camel
-
-    from gpu_rightsizer.logic.thresholds import EngineSettings
-
-    return [to_camel(name) for name in EngineSettings.model_fields]
-
-
 def _progress(message: str) -> None:
     print(f"[analyze] {message}", file=sys.stderr, flush=True)
 
@@ -309,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.adapters.prometheus_discovery import PrometheusNotFoundError
     from gpu_rightsizer.commands.prometheus_access import prometheus_config
     from gpu_rightsizer.config import MatcherError, parse_trusted_targets
-    from gpu_rightsizer.logic.thresholds import EngineSettings
+    from gpu_rightsizer.logic.thresholds import EngineSettings, setting_names
     from gpu_rightsizer.logic.timeline import Timeline, with_allocation
     from gpu_rightsizer.model.codes import SharingStrategy
     from gpu_rightsizer.report import ReportRow
@@ -320,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = EngineSettings().with_overrides(overrides)
     except ValueError as error:
-        names = ", ".join(sorted(_setting_names()))
+        names = ", ".join(sorted(setting_names()))
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
         return 2
     plotted: dict[str, Timeline] | None = {} if args.output == "html" else None

@@ -698,9 +698,9 @@ def test_idle_needs_quiet_links() -> None:
         loop = _copy_loop(rx_p50, rx_p95, sm=0.0)
         return window([loop.pods[0].model_copy(update={"stats": {Signal.CPU_USAGE_CORES: stat(0.01)}})])
 
-    quiet = settings.idle_transfer_bytes_per_s * 0.5
+    quiet = settings.idle.idle_transfer_bytes_per_s * 0.5
     assert primary(holder(quiet * 0.5, quiet)) is DiagnosisCode.IDLE_ALLOCATION
-    noisy = settings.idle_transfer_bytes_per_s * 2
+    noisy = settings.idle.idle_transfer_bytes_per_s * 2
     assert DiagnosisCode.IDLE_ALLOCATION not in codes(holder(noisy * 0.5, noisy))
 
 
