@@ -263,10 +263,28 @@ RECOMMENDATION_COLUMNS = [
     _column("Action", ".status.summary.action", "The main recommended change."),
     _column("GPU Busy P95", ".status.summary.gpuBusyP95", "p95 of GPU busy over the window."),
     _column("Savings", ".status.summary.savings", "Estimated GPU-hours per day freed."),
-    _column("State", ".status.apply.state", "Pending, Applied, Verified, RolledBack, Skipped or Blocked."),
-    _column("Age", ".metadata.creationTimestamp", "Time since the recommendation was created.", kind="date"),
+    _column(
+        "State",
+        ".status.apply.state",
+        "Advised (advice only: no Apply policy, or one in Recommend mode), Pending, Applied, Verified, "
+        "Inconclusive, RolledBack, Skipped or Blocked.",
+    ),
+    _column(
+        "Last-Analysed",
+        ".status.window.end",
+        "End of the window last analysed (the newest data seen). The status is rewritten only when "
+        "the recommendation changes, so this lags by up to the refresh period.",
+        kind="date",
+    ),
     _column("Confidence", ".status.summary.confidence", "Confidence of the primary diagnosis.", priority=1),
     _column("Window", ".status.summary.window", "Length of the observed window.", priority=1),
+    _column(
+        "Age",
+        ".metadata.creationTimestamp",
+        "Time since the recommendation was created.",
+        kind="date",
+        priority=1,
+    ),
 ]
 
 POLICY_COLUMNS = [

@@ -251,9 +251,14 @@ def test_recommendation_printer_columns() -> None:
         "GPU Busy P95",
         "Savings",
         "State",
-        "Age",
+        "Last-Analysed",
     ]
-    assert {name for name, c in columns.items() if c.get("priority") == 1} == {"Confidence", "Window"}
+    assert {name for name, c in columns.items() if c.get("priority") == 1} == {"Confidence", "Window", "Age"}
+    # freshness is the analysed window's end, not the object's creation
+    assert (columns["Last-Analysed"]["jsonPath"], columns["Last-Analysed"]["type"]) == (
+        ".status.window.end",
+        "date",
+    )
     nodes = dict(_walk(_schema("gpurecommendations")))
     for column in columns.values():
         if column["jsonPath"].startswith(".status"):

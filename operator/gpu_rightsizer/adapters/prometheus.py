@@ -91,6 +91,9 @@ class PrometheusConfig:
     username: str | None = None
     password: str | None = None
     ca_file: str | None = None
+    #: Client certificate and key files (a kubeconfig user reaching Prometheus through the API
+    #: server's service proxy).
+    client_cert: tuple[str, str] | None = None
     insecure: bool = False
     timeout_seconds: float = 30.0
     max_concurrency: int = 4
@@ -331,6 +334,7 @@ class PrometheusSource:
         self.step_seconds = step_seconds
         session = requests.Session()
         session.verify = False if config.insecure else (config.ca_file or True)
+        session.cert = config.client_cert
         headers = {"Authorization": f"Bearer {config.bearer_token}"} if config.bearer_token else None
         auth = (config.username, config.password or "") if config.username else None
         self.client = PrometheusConnect(

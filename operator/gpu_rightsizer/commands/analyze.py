@@ -1,6 +1,7 @@
 """One-shot report: why do the GPU workloads waste their GPUs, and what to change.
 
 gpu-rightsizer analyze --prometheus http://127.0.0.1:9090 --window 1h
+gpu-rightsizer analyze --context prod --window 6h     (finds Prometheus in the cluster, via the API server)
 gpu-rightsizer analyze --openmetrics dump.om -n team-a -o json
 gpu-rightsizer analyze --prometheus URL --at 2026-05-01T12:00:00Z --workload trainer -o csv
 gpu-rightsizer analyze --openmetrics recording.om.gz --min-window 30s --set cpuSaturation=0.8 -o json
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -81,11 +81,17 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the `analyze` options."""
+    from gpu_rightsizer.commands.prometheus_access import add_connection_arguments
     from gpu_rightsizer.model.codes import SharingStrategy
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="Prometheus base URL (env PROMETHEUS_URL); without it and --openmetrics, Prometheus is found "
+        "in the kubeconfig's cluster (--context)",
+    )
     source.add_argument(
         "--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file, plain or gzipped"
     )
@@ -139,25 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(renameByDefault: true), time-slicing-no-rename the device plugin's default (nvidia.com/gpu on "
         "a -SHARED product); none: no MIG or sharing action",
     )
-    auth = parser.add_argument_group("Prometheus connection")
-    auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
-    auth.add_argument("--bearer-token-file", default=None, help="file holding the bearer token")
-    auth.add_argument("--username", default=None, help="basic-auth user (env PROMETHEUS_USERNAME)")
-    auth.add_argument("--password", default=None, help="basic-auth password (env PROMETHEUS_PASSWORD)")
-    auth.add_argument("--ca-file", default=None, help="CA bundle to verify the server's TLS certificate")
-    auth.add_argument(
-        "--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates"
-    )
-    auth.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
-    auth.add_argument(
-        "--prometheus-label",
-        dest="prometheus_labels",
-        metavar="MATCHER",
-        action="append",
-        default=[],
-        help='extra label matcher for every query, e.g. cluster=prod or cluster=~"prod-.*" (multi-cluster '
-        "stores: Thanos, Mimir, VictoriaMetrics); repeatable",
-    )
+    add_connection_arguments(parser)
     parser.add_argument(
         "--trusted-gpu-target",
         dest="trusted_gpu_targets",
@@ -169,7 +157,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "unlike `run`; for --openmetrics, only a file whose series carry target labels, such as a "
         "/federate dump; docs/clusters.md)",
     )
-    auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
     money = parser.add_argument_group("money (no price: no money)")
     money.add_argument(
         "--gpu-hour-price",
@@ -322,12 +309,10 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file, with_idle_floors
     from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
-    from gpu_rightsizer.adapters.prometheus import (
-        PrometheusConfig,
-        PrometheusSource,
-        PrometheusSourceError,
-    )
-    from gpu_rightsizer.config import MatcherError, load_gpu_prices, parse_matchers, parse_trusted_targets
+    from gpu_rightsizer.adapters.prometheus import PrometheusSource, PrometheusSourceError
+    from gpu_rightsizer.adapters.prometheus_discovery import PrometheusNotFoundError
+    from gpu_rightsizer.commands.prometheus_access import prometheus_config
+    from gpu_rightsizer.config import MatcherError, load_gpu_prices, parse_trusted_targets
     from gpu_rightsizer.logic.thresholds import EngineSettings, setting_names
     from gpu_rightsizer.logic.timeline import Timeline, with_allocation
     from gpu_rightsizer.logic.waste import gpu_models, with_cost
@@ -388,22 +373,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 windows = read(recorded)
         else:
-            token = args.bearer_token or os.environ.get("PROMETHEUS_BEARER_TOKEN")
-            if args.bearer_token_file:
-                with open(args.bearer_token_file, encoding="utf-8") as handle:
-                    token = handle.read().strip()
-            config = PrometheusConfig(
-                url=args.prometheus,
-                bearer_token=token,
-                username=args.username or os.environ.get("PROMETHEUS_USERNAME"),
-                password=args.password or os.environ.get("PROMETHEUS_PASSWORD"),
-                ca_file=args.ca_file,
-                insecure=args.insecure_skip_tls_verify,
-                timeout_seconds=args.timeout,
-                max_concurrency=max(1, args.max_concurrency),
-                extra_matchers=parse_matchers(list(getattr(args, "prometheus_labels", []) or [])),
-                trusted_gpu_targets=trusted,
-            )
+            config = prometheus_config(args, _progress)
             source = PrometheusSource(config)
             windows = source.read(
                 window_seconds=args.window or DEFAULT_WINDOW_SECONDS,
@@ -421,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
             )
             for note in source.notes:
                 _progress(f"note: {note}")
-    except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:
+    except (OpenMetricsError, PrometheusSourceError, PrometheusNotFoundError, MatcherError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except OSError as error:

@@ -630,7 +630,7 @@ def test_duplicated_series_of_a_shared_gpu_count_once() -> None:
         alloc=allocation(replicas=2, sharing="time-slicing"),
     )
     analysis = analyze_window(w)
-    assert analysis.findings[0].evidence.get("memoryUsedMaxGiB") == pytest.approx(8500 / 1024, abs=0.01)
+    assert analysis.findings[0].evidence.get("memoryUsedMaxGib") == pytest.approx(8500 / 1024, abs=0.01)
 
 
 def test_io_bound_is_not_claimed_for_serving_traffic() -> None:

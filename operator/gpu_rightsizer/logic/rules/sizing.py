@@ -67,7 +67,7 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
             f"Meaning: the work needs about {pct(need.share_of_device)} of this device. Change: "
             f"{_slice_advice(figures, settings, need)}{cpu_hint}",
             {
-                "memoryUsedMaxGiB": need.memory_gib,
+                "memoryUsedMaxGib": need.memory_gib,
                 "memoryShareP99": share,
                 "smActiveP95": figures.sm_p95,
                 "gpuBusyP95": figures.busy_p95_max,
@@ -120,7 +120,7 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
                 "MIG slice), and tensor parallelism across GPUs last.",
                 {
                     "memoryShareP99": share,
-                    "memoryUsedP99GiB": figures.fb_used_p99_gib,
+                    "memoryUsedP99Gib": figures.fb_used_p99_gib,
                     "restarts": float(figures.restarts),
                     "oomKilled": 1.0 if figures.oom_killed else 0.0,
                 },
