@@ -333,7 +333,7 @@ CSV_WASTE_COLUMNS = ("waste_gpu_hours_per_day", "allocated_gpus", "busy_fraction
 CSV_COST_COLUMNS = ("price_per_gpu_hour", "cost_per_day", "waste_per_day", "savings_per_day")
 _CSV_MONEY_FIELDS = {
     "waste_gpu_hours_per_day": ("waste", "gpuHoursPerDay"),
-    "allocated_gpus": ("waste", "allocatedGPUs"),
+    "allocated_gpus": ("waste", "allocatedGpus"),
     "busy_fraction": ("waste", "busyFraction"),
     "price_per_gpu_hour": ("cost", "pricePerGPUHour"),
     "cost_per_day": ("cost", "perDay"),

@@ -132,7 +132,7 @@ class Waste(CamelModel):
         ge=0.0, description="Allocated GPU-hours per day times (1 - busy): idle GPU time held."
     )
     allocated_gpus: float = Field(
-        alias="allocatedGPUs",
+        alias="allocatedGpus",
         ge=0.0,
         description="Whole-GPU equivalents held: a MIG slice counts its compute share, a time-sliced "
         "share 1/N of its device.",

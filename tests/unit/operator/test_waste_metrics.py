@@ -102,7 +102,7 @@ def test_status_carries_waste_and_cost_only_with_a_price() -> None:
         return written.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     plain = status(analysis)
-    assert set(plain["waste"]) == {"gpuHoursPerDay", "allocatedGPUs", "busyFraction"}  # type: ignore[arg-type]
+    assert set(plain["waste"]) == {"gpuHoursPerDay", "allocatedGpus", "busyFraction"}  # type: ignore[arg-type]
     assert "cost" not in plain
     priced = status(with_cost(analysis, GPUPrices(default=3.0), [None]))
     assert priced["cost"] == {  # type: ignore[comparison-overlap]
