@@ -1,13 +1,12 @@
 """End to end: `analyze --context` and `explain` find the test Prometheus through the real API server.
 
-A real Prometheus holds backfilled history and listens on this machine's non-loopback address
-(the API server refuses loopback endpoints, and proxies only to pod addresses); a selector-less
-Service labelled as kube-prometheus-stack's, with Endpoints and an EndpointSlice naming that
-address and a never-scheduled pod holding it, stands for it in the local cluster. The commands get
-no URL: they find the Service by its labels with the context given on the command line (the
-kubeconfig's current context points nowhere), and reach it at the EndpointSlice's address and
-through the API server's service proxy. Without a non-loopback address the test is skipped; the
-proxy path is also tested on recorded answers (tests/unit/commands/test_prometheus_discovery.py).
+A real Prometheus holds backfilled history and listens on 127.0.0.1, as every server a test starts
+does. A selector-less Service labelled as kube-prometheus-stack's stands for it in the local
+cluster: an ExternalName Service naming `localhost`, as a Prometheus outside the cluster is named
+(the API server admits no loopback address in endpoints, nor a one-label name in an FQDN slice). The commands get no URL: they find the Service by its labels with the
+context given on the command line (the kubeconfig's current context points nowhere), and connect to
+the discovered endpoint directly. The API server does not proxy to loopback, so the service-proxy
+path is tested on recorded answers (tests/unit/commands/test_prometheus_discovery.py).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,17 +41,6 @@ WINDOW = 3600.0
 PICKED = ("loader-starved", "healthy-training", "idle-notebook")
 
 
-def _host_address() -> str | None:
-    """This machine's address on its default route (no packet is sent), or None without one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))
-            address = str(probe.getsockname()[0])
-        except OSError:
-            return None
-    return None if address.startswith("127.") else address
-
-
 @dataclass(frozen=True)
 class Discoverable:
     kubeconfig: Path
@@ -61,88 +48,35 @@ class Discoverable:
     namespace: str
     prometheus_url: str
     scenarios: list[Scenario]
+    port: int
 
 
 @pytest.fixture(scope="module")
 def discoverable(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Discoverable]:
-    address = _host_address()
-    if address is None:
-        pytest.skip("no non-loopback IPv4 address: the API server accepts no loopback endpoint")
     workdir = tmp_path_factory.mktemp("discovery")
     scenarios = [s for s in scenario_library("e2e") if s.name in PICKED]
     scenarios = list({s.name: s for s in scenarios}.values())
     assert sorted(s.name for s in scenarios) == sorted(PICKED)
     history = workdir / "history.om"
     write_openmetrics(history, scenarios, END - WINDOW - 600, END, 60.0)
-    server = PrometheusServer(workdir=workdir, backfill=(history,), host=address)
+    server = PrometheusServer(workdir=workdir, backfill=(history,))
     server.start()
     namespace = kube.create_namespace("monitoring")
     labels = {"app": "kube-prometheus-stack-prometheus", "release": "kube-prometheus-stack"}
     name = "kube-prometheus-stack-prometheus"
     kube.apply(
-        {
+        {  # a Prometheus outside the cluster, named by DNS: the API server admits no loopback endpoint
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {
+                "type": "ExternalName",
+                "externalName": "localhost",
                 "ports": [
-                    {"name": "http-web", "port": 9090, "targetPort": server.port},
-                    {"name": "reloader-web", "port": 8080, "targetPort": 8080},
-                ]
+                    {"name": "http-web", "port": server.port},
+                    {"name": "reloader-web", "port": 8080},
+                ],
             },
-        },
-        {  # the Prometheus pod's stand-in: held unscheduled, its IP set to this machine's below
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "prometheus-0", "namespace": namespace},
-            "spec": {
-                "schedulingGates": [{"name": "e2e.gpurightsizer.io/runs-outside-the-cluster"}],
-                "containers": [{"name": "prometheus", "image": "quay.io/prometheus/prometheus"}],
-            },
-        },
-    )
-    kube.kubectl(
-        "patch",
-        "pod",
-        "prometheus-0",
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": {"podIP": address, "podIPs": [{"ip": address}]}}),
-    )
-    kube.apply(
-        {  # what the API server's service proxy resolves: only to addresses of pods (targetRef)
-            "apiVersion": "v1",
-            "kind": "Endpoints",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "subsets": [
-                {
-                    "addresses": [
-                        {
-                            "ip": address,
-                            "targetRef": {"kind": "Pod", "name": "prometheus-0", "namespace": namespace},
-                        }
-                    ],
-                    "ports": [{"name": "http-web", "port": server.port}],
-                }
-            ],
-        },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-test",
-                "namespace": namespace,
-                "labels": {
-                    "kubernetes.io/service-name": name,
-                    "endpointslice.kubernetes.io/managed-by": "e2e",
-                },
-            },
-            "addressType": "IPv4",
-            "ports": [{"name": "http-web", "port": server.port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
         },
     )
     original = yaml.safe_load(kube.kubeconfig.read_text())
@@ -154,7 +88,9 @@ def discoverable(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     kubeconfig = workdir / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(original))
     try:
-        yield Discoverable(kubeconfig, context, namespace, server.url, scenarios)
+        yield Discoverable(
+            kubeconfig, context, namespace, f"http://localhost:{server.port}", scenarios, server.port
+        )
     finally:
         server.stop()
         kube.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
@@ -183,21 +119,11 @@ def test_analyze_finds_prometheus_with_no_url(
     code = _run(analyze, [*_discovery_flags(discoverable), "--at", str(END), "-n", "e2e", "-o", "json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert f"found Prometheus {discoverable.namespace}/kube-prometheus-stack-prometheus:9090" in captured.err
+    assert (
+        f"found Prometheus {discoverable.namespace}/kube-prometheus-stack-prometheus:{discoverable.port}"
+        in captured.err
+    )
     assert f"reaching it at {discoverable.prometheus_url}" in captured.err
-    got = {row["workload"]["name"]: row["primary"] for row in json.loads(captured.out)}
-    assert got == {s.name: s.expected.value for s in discoverable.scenarios}
-
-
-def test_proxy_access_through_the_real_api_server(
-    discoverable: Discoverable, capsys: pytest.CaptureFixture[str]
-) -> None:
-    flags = ["--kubeconfig", str(discoverable.kubeconfig), "--context", discoverable.context]
-    code = _run(analyze, [*flags, "--at", str(END), "-n", "e2e", "-o", "json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    proxy = f"/api/v1/namespaces/{discoverable.namespace}/services/http:kube-prometheus-stack-prometheus:9090/proxy"
-    assert proxy in captured.err
     got = {row["workload"]["name"]: row["primary"] for row in json.loads(captured.out)}
     assert got == {s.name: s.expected.value for s in discoverable.scenarios}
 

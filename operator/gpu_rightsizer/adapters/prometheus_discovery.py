@@ -53,6 +53,9 @@ class DiscoveredService:
     scheme: str
     selector: str
     installation: str
+    #: `spec.externalName` of an ExternalName Service (a Prometheus outside the cluster, named in
+    #: it by DNS), else empty: such a Service has no endpoints, and its name resolves to this host.
+    external_name: str = ""
 
     def describe(self) -> str:
         return f"{self.namespace}/{self.name}:{self.port} ({self.installation}, {self.selector})"
@@ -65,8 +68,15 @@ class DiscoveredService:
         )
 
     def service_url(self) -> str:
-        """The cluster DNS URL (works from a pod in the cluster)."""
+        """The cluster DNS URL (works from a pod in the cluster); an ExternalName Service's own host."""
+        if self.external_name:
+            return self.external_url()
         return f"{self.scheme}://{self.name}.{self.namespace}.svc:{self.port}"
+
+    def external_url(self) -> str:
+        """The host an ExternalName Service names, at the Service's port."""
+        host = f"[{self.external_name}]" if ":" in self.external_name else self.external_name
+        return f"{self.scheme}://{host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,8 @@ def pick_service(
         )
         for service in ordered:
             metadata = service.get("metadata") or {}
-            port = _web_port((service.get("spec") or {}).get("ports") or [])
+            spec = service.get("spec") or {}
+            port = _web_port(spec.get("ports") or [])
             if port is None:
                 continue
             name = str(port.get("name") or "")
@@ -168,6 +179,9 @@ def pick_service(
                 scheme=scheme,
                 selector=selector,
                 installation=installation,
+                external_name=str(spec.get("externalName") or "")
+                if spec.get("type") == "ExternalName"
+                else "",
             )
     return None
 
@@ -271,5 +285,6 @@ def reach(api: client.ApiClient, service: DiscoveredService, access: str) -> Rea
     if access == "service":
         return Reached(url=service.service_url(), service=service, kube=None)
     if access == "endpoint":
-        return Reached(url=endpoint_url(api, service), service=service, kube=None)
+        url = service.external_url() if service.external_name else endpoint_url(api, service)
+        return Reached(url=url, service=service, kube=None)
     raise ValueError(f"unknown access {access!r}; one of {', '.join(ACCESS_MODES)}")

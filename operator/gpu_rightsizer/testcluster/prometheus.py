@@ -75,9 +75,6 @@ class PrometheusServer:
     #: Rules files the server evaluates live (`rule_files`).
     rule_files: Sequence[Path] = ()
     port: int = field(default_factory=free_port)
-    #: Address to listen on: loopback, or a host address a Kubernetes Endpoint may name (the API
-    #: server refuses loopback endpoints).
-    host: str = "127.0.0.1"
     #: Start on the TSDB already in `data_dir` (a cached backfill) instead of an empty one.
     keep_data: bool = False
     #: More command-line flags, e.g. `--query.timeout=30s`.
@@ -87,7 +84,7 @@ class PrometheusServer:
     @property
     def url(self) -> str:
         """Base URL of the HTTP API."""
-        return f"http://{self.host}:{self.port}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -178,7 +175,7 @@ class PrometheusServer:
                 f"--config.file={config}",
                 f"--storage.tsdb.path={self.data_dir}",
                 "--storage.tsdb.retention.time=3650d",
-                f"--web.listen-address={self.host}:{self.port}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-remote-write-receiver",
                 "--web.enable-lifecycle",
                 *self.extra_args,

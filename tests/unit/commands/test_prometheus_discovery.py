@@ -210,3 +210,23 @@ def test_endpoint_address_is_the_first_ready_one_on_the_named_port() -> None:
     ]
     assert pick_endpoint(slices, found) == "http://10.244.2.9:9090"
     assert pick_endpoint([{**slices[0], "ports": [{"name": "grpc", "port": 10901}]}], found) is None
+
+
+def test_an_external_name_service_is_reached_at_the_host_it_names() -> None:
+    services = [
+        {
+            "metadata": {"name": "prometheus", "namespace": "monitoring"},
+            "spec": {
+                "type": "ExternalName",
+                "externalName": "prometheus.example.internal",
+                "ports": [{"name": "web", "port": 9091}],
+            },
+        }
+    ]
+    found = pick_service([("app.kubernetes.io/name=prometheus", "Prometheus", services)])
+    assert found is not None
+    assert found.external_name == "prometheus.example.internal"
+    assert found.service_url() == found.external_url() == "http://prometheus.example.internal:9091"
+    plain = pick_service([("s", "i", [{**services[0], "spec": {"ports": [{"name": "web", "port": 9091}]}}])])
+    assert plain is not None and plain.external_name == ""
+    assert plain.service_url() == "http://prometheus.monitoring.svc:9091"
