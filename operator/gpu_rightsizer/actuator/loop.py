@@ -25,7 +25,7 @@ from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendat
 from gpu_rightsizer.logic.policy import readable_policies, settings_for_workload
 from gpu_rightsizer.model.change import GPURightsizingChange
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
-from gpu_rightsizer.model.kinds import BUILT_IN, SCALABLE_KINDS
+from gpu_rightsizer.model.kinds import kind_of
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.runtime import metrics
 
@@ -134,7 +134,8 @@ def run_once(
     for ref, recommendation in _targets(recommendations, listed).values():
         try:
             # a custom kind (a PyTorchJob) is read through the custom-objects API: its pods are resized in place
-            read = kube.read if ref.kind in BUILT_IN else kube.read_target
+            row = kind_of(ref.kind)
+            read = kube.read if row is not None and row.built_in else kube.read_target
             workload = read(ref.kind, ref.namespace, ref.name)
             if workload is None:
                 continue  # gone: its recommendation is garbage-collected, its change record stays as history
@@ -152,7 +153,7 @@ def run_once(
             others = {k: v for k, v in in_flight.get(settings.policy or "", {}).items() if k != ref.key}
             case = WorkloadCase(
                 ref=ref, uid=str(metadata.get("uid") or ""), workload=workload, recommendation=recommendation,
-                settings=settings, hpa=kube.hpa_for(ref) if ref.kind in SCALABLE_KINDS else None, now=now,
+                settings=settings, hpa=kube.hpa_for(ref) if row is not None and row.scalable else None, now=now,
                 pdbs=pdbs.get(ref.namespace, ()), pods_in_disruption=sum(others.values()),
             )  # fmt: skip
             phase = actuator.step(case, recent)

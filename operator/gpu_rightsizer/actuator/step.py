@@ -70,6 +70,7 @@ from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
+from gpu_rightsizer.model.kinds import KINDS
 from gpu_rightsizer.model.result import Action
 from gpu_rightsizer.runtime import metrics
 
@@ -345,8 +346,9 @@ class Actuator(InPlaceSteps):
             return
         pods = self.kube.pods_of(case.workload)
         replica_sets: list[dict[str, Any]] = []
-        if case.ref.kind == "Deployment":
-            replica_sets = list(self.kube.list_workloads("ReplicaSet", (case.ref.namespace,)).values())
+        row = KINDS.get(case.ref.kind)
+        if row is not None and row.revision_sets is not None:
+            replica_sets = list(self.kube.list_workloads(row.revision_sets, (case.ref.namespace,)).values())
         new_pods = new_revision_pods(case.workload, pods, replica_sets)
         health = pod_health(new_pods)
         rolled_out_at = parse_time(apply.get("rolledOutAt"))

@@ -37,6 +37,7 @@ from gpu_rightsizer.model.change import RECORD_VALID_CONDITION
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
 from gpu_rightsizer.model.k8s import stamp
+from gpu_rightsizer.model.kinds import KINDS
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.runtime import metrics
 
@@ -301,8 +302,9 @@ class ChangeWriter:
         if on_workload is None or on_workload.change_id != undo.change_id:
             bad_revision = (case.workload.get("status") or {}).get("updateRevision")
             patched = self._patch_workload(case, plan, undo)
-        if case.ref.kind == "StatefulSet":
-            self._unstick_statefulset(case, bad_revision)
+        row = KINDS.get(case.ref.kind)
+        if row is not None and row.replaces_stuck_pods and row.revision_label is not None:
+            self._delete_stuck_pods(case, bad_revision, row.revision_label)
         generation = (patched.get("metadata") or {}).get("generation")
         self._settle_rollback(
             case, status, record, generation, f"change {record.change_id} rolled back: {why}", after
@@ -339,15 +341,15 @@ class ChangeWriter:
             metrics.ACTIONS_APPLIED.labels(action.value, "rolled_back").inc()
         LOG.warning("%s: %s", case.ref.key, text)
 
-    def _unstick_statefulset(self, case: WorkloadCase, bad_revision: str | None) -> None:
+    def _delete_stuck_pods(self, case: WorkloadCase, bad_revision: str | None, label: str) -> None:
         """A StatefulSet does not replace a pod of a failed revision that never became ready
         (kubernetes#67250, "Forced rollback"): after the rollback, delete the pods of the failed
-        revision that are Pending or failing. `bad_revision` is the revision our change created;
-        None (a resumed rollback) means every revision but the current update revision."""
+        revision (`label`) that are Pending or failing. `bad_revision` is the revision our change
+        created; None (a resumed rollback) means every revision but the current update revision."""
         current = (case.workload.get("status") or {}).get("updateRevision")
         for pod in self.kube.pods_of(case.workload):
             metadata = pod.get("metadata") or {}
-            revision = (metadata.get("labels") or {}).get("controller-revision-hash")
+            revision = (metadata.get("labels") or {}).get(label)
             stale = revision == bad_revision if bad_revision is not None else revision != current
             stuck = pod_health([pod]).failing or (pod.get("status") or {}).get("phase") == "Pending"
             if stale and stuck:

@@ -353,9 +353,11 @@ class LocalCluster:
                 raise ClusterError(
                     self._describe_failure("kube-apiserver exited after its restart", ["kube-apiserver"])
                 )
-            ready = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
-            if ready.returncode == 0:
-                break
+            try:
+                if self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0:
+                    break
+            except ClusterError:  # no answer yet: still starting
+                pass
             if time.monotonic() > deadline:
                 raise ClusterError(f"kube-apiserver not ready {timeout:.0f} s after its restart")
             time.sleep(0.5)

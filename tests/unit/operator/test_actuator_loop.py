@@ -5,7 +5,7 @@ stepped as usual."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from tests.unit.operator.test_cycle_scaling import NoRecords, actuator_for
@@ -47,7 +47,7 @@ def test_bad_objects_are_named_and_skipped_and_the_others_stepped(
         "metadata": {"namespace": "team-a", "name": "deployment-broken"},
         "spec": {"targetRef": "Deployment/broken"},
     }
-    two_status: dict[str, Any] = recommendations[("team-a", "two")]["status"]
+    two_status = cast(dict[str, Any], recommendations[("team-a", "two")]["status"])
     two_status["actions"] = "not a list"  # read without its actions
     seen: dict[str, Any] = {}
 

@@ -739,7 +739,9 @@ def test_a_statefulset_rollback_deletes_only_the_stuck_pods_of_the_failed_revisi
         ref=WorkloadRef(namespace="team-a", kind="StatefulSet", name="db"), uid="s", workload=sts,
         recommendation={}, settings=policy(), hpa=None, now=T0,
     )  # fmt: skip
-    Actuator(pods, Cluster(), lambda: True, lambda ref, start, end: None)._unstick_statefulset(case, "bad")  # type: ignore[arg-type]
+    Actuator(pods, Cluster(), lambda: True, lambda ref, start, end: None)._delete_stuck_pods(
+        case, "bad", "controller-revision-hash"
+    )  # type: ignore[arg-type]
     assert pods.deleted == ["db-0"]
 
 
