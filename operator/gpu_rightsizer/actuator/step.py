@@ -38,6 +38,7 @@ from gpu_rightsizer.actuator.gates import (
     rollout_incomplete,
 )
 from gpu_rightsizer.actuator.inplace import resizes_in_place
+from gpu_rightsizer.actuator.legacy import converted_apply
 from gpu_rightsizer.actuator.plan import (
     ChangePlan,
     current_value,
@@ -149,6 +150,8 @@ class Actuator(InPlaceSteps):
         )
         phase = phase_of(status.apply)
         try:
+            if found is None:
+                self._convert_legacy(case, status)
             in_place = (
                 resized_pods(status.apply.get("patch")) is not None
                 if phase in IN_FLIGHT
@@ -176,6 +179,17 @@ class Actuator(InPlaceSteps):
                         case, status, {"lastError": f"Kubernetes API error {error.status}: {error.reason}"}
                     )
         return phase_of(status.apply)
+
+    def _convert_legacy(self, case: WorkloadCase, status: RecordState) -> None:
+        """Before anything else, carry a pre-change-record `status.apply` (history, rollbacks,
+        regressions) into the new record, once (`actuator.legacy`)."""
+        carried = converted_apply(case.recommendation, case.now)
+        if carried:
+            self._write(case, status, carried)
+            LOG.info(
+                "%s: %d history entries and %d rollbacks carried into its change record",
+                case.ref.key, len(carried.get("history") or []), carried.get("rollbacks", 0),
+            )  # fmt: skip
 
     def _rebind(self, case: WorkloadCase, status: RecordState, phase: ChangePhase | None) -> None:
         """The workload was deleted and recreated under the same name: the record's change was made to
