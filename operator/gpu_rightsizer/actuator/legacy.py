@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpu_rightsizer.actuator.writes import describe, record_from_patch
+from gpu_rightsizer.actuator.record import describe, record_from_patch
 from gpu_rightsizer.model.crd import (
     HISTORY_LENGTH,
     ApplyStatus,

@@ -16,15 +16,18 @@ from typing import Any, Protocol
 import yaml
 
 from gpu_rightsizer.actuator.plan import (
-    CHANGE_ANNOTATION,
     ChangePlan,
     hpa_patch,
     workload_patch,
 )
 from gpu_rightsizer.actuator.record import (
     ChangeRecord,
+    describe,
     record_on,
     rollback_plan,
+)
+from gpu_rightsizer.actuator.record import (
+    record_from_patch as record_from_patch,  # noqa: PLC0414 (re-exported: the step and resize.py import it here)
 )
 from gpu_rightsizer.actuator.verify import (
     pod_health,
@@ -94,23 +97,6 @@ class RecordState:
     apply: dict[str, Any]
     resource_version: str | None
     spec: dict[str, Any] = field(default_factory=dict)
-
-
-def record_from_patch(patch_text: str) -> ChangeRecord | None:
-    """The change record inside a recorded patch (its annotation), or None."""
-    try:
-        body = yaml.safe_load(patch_text)
-        annotation = body["metadata"]["annotations"][CHANGE_ANNOTATION]
-        return ChangeRecord.from_annotation(str(annotation))
-    except (yaml.YAMLError, KeyError, TypeError, ValueError):
-        return None
-
-
-def describe(record: ChangeRecord | None) -> str:
-    """The change in words, e.g. `containers[main].resources.limits[cpu] 1->4`."""
-    if record is None:
-        return ""
-    return ChangePlan(record.change_id, record.actions, record.target, record.previous).describe()
 
 
 class ChangeWriter:
