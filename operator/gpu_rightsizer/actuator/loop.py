@@ -87,8 +87,9 @@ def _targets(
     """Workload key -> (workload, its recommendation as the actuator may read it): every readable
     recommendation, and every change in flight even when its recommendation is gone.
 
-    What a step sees of a recommendation is the typed model written back out: a field that did not
-    parse is absent, never half-read."""
+    What a step sees of a recommendation is the typed model written back out, with only the fields
+    the stored object has (no defaults filled in, so the mirror compares like with like): a field
+    that did not parse is absent, never half-read."""
     targets: dict[str, tuple[WorkloadRef, dict[str, Any]]] = {}
     for stored in recommendations:
         if stored.problem is not None:
@@ -97,7 +98,7 @@ def _targets(
                 stored.ref.namespace, stored.recommendation.metadata.get("name"), stored.problem,
                 ", ".join(sorted(stored.unreadable)) or "those fields",
             )  # fmt: skip
-        published = stored.recommendation.model_dump(mode="json", by_alias=True, exclude_none=True)
+        published = stored.recommendation.model_dump(mode="json", by_alias=True, exclude_unset=True)
         targets[stored.ref.key] = (stored.ref, published)
     for record in changes:
         if record.status is not None and record.status.in_flight:

@@ -13,6 +13,7 @@ from tests.unit.operator.test_cycle_windows import NOW, cluster, policy
 
 from gpu_rightsizer.actuator import loop
 from gpu_rightsizer.actuator.step import Actuator
+from gpu_rightsizer.adapters.store import parse_recommendation
 from gpu_rightsizer.model.crd import ChangePhase
 
 
@@ -65,7 +66,7 @@ def test_bad_objects_are_named_and_skipped_and_the_others_stepped(
         stepped = loop.run_once(kube, records, actuator_for(kube), NOW)  # type: ignore[arg-type]
     assert sorted(seen) == sorted(f"{ns}/Deployment/{name}" for ns, name in kube.workloads)
     assert stepped == len(kube.workloads)
-    assert seen["team-a/Deployment/two"].recommendation["status"]["actions"] == []
+    assert "actions" not in seen["team-a/Deployment/two"].recommendation["status"]
     assert (
         seen["team-a/Deployment/one"].recommendation["status"]["diagnosis"]["primary"] == "InsufficientData"
     )
@@ -106,3 +107,21 @@ def test_a_change_in_flight_is_stepped_without_its_recommendation(monkeypatch: p
     records = Records([record("one", phase=ChangePhase.ROLLED_OUT.value, policy="a")])
     loop.run_once(kube, records, actuator_for(kube), NOW)  # type: ignore[arg-type]
     assert seen["team-a/Deployment/one"].recommendation["metadata"]["name"] == "deployment-one"
+
+
+def test_a_step_sees_the_stored_fields_only_so_an_unchanged_mirror_is_not_rewritten() -> None:
+    """No defaults are filled in: a mirror without `rollbacks` must not read as `rollbacks: 0`, or
+    every pass would find the mirror stale and write it again."""
+    status = {
+        "diagnosis": {"primary": "InsufficientData", "confidence": 0.0},
+        "apply": {"state": "Blocked", "reason": "PodDisruptionBudget keep-both", "change": "deployment-one"},
+    }
+    raw = {
+        "metadata": {"namespace": "team-a", "name": "deployment-one"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "one"}},
+        "status": status,
+    }
+    stored = parse_recommendation(raw)
+    assert stored is not None
+    ((_, published),) = loop._targets([stored], []).values()
+    assert published["status"] == status and published["spec"] == raw["spec"]
