@@ -855,7 +855,9 @@ def drive(env: Env, rows: list[Case], timeout: float = MATRIX_TIMEOUT) -> None:
             except CaseFailedError as failure:
                 row.seen = str(failure)
                 del scripts[row.name]
-            except Exception as error:  # a broken step is a failed row, not a crashed matrix
+            # a broken step, or a fixture's pytest.fail (an operator that did not start), is a
+            # failed row, not a crashed matrix
+            except (Exception, pytest.fail.Exception) as error:
                 row.seen = f"error: {error}"[:200]
                 del scripts[row.name]
         time.sleep(ROUND)
