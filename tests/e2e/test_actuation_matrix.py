@@ -196,11 +196,17 @@ def in_phase(kube: Kube, namespace: str, *phases: str, name: str = "deployment-t
 
 
 def own_operator(
-    env: Env, case: Case, lease: str, name: str, extra_env: dict[str, str] | None = None, url: str = ""
+    env: Env,
+    case: Case,
+    lease: str,
+    name: str,
+    extra_env: dict[str, str] | None = None,
+    url: str = "",
+    extra_args: tuple[str, ...] = (),
 ) -> Background:
     process = env.run_operator(
         "--role", "all", "--prometheus-url", url or env.url, "-n", case.namespace, "--lease-name", lease, *FAST,
-        name=f"{case.name}-{name}", env=extra_env,
+        *extra_args, name=f"{case.name}-{name}", env=extra_env,
     )  # fmt: skip
     case.processes.append(process)
     return process
@@ -731,6 +737,52 @@ def policy_off_mid_change(env: Env, case: Case) -> Script:
     )
 
 
+def policy_off_across_restart(env: Env, case: Case) -> Script:
+    """The policy is set to Off while the change's pods cannot start, and kube-apiserver restarts at
+    that moment (same etcd and port). The actuator's passes fail while it is away; afterwards the
+    failing change is rolled back once (onDisable Finish), and nothing is lost: the change record's
+    history keeps every earlier entry and gains this one, and the recommendation stays for as long
+    as the change is in flight (an Off policy removes it only once the change has settled)."""
+    kube, ns = env.kube, case.namespace
+    # a lease that outlives the restart: this row is about the change, not about a failover
+    own_operator(env, case, f"lease-{uuid.uuid4().hex[:6]}", "restart", extra_args=("--lease-seconds", "90"))
+    _, bad = yield from changed_trainer(kube, ns)
+    before = change_record(kube, ns)
+    history_before = before.get("history") or []
+    policy(kube, ns, mode="Off", verifyFor="10m")
+    fail_image_pull(kube, ns, "pod-template-hash", bad)
+    down = kube.cluster.restart_apiserver(down_seconds=5)
+    missing_while_in_flight: list[str] = []
+
+    def rolled_back() -> bool:
+        fail_image_pull(kube, ns, "pod-template-hash", bad)
+        phase = change_record(kube, ns).get("phase")
+        listed = kube.kubectl("get", "gpurecommendation", "-n", ns, "-o", "name").stdout.split()
+        if phase not in ("RolledBack", "Done", "Abandoned") and not listed:
+            missing_while_in_flight.append(str(phase))
+        return phase == "RolledBack"
+
+    yield from until(rolled_back, 240, "the rollback under Off after the restart")
+    settled = generation(kube, ns)
+    yield from hold(20)
+    record = change_record(kube, ns)
+    history = record.get("history") or []
+    outcomes = [entry.get("outcome") for entry in history]
+    case.seen = (
+        f"API server away {down:.0f} s; {before.get('phase')} -> history {outcomes}, cpu "
+        f"{template_cpu(kube, ns)[0]}, writes after: {generation(kube, ns) - settled}, "
+        f"recommendation missing in flight: {len(missing_while_in_flight)}"
+    )
+    case.ok = (
+        history[: len(history_before)] == history_before
+        and outcomes[len(history_before) :] == ["RolledBack"]
+        and history[-1].get("changeId") == before.get("changeId")
+        and not missing_while_in_flight
+        and template_cpu(kube, ns) == ("1", "1")
+        and generation(kube, ns) == settled
+    )
+
+
 def cases() -> list[Case]:
     return [
         Case("mode switch mid-change", "onDisable Keep: Abandoned, no workload write after the switch", mode_switch),
@@ -776,12 +828,26 @@ def test_actuation_matrix(
     for row in rows:
         row.namespace = kube.create_namespace("mx")
     shared = [row.namespace for row in rows if row.shared_operator]
-    operator = run_operator(
-        "--role", "all", "--prometheus-url", live_metrics, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}",
-        *FAST, *[arg for ns in shared for arg in ("-n", ns)], name="shared",
+    # without namespaces the shared operator would watch them all, the other rows' included
+    operator = (
+        run_operator(
+            "--role", "all", "--prometheus-url", live_metrics, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}",
+            *FAST, *[arg for ns in shared for arg in ("-n", ns)], name="shared",
+        )
+        if shared
+        else None
     )  # fmt: skip
+    drive(env, rows)
+    with capsys.disabled():
+        print("\n" + table(rows) + "\n")
+    details = "".join(diagnostics(kube, row, operator) for row in rows if not row.ok)
+    assert all(row.ok for row in rows), "\n" + table(rows) + details
+
+
+def drive(env: Env, rows: list[Case], timeout: float = MATRIX_TIMEOUT) -> None:
+    """Run the rows' scripts side by side, a round every ROUND seconds, until all ended or `timeout`."""
     scripts: dict[str, Script] = {row.name: row.script(env, row) for row in rows}
-    deadline = time.monotonic() + MATRIX_TIMEOUT
+    deadline = time.monotonic() + timeout
     while scripts and time.monotonic() < deadline:
         for row in rows:
             script = scripts.get(row.name)
@@ -794,23 +860,21 @@ def test_actuation_matrix(
             except CaseFailedError as failure:
                 row.seen = str(failure)
                 del scripts[row.name]
-            except Exception as error:  # a broken step is a failed row, not a crashed matrix
+            # a broken step, or a fixture's pytest.fail (an operator that did not start), is a
+            # failed row, not a crashed matrix
+            except (Exception, pytest.fail.Exception) as error:
                 row.seen = f"error: {error}"[:200]
                 del scripts[row.name]
         time.sleep(ROUND)
-    with capsys.disabled():
-        print("\n" + table(rows) + "\n")
-    details = "".join(diagnostics(kube, row, operator) for row in rows if not row.ok)
-    assert all(row.ok for row in rows), "\n" + table(rows) + details
 
 
-def diagnostics(kube: Kube, row: Case, shared: Background) -> str:
+def diagnostics(kube: Kube, row: Case, shared: Background | None) -> str:
     """What a failed row's namespace holds, and the tail of the operator log that served it."""
     objects = kube.kubectl(
         "get", "deploy,sts,rs,pods,gpurecommendations", "-n", row.namespace, "-o", "wide", check=False
     ).stdout
     apply = json.dumps(change_record(kube, row.namespace), indent=1)[:1500]
-    logs = [p.output()[-1500:] for p in row.processes] or [shared.output()[-1500:]]
+    logs = [p.output()[-1500:] for p in row.processes] or ([shared.output()[-1500:]] if shared else [])
     return f"\n--- {row.name} ({row.namespace}) ---\n{objects}\nchange record: {apply}\n" + "\n".join(logs)
 
 
@@ -1060,3 +1124,24 @@ def test_matrix_spoofed_exported_series(
     with capsys.disabled():
         print("\n" + table([row]) + "\n")
     assert row.ok, "\n" + table([row]) + diagnostics(kube, row, operator)
+
+
+# --------------------------------------------------------------------------------------------------
+# Row "policy set to Off mid-change across a kube-apiserver restart": alone, since the restart
+# interrupts every client of the cluster (the shared operator's 6 s lease would lapse)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_matrix_policy_off_across_apiserver_restart(
+    kube: Kube, live_metrics: str, run_operator: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = Case(
+        "policy Off mid-change across a kube-apiserver restart",
+        "failing change rolled back once after the restart; history kept",
+        policy_off_across_restart, shared_operator=False,
+    )  # fmt: skip
+    row.namespace = kube.create_namespace("mx-restart")
+    drive(Env(kube, live_metrics, run_operator), [row], timeout=600)
+    with capsys.disabled():
+        print("\n" + table([row]) + "\n")
+    assert row.ok, "\n" + table([row]) + diagnostics(kube, row, row.processes[0])

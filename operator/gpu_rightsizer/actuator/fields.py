@@ -11,8 +11,8 @@ from gpu_rightsizer.actuator.plan import (
     HPA_MIN_PATH,
     NODE_SELECTOR_PATH,
     REPLICAS_PATH,
-    TEMPLATE_PATHS,
 )
+from gpu_rightsizer.model.kinds import patch_template_path
 
 FIELD_MANAGER = "gpu-rightsizer"
 
@@ -41,7 +41,7 @@ def _managed_key_paths(kind: str, path: str) -> list[str] | None:
     """The managedFields (fieldsV1) key path of a flat path, or None for paths outside the object."""
     if kind == "HorizontalPodAutoscaler":
         return ["f:spec", f"f:{path.removeprefix('hpa.')}"] if path in (HPA_MIN_PATH, HPA_MAX_PATH) else None
-    template = TEMPLATE_PATHS.get(kind)
+    template = patch_template_path(kind)
     if template is None:
         return None
     match = CONTAINER_PATH.match(path)

@@ -23,7 +23,7 @@ from gpu_rightsizer.actuator.plan import (
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.logic.policy import EffectiveSettings, in_maintenance_window
 from gpu_rightsizer.model.codes import HEALTH_CODES, ApplyState, DiagnosisCode, PolicyMode
-from gpu_rightsizer.model.kinds import SCALABLE_KINDS
+from gpu_rightsizer.model.kinds import KINDS, Rollout, is_scalable
 
 # --------------------------------------------------------------------------------------------------
 # Gates
@@ -177,12 +177,13 @@ def rollout_failure(workload: Mapping[str, Any]) -> str | None:
 def rollout_incomplete(workload: Mapping[str, Any]) -> str | None:
     """Why the workload is not fully rolled out and available; None when it is.
 
-    Deployment: observedGeneration caught up, every replica updated and available. StatefulSet: the
-    same, with the current revision equal to the update revision. Kinds without a rollout (CronJob)
-    are always complete.
+    By the kind's rollout rule (model.kinds): Deployment, observedGeneration caught up, every replica
+    updated and serving; StatefulSet, the same, with the current revision equal to the update
+    revision; ReplicaSet, enough replicas available. Kinds without a rollout (CronJob) are always
+    complete.
     """
-    kind = str(workload.get("kind", ""))
-    if kind not in SCALABLE_KINDS:
+    row = KINDS.get(str(workload.get("kind", "")))
+    if row is None or row.rollout == Rollout.NONE:
         return None
     metadata = workload.get("metadata") or {}
     status = workload.get("status") or {}
@@ -193,13 +194,13 @@ def rollout_incomplete(workload: Mapping[str, Any]) -> str | None:
     failure = rollout_failure(workload)
     if failure:
         return failure
-    replicas = int(dig(workload, ("spec", "replicas")) or (1 if kind != "ReplicaSet" else 0))
-    if kind == "ReplicaSet":
+    if row.rollout == Rollout.REPLICASET:
+        replicas = int(dig(workload, ("spec", "replicas")) or 0)
         available = int(status.get("availableReplicas") or 0)
         return None if available >= replicas else f"{available}/{replicas} replicas available"
+    replicas = int(dig(workload, ("spec", "replicas")) or 1)
     updated = int(status.get("updatedReplicas") or 0)
-    ready_key = "availableReplicas" if kind == "Deployment" else "readyReplicas"
-    ready = int(status.get(ready_key) or 0)
+    ready = int(status.get(row.ready_status) or 0)
     total = int(status.get("replicas") or 0)
     if updated < replicas:
         return f"{updated}/{replicas} replicas updated"
@@ -208,18 +209,18 @@ def rollout_incomplete(workload: Mapping[str, Any]) -> str | None:
     if ready < replicas:
         return f"{ready}/{replicas} replicas available"
     if (
-        kind == "StatefulSet"
+        row.rollout == Rollout.STATEFULSET
         and status.get("updateRevision")
         and (status.get("currentRevision") != status.get("updateRevision"))
     ):
-        return "the StatefulSet's current revision is not the update revision yet"
+        return f"the {row.kind}'s current revision is not the update revision yet"
     return None
 
 
 def disrupts_pods(plan: ChangePlan, workload: Mapping[str, Any]) -> bool:
     """True when the change restarts or removes running pods (a template change or a scale-in of a
     Deployment, StatefulSet or ReplicaSet; a CronJob's next run simply starts with the new template)."""
-    if workload.get("kind") not in SCALABLE_KINDS:
+    if not is_scalable(str(workload.get("kind", ""))):
         return False
     for path, value in plan.target.items():
         if path.startswith("hpa."):
@@ -272,26 +273,28 @@ def check_availability(plan: ChangePlan, facts: Availability, settings: Effectiv
     if managed is not None:
         return Verdict(False, ApplyState.BLOCKED, managed)
     spec = workload.get("spec") or {}
-    if workload.get("kind") == "Deployment" and spec.get("paused"):
+    kind = str(workload.get("kind", ""))
+    row = KINDS.get(kind)
+    if row is not None and row.pausable and spec.get("paused"):
         return Verdict(
             False, ApplyState.BLOCKED,
-            "the Deployment is paused (spec.paused): a change would not roll out until someone resumes it",
+            f"the {kind} is paused (spec.paused): a change would not roll out until someone resumes it",
         )  # fmt: skip
     not_ready = rollout_incomplete(workload)
     if not_ready is not None:
         return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
     if not disrupts_pods(plan, workload):
         return None
-    recreate = workload.get("kind") == "Deployment" and (spec.get("strategy") or {}).get("type") == "Recreate"
+    recreate = (
+        row is not None and row.recreate_strategy and (spec.get("strategy") or {}).get("type") == "Recreate"
+    )
     if recreate and not settings.allow_recreate:
         return Verdict(
             False, ApplyState.BLOCKED,
             "strategy Recreate stops every replica at once, whatever the PodDisruptionBudget allows "
             "(set spec.safety.allowRecreate to allow it)",
         )  # fmt: skip
-    replicas = (
-        int(current_value(workload, REPLICAS_PATH) or "1") if workload.get("kind") in SCALABLE_KINDS else 1
-    )
+    replicas = int(current_value(workload, REPLICAS_PATH) or "1") if is_scalable(kind) else 1
     if replicas < 2 and not settings.allow_single_replica:
         return Verdict(
             False,

@@ -23,18 +23,13 @@ from gpu_rightsizer.logic.workloads import (
     parse_quantity,
 )
 from gpu_rightsizer.model.codes import ActionType
-from gpu_rightsizer.model.kinds import KINDS, SCALABLE_KINDS
+from gpu_rightsizer.model.kinds import is_scalable, patch_template_path
 from gpu_rightsizer.model.result import Action, ActionTarget
 
 #: JSON record of the last change on the workload: change id, previous and target values, baseline.
 CHANGE_ANNOTATION = "gpurightsizer.io/previous"
 
 DEFAULT_MIN_DELTA_RATIO = 0.10
-
-#: Pod-template paths of the kinds the actuator may patch (from the kinds table).
-TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    name: kind.template_path for name, kind in KINDS.items() if kind.patchable and kind.template_path
-}
 
 CONTAINER_PATH = re.compile(
     r"^containers\[(?P<container>[^\]]+)\]\.resources\.(?P<section>limits|requests)\[(?P<resource>[^\]]+)\]$"
@@ -93,7 +88,7 @@ def select_actions(
         if action.type in (ActionType.REPLICAS, ActionType.RELEASE_IDLE) and has_hpa:
             left_out.append(f"{action.type.value}: a HorizontalPodAutoscaler owns the replica count")
             continue
-        if action.type in (ActionType.REPLICAS, ActionType.RELEASE_IDLE) and kind not in SCALABLE_KINDS:
+        if action.type in (ActionType.REPLICAS, ActionType.RELEASE_IDLE) and not is_scalable(kind):
             left_out.append(f"{action.type.value}: a {kind} has no replica count to change")
             continue
         if action.type == ActionType.HPA_BOUNDS and not has_hpa:
@@ -134,7 +129,7 @@ def dig(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
 def pod_template(workload: Mapping[str, Any]) -> Mapping[str, Any]:
     """The workload's pod template; PlanError for kinds whose pods cannot be changed through an owner."""
     kind = str(workload.get("kind", ""))
-    path = TEMPLATE_PATHS.get(kind)
+    path = patch_template_path(kind)
     if path is None:
         if kind == "Job":
             raise PlanError("a Job's pod template is immutable: change the Job's manifest for its next run")
@@ -414,7 +409,7 @@ def _nest(path: Sequence[str], leaf: dict[str, Any]) -> dict[str, Any]:
 
 def workload_patch(kind: str, values: Mapping[str, str | None], annotation: str | None) -> dict[str, Any]:
     """Strategic-merge patch body: set the values (None deletes the field) and the change record."""
-    template_path = TEMPLATE_PATHS.get(kind)
+    template_path = patch_template_path(kind)
     if template_path is None:
         raise PlanError(f"a {kind} has no pod template the actuator may patch")
     own = _workload_values(values)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import yaml
+
 from gpu_rightsizer.actuator.plan import (
     CHANGE_ANNOTATION,
     CONTAINER_PATH,
@@ -215,3 +217,20 @@ def rollback_problems(undo: ChangeRecord, change: ChangeRecord) -> list[str]:
                 f"the rollback would set {path} to {value!r}, not the replaced {change.previous.get(path)!r}"
             )
     return problems
+
+
+def record_from_patch(patch_text: str) -> ChangeRecord | None:
+    """The change record inside a recorded patch (its annotation), or None."""
+    try:
+        body = yaml.safe_load(patch_text)
+        annotation = body["metadata"]["annotations"][CHANGE_ANNOTATION]
+        return ChangeRecord.from_annotation(str(annotation))
+    except (yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+
+
+def describe(record: ChangeRecord | None) -> str:
+    """The change in words, e.g. `containers[main].resources.limits[cpu] 1->4`."""
+    if record is None:
+        return ""
+    return ChangePlan(record.change_id, record.actions, record.target, record.previous).describe()

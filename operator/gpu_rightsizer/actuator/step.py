@@ -38,6 +38,7 @@ from gpu_rightsizer.actuator.gates import (
     rollout_incomplete,
 )
 from gpu_rightsizer.actuator.inplace import resizes_in_place
+from gpu_rightsizer.actuator.legacy import converted_apply
 from gpu_rightsizer.actuator.plan import (
     ChangePlan,
     current_value,
@@ -70,6 +71,7 @@ from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
+from gpu_rightsizer.model.kinds import KINDS
 from gpu_rightsizer.model.result import Action
 from gpu_rightsizer.runtime import metrics
 
@@ -148,6 +150,8 @@ class Actuator(InPlaceSteps):
         )
         phase = phase_of(status.apply)
         try:
+            if found is None:
+                self._convert_legacy(case, status)
             in_place = (
                 resized_pods(status.apply.get("patch")) is not None
                 if phase in IN_FLIGHT
@@ -175,6 +179,17 @@ class Actuator(InPlaceSteps):
                         case, status, {"lastError": f"Kubernetes API error {error.status}: {error.reason}"}
                     )
         return phase_of(status.apply)
+
+    def _convert_legacy(self, case: WorkloadCase, status: RecordState) -> None:
+        """Before anything else, carry a pre-change-record `status.apply` (history, rollbacks,
+        regressions) into the new record, once (`actuator.legacy`)."""
+        carried = converted_apply(case.recommendation, case.now)
+        if carried:
+            self._write(case, status, carried)
+            LOG.info(
+                "%s: %d history entries and %d rollbacks carried into its change record",
+                case.ref.key, len(carried.get("history") or []), carried.get("rollbacks", 0),
+            )  # fmt: skip
 
     def _rebind(self, case: WorkloadCase, status: RecordState, phase: ChangePhase | None) -> None:
         """The workload was deleted and recreated under the same name: the record's change was made to
@@ -345,8 +360,9 @@ class Actuator(InPlaceSteps):
             return
         pods = self.kube.pods_of(case.workload)
         replica_sets: list[dict[str, Any]] = []
-        if case.ref.kind == "Deployment":
-            replica_sets = list(self.kube.list_workloads("ReplicaSet", (case.ref.namespace,)).values())
+        row = KINDS.get(case.ref.kind)
+        if row is not None and row.revision_sets is not None:
+            replica_sets = list(self.kube.list_workloads(row.revision_sets, (case.ref.namespace,)).values())
         new_pods = new_revision_pods(case.workload, pods, replica_sets)
         health = pod_health(new_pods)
         rolled_out_at = parse_time(apply.get("rolledOutAt"))

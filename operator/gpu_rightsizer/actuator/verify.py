@@ -20,6 +20,7 @@ from gpu_rightsizer.logic.workloads import (
     parse_quantity,
 )
 from gpu_rightsizer.model.codes import ActionType
+from gpu_rightsizer.model.kinds import KINDS, Rollout
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 #: GPU busy may drop by this share of its value before the change counts as a regression...
@@ -159,27 +160,31 @@ def new_revision_pods(
 ) -> list[Mapping[str, Any]]:
     """The pods of the workload's newest revision only (old ReplicaSet pods are never measured).
 
-    Deployment: the pod-template-hash of the ReplicaSet whose revision annotation equals the
-    Deployment's. StatefulSet: controller-revision-hash equal to status.updateRevision. Other kinds:
-    every pod. An unknown revision yields no pods (no evidence rather than the wrong evidence).
+    By the kind's rollout rule (model.kinds). Deployment: the revision label of the ReplicaSet whose
+    revision annotation equals the Deployment's. StatefulSet: the revision label equal to
+    status.updateRevision. Other kinds: every pod. An unknown revision yields no pods (no evidence
+    rather than the wrong evidence).
     """
-    kind = str(workload.get("kind", ""))
+    row = KINDS.get(str(workload.get("kind", "")))
     listed = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    if kind == "StatefulSet":
+    if row is None or row.revision_label is None:
+        return listed
+    label = row.revision_label
+    if row.rollout == Rollout.STATEFULSET:
         revision = (workload.get("status") or {}).get("updateRevision")
-        return [p for p in listed if revision and _labels(p).get("controller-revision-hash") == revision]
-    if kind == "Deployment":
+        return [p for p in listed if revision and _labels(p).get(label) == revision]
+    if row.rollout == Rollout.DEPLOYMENT:
         uid = (workload.get("metadata") or {}).get("uid")
         revision = ((workload.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
         hashes = {
-            _labels(rs).get("pod-template-hash")
+            _labels(rs).get(label)
             for rs in replica_sets
             if revision is not None
             and ((rs.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION) == revision
             and any(ref.get("uid") == uid for ref in (rs.get("metadata") or {}).get("ownerReferences") or [])
         }
         hashes.discard(None)
-        return [p for p in listed if _labels(p).get("pod-template-hash") in hashes]
+        return [p for p in listed if _labels(p).get(label) in hashes]
     return listed
 
 

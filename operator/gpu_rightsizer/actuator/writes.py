@@ -16,15 +16,18 @@ from typing import Any, Protocol
 import yaml
 
 from gpu_rightsizer.actuator.plan import (
-    CHANGE_ANNOTATION,
     ChangePlan,
     hpa_patch,
     workload_patch,
 )
 from gpu_rightsizer.actuator.record import (
     ChangeRecord,
+    describe,
     record_on,
     rollback_plan,
+)
+from gpu_rightsizer.actuator.record import (
+    record_from_patch as record_from_patch,  # noqa: PLC0414 (re-exported: the step and resize.py import it here)
 )
 from gpu_rightsizer.actuator.verify import (
     pod_health,
@@ -37,6 +40,7 @@ from gpu_rightsizer.model.change import RECORD_VALID_CONDITION
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import HISTORY_LENGTH, ChangePhase
 from gpu_rightsizer.model.k8s import stamp
+from gpu_rightsizer.model.kinds import KINDS
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.runtime import metrics
 
@@ -93,23 +97,6 @@ class RecordState:
     apply: dict[str, Any]
     resource_version: str | None
     spec: dict[str, Any] = field(default_factory=dict)
-
-
-def record_from_patch(patch_text: str) -> ChangeRecord | None:
-    """The change record inside a recorded patch (its annotation), or None."""
-    try:
-        body = yaml.safe_load(patch_text)
-        annotation = body["metadata"]["annotations"][CHANGE_ANNOTATION]
-        return ChangeRecord.from_annotation(str(annotation))
-    except (yaml.YAMLError, KeyError, TypeError, ValueError):
-        return None
-
-
-def describe(record: ChangeRecord | None) -> str:
-    """The change in words, e.g. `containers[main].resources.limits[cpu] 1->4`."""
-    if record is None:
-        return ""
-    return ChangePlan(record.change_id, record.actions, record.target, record.previous).describe()
 
 
 class ChangeWriter:
@@ -301,8 +288,9 @@ class ChangeWriter:
         if on_workload is None or on_workload.change_id != undo.change_id:
             bad_revision = (case.workload.get("status") or {}).get("updateRevision")
             patched = self._patch_workload(case, plan, undo)
-        if case.ref.kind == "StatefulSet":
-            self._unstick_statefulset(case, bad_revision)
+        row = KINDS.get(case.ref.kind)
+        if row is not None and row.replaces_stuck_pods and row.revision_label is not None:
+            self._delete_stuck_pods(case, bad_revision, row.revision_label)
         generation = (patched.get("metadata") or {}).get("generation")
         self._settle_rollback(
             case, status, record, generation, f"change {record.change_id} rolled back: {why}", after
@@ -339,15 +327,15 @@ class ChangeWriter:
             metrics.ACTIONS_APPLIED.labels(action.value, "rolled_back").inc()
         LOG.warning("%s: %s", case.ref.key, text)
 
-    def _unstick_statefulset(self, case: WorkloadCase, bad_revision: str | None) -> None:
+    def _delete_stuck_pods(self, case: WorkloadCase, bad_revision: str | None, label: str) -> None:
         """A StatefulSet does not replace a pod of a failed revision that never became ready
         (kubernetes#67250, "Forced rollback"): after the rollback, delete the pods of the failed
-        revision that are Pending or failing. `bad_revision` is the revision our change created;
-        None (a resumed rollback) means every revision but the current update revision."""
+        revision (`label`) that are Pending or failing. `bad_revision` is the revision our change
+        created; None (a resumed rollback) means every revision but the current update revision."""
         current = (case.workload.get("status") or {}).get("updateRevision")
         for pod in self.kube.pods_of(case.workload):
             metadata = pod.get("metadata") or {}
-            revision = (metadata.get("labels") or {}).get("controller-revision-hash")
+            revision = (metadata.get("labels") or {}).get(label)
             stale = revision == bad_revision if bad_revision is not None else revision != current
             stuck = pod_health([pod]).failing or (pod.get("status") or {}).get("phase") == "Pending"
             if stale and stuck:

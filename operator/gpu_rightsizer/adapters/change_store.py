@@ -6,12 +6,14 @@ a resourceVersion precondition, so two writers never both think they advanced a 
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from gpu_rightsizer.adapters.backoff import with_backoff
 from gpu_rightsizer.logic.workloads import recommendation_name
@@ -19,10 +21,30 @@ from gpu_rightsizer.model.change import GPURightsizingChange
 from gpu_rightsizer.model.crd import GROUP, VERSION
 from gpu_rightsizer.model.observation import WorkloadRef
 
+LOG = logging.getLogger(__name__)
+
 CHANGES = GPURightsizingChange.PLURAL
 FIELD_MANAGER = "gpu-rightsizer"
 #: Seconds any single call may take (a hung API server must not stall the actuator's loop).
 REQUEST_TIMEOUT_SECONDS = 30
+
+
+def readable_changes(listed: Iterable[Mapping[str, Any]]) -> list[GPURightsizingChange]:
+    """The listed change records as models; one that does not parse is named in a warning and left
+    out (its workload's step reads it again and refuses it), never half-read."""
+    found: list[GPURightsizingChange] = []
+    for raw in listed:
+        try:
+            found.append(GPURightsizingChange.model_validate(raw))
+        except ValidationError as error:
+            metadata = raw.get("metadata") if isinstance(raw, Mapping) else None
+            where = "{namespace}/{name}".format_map(dict(metadata)) if isinstance(metadata, Mapping) else "?"
+            first = error.errors()[0]
+            LOG.warning(
+                "GPURightsizingChange %s is unreadable (%s: %s): left out of this pass's budgets",
+                where, ".".join(str(part) for part in first.get("loc", ())), first.get("msg"),
+            )  # fmt: skip
+    return found
 
 
 class ChangeStore:

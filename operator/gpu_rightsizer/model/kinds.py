@@ -3,7 +3,7 @@
 Why one table: the kinds were listed 14 times (readers, listers, patchers, watched owners, scalable
 kinds, template paths, rollout rules), and two copies of "scalable" disagreed. Adding a kind is one
 row here; the adapters build their API calls from the row, the recommender and the actuator read
-its behaviour from it. Custom kinds (PyTorchJob, RayCluster, ...) are read through the custom-objects
+its behaviour from it (the actuator at call time: its plan, gates and verification name no kind). Custom kinds (PyTorchJob, RayCluster, ...) are read through the custom-objects
 API and only recommended on; only built-in kinds with a pod template are patched.
 """
 
@@ -61,6 +61,19 @@ class WorkloadKind:
     #: Its pods can be given more CPU only by resizing them in place (`pods/resize`): no pod template
     #: the actuator may patch (a Job's is immutable; a trainer's belongs to its operator).
     resized_in_place: bool = False
+    #: The status field counting replicas that serve (a Deployment's availableReplicas waits out
+    #: minReadySeconds; the others report readyReplicas).
+    ready_status: str = "readyReplicas"
+    #: spec.paused holds its rollouts: a change would wait until a person resumes it.
+    pausable: bool = False
+    #: spec.strategy.type may be Recreate, which stops every replica at once.
+    recreate_strategy: bool = False
+    #: The kind of the objects that carry its revisions (a Deployment's ReplicaSets), listed to tell
+    #: the newest revision's pods (`revision_label`) from the old ones.
+    revision_sets: str | None = None
+    #: After a rollback its controller does not replace a pod of the failed revision that never
+    #: became ready (a StatefulSet's ordered rollout, kubernetes#67250): the actuator deletes it.
+    replaces_stuck_pods: bool = False
 
     @property
     def group(self) -> str:
@@ -99,10 +112,11 @@ KINDS: dict[str, WorkloadKind] = {
                   scalable=True, owns_pods=True, patchable=True, rollout=Rollout.REPLICASET),
         _built_in("Deployment", "apps/v1", "deployments", "Deployment", "deployment", template_path=_TEMPLATE,
                   scalable=True, owns_pods=True, patchable=True, rollout=Rollout.DEPLOYMENT,
-                  revision_label="pod-template-hash"),
+                  revision_label="pod-template-hash", ready_status="availableReplicas", pausable=True,
+                  recreate_strategy=True, revision_sets="ReplicaSet"),
         _built_in("StatefulSet", "apps/v1", "statefulsets", "StatefulSet", "stateful_set", template_path=_TEMPLATE,
                   scalable=True, owns_pods=True, patchable=True, rollout=Rollout.STATEFULSET,
-                  revision_label="controller-revision-hash"),
+                  revision_label="controller-revision-hash", replaces_stuck_pods=True),
         _built_in("DaemonSet", "apps/v1", "daemonsets", "DaemonSet", "daemon_set", template_path=_TEMPLATE,
                   owns_pods=True, revision_label="controller-revision-hash"),
         _built_in("Job", "batch/v1", "jobs", "Job (also Kueue-managed Jobs: Kueue suspends, never owns them)",
@@ -141,6 +155,18 @@ SCALABLE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if 
 IN_PLACE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.resized_in_place)
 #: Kinds the actuator may patch.
 PATCHABLE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.patchable)
+
+
+def is_scalable(name: str) -> bool:
+    """Whether the kind has spec.replicas (read from the table at call time, like every check below)."""
+    row = KINDS.get(name)
+    return row is not None and row.scalable
+
+
+def patch_template_path(name: str) -> tuple[str, ...] | None:
+    """Path to the pod template of a kind the actuator may patch; None for every other kind."""
+    row = KINDS.get(name)
+    return row.template_path if row is not None and row.patchable else None
 
 
 def kind_of(name: str, api_version: str | None = None) -> WorkloadKind | None:

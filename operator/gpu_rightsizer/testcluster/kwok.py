@@ -8,7 +8,10 @@ kubelet's answer to an in-place resize (`pod-resize.yaml`; see docs/test-cluster
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,6 +92,8 @@ class LocalCluster:
     bins: TestBinaries
     nodes: list[NodeSpec] = field(default_factory=default_nodes)
     ports: ClusterPorts = field(default_factory=ClusterPorts.pick)
+    #: Components this object started again itself (`restart_apiserver`), reaped by `down()`.
+    _restarted: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -162,6 +167,13 @@ class LocalCluster:
                 "cacheDir": str(self.workdir / "kwok-cache"),
                 **self.ports.options(),
             },
+            # One control-plane member needs no leader election; with it, the controller manager and
+            # the scheduler exit when the API server is away past their renew deadline (10 s), and
+            # kwokctl, unlike a kubelet, does not start them again (`restart_apiserver`).
+            "componentsPatches": [
+                {"name": name, "extraArgs": [{"key": "leader-elect", "value": "false"}]}
+                for name in ("kube-controller-manager", "kube-scheduler")
+            ],
         }
         path = self.workdir / "kwokctl.yaml"
         path.write_text(yaml.safe_dump_all([config, *stages()]))
@@ -299,9 +311,75 @@ class LocalCluster:
                 raise ClusterError(f"nodes not Ready after {timeout:.0f} s: {sorted(expected - ready)}")
             time.sleep(1)
 
+    def restart_apiserver(
+        self, *, down_seconds: float = 0.0, grace_seconds: float = 10.0, timeout: float = 120
+    ) -> float:
+        """Stop kube-apiserver and start it again with the same command line: the same etcd, port,
+        certificates and flags, as a control-plane upgrade or a crash of the API server does. The
+        other components stay up and reconnect. It gets SIGTERM, and SIGKILL after `grace_seconds`
+        (its graceful shutdown waits on open watches for longer). Returns the seconds the API server
+        was unreachable.
+
+        kwokctl has no per-component restart, so the process is started again from its own
+        /proc entries, its log appended to, and its pid file pointed at the new process.
+        """
+        pid_file = self._cluster_dir / "pids" / "kube-apiserver.pid"
+        pid = int(pid_file.read_text().strip())
+        proc = Path(f"/proc/{pid}")
+        argv = [part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part]
+        environ = dict(
+            entry.decode().partition("=")[::2]
+            for entry in (proc / "environ").read_bytes().split(b"\0")
+            if entry
+        )
+        cwd = os.readlink(proc / "cwd")
+        stopped = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        self._wait_exit(pid, timeout=grace_seconds)
+        _progress(
+            f"kube-apiserver (pid {pid}) stopped in {time.monotonic() - stopped:.1f} s; "
+            f"starting it again in {down_seconds:.0f} s"
+        )
+        time.sleep(down_seconds)
+        with (self._cluster_dir / "logs" / "kube-apiserver.log").open("ab") as log:
+            started = subprocess.Popen(
+                argv, cwd=cwd, env=environ, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._restarted.append(started)
+        pid_file.write_text(str(started.pid))
+        deadline = time.monotonic() + timeout
+        while True:
+            if started.poll() is not None:
+                raise ClusterError(
+                    self._describe_failure("kube-apiserver exited after its restart", ["kube-apiserver"])
+                )
+            try:
+                if self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0:
+                    break
+            except ClusterError:  # no answer yet: still starting
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterError(f"kube-apiserver not ready {timeout:.0f} s after its restart")
+            time.sleep(0.5)
+        down = time.monotonic() - stopped
+        _progress(f"kube-apiserver restarted (pid {started.pid}); unreachable for {down:.1f} s")
+        return down
+
+    @staticmethod
+    def _wait_exit(pid: int, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while process_running(pid):
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                deadline += timeout
+            time.sleep(0.2)
+
     def down(self) -> None:
         """Delete the cluster and stop its processes; safe to call twice."""
         result = self.kwokctl("delete", "cluster", timeout=120)
+        for process in self._restarted:  # kwokctl stopped them by their pid file; reap them
+            stop_process(process)
         if result.returncode == 0:
             _progress(f"cluster {self.name!r} deleted")
         elif "not exist" not in (result.stderr + result.stdout):

@@ -26,6 +26,7 @@ from gpu_rightsizer.actuator.record import ChangeRecord
 from gpu_rightsizer.actuator.step import Actuator
 from gpu_rightsizer.actuator.verify import REVISION_ANNOTATION
 from gpu_rightsizer.actuator.writes import LeadershipLostError, WorkloadCase
+from gpu_rightsizer.adapters.change_store import readable_changes
 from gpu_rightsizer.logic.policy import effective_settings
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
@@ -702,12 +703,13 @@ def policy_dry_run() -> Any:
 
 
 def test_in_flight_pods_and_recent_changes_come_from_the_change_records() -> None:
-    records = [
-        {"metadata": {"namespace": "a"}, "spec": {"targetRef": {"kind": "Deployment", "name": "x"}},
+    target = {"apiVersion": "apps/v1", "kind": "Deployment"}
+    records = readable_changes([
+        {"metadata": {"namespace": "a"}, "spec": {"targetRef": {**target, "name": "x"}, "workloadUid": "u1"},
          "status": {"replicas": 3, "phase": "Applied", "policy": "p", "appliedAt": "2026-03-04T11:30:00Z"}},
-        {"metadata": {"namespace": "a"}, "spec": {"targetRef": {"kind": "Deployment", "name": "y"}},
+        {"metadata": {"namespace": "a"}, "spec": {"targetRef": {**target, "name": "y"}, "workloadUid": "u2"},
          "status": {"state": "Blocked", "policy": "p", "appliedAt": "2026-03-04T11:40:00Z"}},
-    ]  # fmt: skip
+    ])  # fmt: skip
     assert loop.in_flight_pods(records) == {"p": {"a/Deployment/x": 3}}
     assert len(loop.recent_changes(records, T0)) == 2  # a Blocked change that was sent still counts
 
@@ -737,7 +739,9 @@ def test_a_statefulset_rollback_deletes_only_the_stuck_pods_of_the_failed_revisi
         ref=WorkloadRef(namespace="team-a", kind="StatefulSet", name="db"), uid="s", workload=sts,
         recommendation={}, settings=policy(), hpa=None, now=T0,
     )  # fmt: skip
-    Actuator(pods, Cluster(), lambda: True, lambda ref, start, end: None)._unstick_statefulset(case, "bad")  # type: ignore[arg-type]
+    Actuator(pods, Cluster(), lambda: True, lambda ref, start, end: None)._delete_stuck_pods(
+        case, "bad", "controller-revision-hash"
+    )  # type: ignore[arg-type]
     assert pods.deleted == ["db-0"]
 
 
