@@ -47,6 +47,7 @@ from gpu_rightsizer.adapters.prometheus import (
     PrometheusSourceError,
     _gauge_by_pod,
     _gpu_expr,
+    _promql_regex_literal,
     _rate_by_pod,
     _throttle_expr,
     fold_labels,
@@ -59,6 +60,7 @@ from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
 from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StateError, StreamingStore, dump_store, load_store
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 
 LOG = logging.getLogger(__name__)
 
@@ -84,10 +86,19 @@ class RangeQuery(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
-def gpu_pods(namespace: str | None) -> str:
-    """Instant vector of (namespace, pod) for the pods that request a GPU, optionally in one namespace."""
+def gpu_pods(namespace: str | None, within: Sequence[str] | None = None) -> str:
+    """Instant vector of (namespace, pod) for the pods that request a GPU, optionally in one namespace
+    and (a shard's slice) among `within` namespaces: the join then keeps only those pods' series."""
     scope = f',namespace="{_escape(namespace)}"' if namespace else ""
+    if within is not None:
+        scope += f',namespace=~"{namespace_alternation(within)}"'
     return f"(max by (namespace, pod) ({GPU_REQUEST_SELECTOR.replace('{scope}', scope)}) > 0)"
+
+
+def namespace_alternation(namespaces: Sequence[str]) -> str:
+    """A PromQL regex (inside a double-quoted string) that matches exactly these namespaces; none at
+    all when empty (a namespace is never the empty string)."""
+    return "|".join(_promql_regex_literal(namespace) for namespace in sorted(set(namespaces)))
 
 
 def _escape(value: str) -> str:
@@ -128,11 +139,13 @@ class Family:
     #: (their number follows the GPUs, and board-level series have no pod or namespace).
     per_pod: bool = False
 
-    def query(self, namespace: str | None) -> str:
-        """The range query for one chunk: GPU pods only for pod families, one namespace when split."""
+    def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
+        """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
+        shard's namespaces when `within` is given. Device families stay cluster-wide: which pods share
+        a GPU, and which GPUs no pod holds, are facts about the GPU, not about one slice."""
         if not self.per_pod:
             return self.expression
-        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace)}"
+        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
 
 
 def _raw_floor(signal: Signal, scale: float) -> float | None:
@@ -336,6 +349,8 @@ class IncrementalReader:
         self._resume_from: float | None = None
         #: Series the saved state held when it was loaded (0 after a cold start).
         self.restored_series = 0
+        #: A shard's namespaces: pod families read only these (None: every namespace).
+        self.within: tuple[str, ...] | None = None
 
     @property
     def complete(self) -> bool:
@@ -498,7 +513,11 @@ class IncrementalReader:
         """One chunk's answer and how long it took (run in the wave's threads)."""
         started = self.clock()
         rows = self.query(
-            chunk.family.name, chunk.family.query(chunk.namespace), chunk.start, chunk.end, self.step_seconds
+            chunk.family.name,
+            chunk.family.query(chunk.namespace, self.within),
+            chunk.start,
+            chunk.end,
+            self.step_seconds,
         )
         return rows, self.clock() - started
 
@@ -747,7 +766,8 @@ class IncrementalSource:
         trusted = (
             None if config.trusted_gpu_targets is None else [list(t) for t in config.trusted_gpu_targets]
         )
-        text = json.dumps([definitions, list(config.extra_matchers), trusted], separators=(",", ":"))
+        layout = [config.shard.shard, config.shard.total] if config.shard.sharded else []
+        text = json.dumps([definitions, list(config.extra_matchers), trusted, *layout], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def save_state(self) -> bytes | None:
@@ -769,10 +789,10 @@ class IncrementalSource:
         fresh = {family.name: family for family in default_families(self.step_seconds, self.recorded)}
         self.reader.families = [fresh.get(family.name, family) for family in self.reader.families]
 
-    def _namespaces(self) -> list[str]:
+    def _namespaces(self, at: float | None = None) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
         rows = self.source.instant(
-            "namespaces with GPU pods", f"count by (namespace) ({gpu_pods(None)})", time.time()
+            "namespaces with GPU pods", f"count by (namespace) ({gpu_pods(None)})", at or time.time()
         )
         return sorted(
             {str(row["metric"]["namespace"]) for row in rows if row.get("metric", {}).get("namespace")}
@@ -783,7 +803,7 @@ class IncrementalSource:
         """Whether the window has been read completely since the start."""
         return self.reader.complete
 
-    def coarse_queries(self) -> dict[str, str]:
+    def coarse_queries(self, within: Sequence[str] | None = None) -> dict[str, str]:
         """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
         # the serving sums stay raw: they count serving pods without a GPU too, the rules do not
         queries = {f"range:{s.value}": e("") for s, e in serving_exprs(self.rate_window).items()}
@@ -794,7 +814,7 @@ class IncrementalSource:
         cpu = self.recorded.get(f"pod:{Signal.CPU_USAGE_CORES.value}") or _rate_by_pod(
             mn.CADVISOR_CPU_USAGE, self.rate_window, True
         )("")
-        queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None)}"
+        queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None, within)}"
         return queries
 
     def read(
@@ -803,19 +823,26 @@ class IncrementalSource:
         at: datetime | None = None,
         namespace: str | None = None,
         workload: str | None = None,
+        shard: ShardSlice | None = None,
         budget_seconds: float | None = None,
         progress: Progress | None = None,
         **assembly: Any,
     ) -> list[WorkloadWindow]:
         """Windows over `[at - window, at]` once the window is complete; no window before that.
 
-        `assembly` goes to the full read's assembly unchanged (e.g. `owners`)."""
+        With a `shard`, its pod families are read with a matcher of the namespaces it owns among
+        those with GPU pods now (so a namespace that appears is read from the interval it appears
+        in), and only its windows are assembled. `assembly` goes to the full read's assembly
+        unchanged (e.g. `owners`)."""
         now = (at or datetime.now(tz=UTC)).timestamp()
+        sharded = shard is not None and shard.sharded
+        namespaces = shard.owned(self._namespaces(now)) if shard is not None and sharded else None
+        self.reader.within = namespaces
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
         if not self.reader.complete:
             return []
         self.ksm.read(self.source, now, self.report)
-        self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
+        self.coarse.read(self.source.range, self.coarse_queries(namespaces), now, self.report)
         results, summarised = self.results(now)
         results.update(self.source.identity_answers(now, self.window_seconds))
         start = now - self.window_seconds
@@ -828,6 +855,7 @@ class IncrementalSource:
             namespace,
             workload,
             series_stats=summarised,
+            shard=shard if sharded else None,
             **assembly,
         )
 

@@ -18,7 +18,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from gpu_rightsizer.model.observation import (
     SignalStats,
     WorkloadWindow,
 )
+from gpu_rightsizer.model.shards import ShardSlice
 
 Progress = Callable[[str], None]
 LOG = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ class PrometheusConfig:
     trusted_gpu_targets: tuple[TrustedTarget, ...] | None = None
     #: The user says GPU exporters are scraped with honorLabels: true (no identity is proof then).
     honor_labels_declared: bool = False
+    #: The recommender's shard: saved windows are only loaded under the same layout (its slice
+    #: differs under another one).
+    shard: ShardSlice = field(default_factory=ShardSlice)
 
 
 #: Where a person sets the token, named in the 401/403 message (CLI, operator flag, chart value).
@@ -469,8 +473,10 @@ class PrometheusSource:
         workload: str | None = None,
         progress: Progress | None = None,
         owners: ExtraOwners | None = None,
+        shard: ShardSlice | None = None,
     ) -> list[WorkloadWindow]:
-        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot."""
+        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot;
+        with a `shard`, only the windows of the namespaces it owns (its pod statistics limited to them)."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or self.step_seconds or step_for(window_seconds)  # the operator's one rule
@@ -480,6 +486,8 @@ class PrometheusSource:
         gpu_namespaces = self.gpu_namespaces(end, window_seconds)
         if namespace is not None:
             gpu_namespaces = [n for n in gpu_namespaces if n == namespace] or gpu_namespaces
+        if shard is not None and shard.sharded:
+            gpu_namespaces = list(shard.owned(gpu_namespaces))
         if not gpu_namespaces:
             say(
                 "kube-state-metrics shows no pod requesting an NVIDIA GPU resource: pod statistics are "
@@ -570,7 +578,7 @@ class PrometheusSource:
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
         results.update(self.identity_answers(end, window_seconds))
-        return self.assemble(results, start, end, step, coarse, namespace, workload, owners)
+        return self.assemble(results, start, end, step, coarse, namespace, workload, owners, shard=shard)
 
     @property
     def where(self) -> str:
@@ -592,6 +600,7 @@ class PrometheusSource:
             namespace=scope.namespace,
             workload=scope.workload,
             owners=owners,
+            shard=scope.shard,
         )
         return WindowRead(windows=windows)
 
@@ -655,9 +664,11 @@ class PrometheusSource:
         workload: str | None,
         owners: ExtraOwners | None = None,
         series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
+        shard: ShardSlice | None = None,
     ) -> list[WorkloadWindow]:
         """Windows from the answers; `series_stats` gives a family's statistics already summarised
-        (the incremental reads), in place of its `stat`-labelled rows."""
+        (the incremental reads), in place of its `stat`-labelled rows. With a `shard`, only the pods
+        of its namespaces are observed; the GPU facts (sharers, conflicts, boards) stay cluster-wide."""
         inventory = Inventory(extra_owners=owners)
         for name, rows in results.items():
             if name.startswith("ksm:"):
@@ -735,6 +746,8 @@ class PrometheusSource:
         observations: dict[Key, PodObservation] = {}
         for key in set(devices) | set(pod_stats) | {k for k, i in inventory.pods.items() if i.gpu_resource}:
             if (has_ksm and key not in inventory.pods) or (requesting and key not in requesting):
+                continue
+            if shard is not None and not shard.owns(key[0]):
                 continue
             info = inventory.pods.get(key)
             gpus = []
@@ -974,6 +987,7 @@ def source_for(cfg: OperatorConfig) -> PrometheusSource:
             extra_matchers=cfg.prometheus_matchers,
             trusted_gpu_targets=cfg.trusted_gpu_targets,
             honor_labels_declared=cfg.gpu_honor_labels,
+            shard=ShardSlice(cfg.shard, cfg.total_shards),
         ),
         step_seconds=cfg.prometheus_step_seconds,
     )

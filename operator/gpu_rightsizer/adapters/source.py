@@ -18,6 +18,7 @@ from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.owners import ObjectLink
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 
 #: The controller owner of an object in a namespace, from a source other than the metrics (the
 #: operator passes API reads): kube-state-metrics has no owner series for StatefulSets, Deployments or
@@ -37,10 +38,18 @@ class Scope:
     namespace: str | None = None
     #: A workload within `namespace`, as "Kind/name" (or a bare name): its windows only.
     workload: str | None = None
+    #: A shard's slice: the windows of the namespaces it owns only, read with a namespace matcher.
+    shard: ShardSlice | None = None
 
     def __post_init__(self) -> None:
         if self.workload is not None and self.namespace is None:
             raise ValueError("a workload scope needs its namespace")
+
+    def holds(self, namespace: str) -> bool:
+        """Whether a workload of `namespace` is within the scope."""
+        return (self.namespace is None or namespace == self.namespace) and (
+            self.shard is None or self.shard.owns(namespace)
+        )
 
 
 #: Every workload the source can see.
@@ -127,7 +136,7 @@ def scoped(windows: list[WorkloadWindow], scope: Scope) -> list[WorkloadWindow]:
     return [
         window
         for window in windows
-        if (scope.namespace is None or window.workload.namespace == scope.namespace)
+        if scope.holds(window.workload.namespace)
         and scope.workload in (None, window.workload.name, f"{window.workload.kind}/{window.workload.name}")
     ]
 

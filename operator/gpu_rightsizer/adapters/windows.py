@@ -212,7 +212,9 @@ class WindowSources:
         owners: ExtraOwners | None = None,
     ) -> WindowRead:
         """`WindowSource.read_windows`: the window's incremental read (no windows while backfilling)."""
-        windows, report = self.fetch(window_seconds, at, namespace=scope.namespace, owners=owners)
+        windows, report = self.fetch(
+            window_seconds, at, namespace=scope.namespace, shard=scope.shard, owners=owners
+        )
         detection = self.detections.get(window_seconds) or Detection()
         return WindowRead(
             windows=None if windows is None else scoped(windows, scope),

@@ -96,6 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-seconds", type=int, help="lease duration: a dead leader is replaced after it (default 15)"
     )
+    parser.add_argument(
+        "--total-shards",
+        help="recommenders sharing the workloads by namespace hash (env GPURS_TOTAL_SHARDS; default 1)",
+    )
+    parser.add_argument(
+        "--shard",
+        help="this recommender's shard, 0..total-1 (env GPURS_SHARD; default: the ordinal ending POD_NAME "
+        "when sharded, as a StatefulSet names its pods)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 

@@ -47,7 +47,7 @@ from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
-from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of
+from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of, shard_of
 from gpu_rightsizer.recommender.writes import (
     refresh_period,
     remove_recommendation,
@@ -250,8 +250,15 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         return 0
     recommendations.extend(restore_missing(ctx, store, recommendations))
     ctx.policies = state.policies
+    shard = shard_of(cfg)
+    # a shard analyses and writes its own namespaces' recommendations only: another shard's, and one
+    # no running shard owns yet (a resize under way), keep the status their last owner wrote
+    others = [stored for stored in recommendations if not shard.owns(stored.ref.namespace)]
+    recommendations = [stored for stored in recommendations if shard.owns(stored.ref.namespace)]
+    counts_policies = shard.shard == 0  # one writer of the policies' statuses, counting every shard's
     refs = [stored.ref for stored in recommendations]
-    state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
+    listed = [*refs, *(stored.ref for stored in others)] if counts_policies else refs
+    state.load(kube, listed, cfg.namespaces if not cfg.all_namespaces else ())
     source = ctx.source
     unheld = (lambda: source.read_unheld_gpus(end, IDLE_FLOOR_LOOKBACK_SECONDS)) if source else None
     state.capacity = with_idle_floors(load_capacity(kube, capacity_from_metrics(source, end)), unheld)
@@ -265,6 +272,12 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
+    for stored in others if counts_policies else []:
+        try:
+            _count_governed(ctx, state, stored.ref)
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("reading %s for the policies' statuses failed", stored.ref.key)
     marks.append(time.monotonic())
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
@@ -322,7 +335,8 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         if done.written is not None:
             written[done.written] += 1
     marks.append(time.monotonic())
-    update_policy_statuses(kube, state.policies, state.governed, state.now)
+    if counts_policies:
+        update_policy_statuses(kube, state.policies, state.governed, state.now)
     if batches or not pending:
         metrics.RECOMMENDATIONS.clear()
         for (diagnosis, namespace), count in by_diagnosis.items():
@@ -349,17 +363,11 @@ def _prepare(
     recommendation: StoredRecommendation,
 ) -> _Pending | None:
     """Read the workload and decide its settings; remove the recommendation of an opted-out one."""
-    kube, ref = ctx.kube, recommendation.ref
-    workload = state.workload(kube, ref)
-    if workload is None:  # the workload is gone; garbage collection removes the recommendation
+    ref = recommendation.ref
+    governed = _count_governed(ctx, state, ref)
+    if governed is None:  # the workload is gone; garbage collection removes the recommendation
         return None
-    metadata = workload.get("metadata") or {}
-    namespace_labels = state.labels_of(kube, ref.namespace)
-    settings = settings_for_workload(
-        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
-    )
-    if not settings.ignored:
-        state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
+    workload, settings = governed
     if not settings.recommends:
         apply = recommendation.status.apply
         if "apply" in recommendation.unreadable or (apply is not None and apply.in_flight):
@@ -371,6 +379,25 @@ def _prepare(
         return None
     seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
+
+
+def _count_governed(
+    ctx: OperatorContext, state: CycleState, ref: WorkloadRef
+) -> tuple[dict[str, Any], EffectiveSettings] | None:
+    """The workload and the settings its policies give it, counted for the policies' statuses (unless
+    it opted out); None when the workload is gone."""
+    kube = ctx.kube
+    workload = state.workload(kube, ref)
+    if workload is None:
+        return None
+    metadata = workload.get("metadata") or {}
+    namespace_labels = state.labels_of(kube, ref.namespace)
+    settings = settings_for_workload(
+        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
+    )
+    if not settings.ignored:
+        state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
+    return workload, settings
 
 
 @dataclass

@@ -17,6 +17,7 @@ from gpu_rightsizer.adapters.source import (
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
@@ -30,8 +31,16 @@ def capacity_from_metrics(source: WindowSource | None, end: datetime) -> Callabl
 
 
 def scope_of(cfg: OperatorConfig) -> Scope:
-    """What the operator watches: one namespace's workloads, or every one's."""
-    return Scope(namespace=cfg.namespaces[0] if len(cfg.namespaces) == 1 else None)
+    """What the operator watches: one namespace's workloads, or every one's; a shard's only when sharded."""
+    return Scope(
+        namespace=cfg.namespaces[0] if len(cfg.namespaces) == 1 else None,
+        shard=shard_of(cfg) if cfg.sharded else None,
+    )
+
+
+def shard_of(cfg: OperatorConfig) -> ShardSlice:
+    """This process's share of the namespaces (all of them unless sharded)."""
+    return ShardSlice(cfg.shard, cfg.total_shards)
 
 
 def publish_read(window_seconds: float, read: WindowRead) -> None:
