@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,9 @@ from gpu_rightsizer.testcluster.kwok import LocalCluster
 from gpu_rightsizer.testcluster.nodes import H100_80GB, H200, NodeSpec
 from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
 
-CLUSTER_NAME = "gpu-rightsizer-bench"
+#: Each run brings up its own cluster (its own name, files and ports): two runs on one machine, or a
+#: run next to the e2e tests, never share or tear down each other's.
+CLUSTER_PREFIX = "gpurs-bench"
 NAMESPACES = ("team-a", "team-b", "team-c", "team-d", "team-e")
 GROUP, VERSION, PLURAL = "gpurightsizer.io", "v1alpha1", "gpurecommendations"
 #: Shapes that end in a real diagnosis (insufficient-data by design never does).
@@ -462,6 +465,11 @@ def main() -> int:
     )
     parser.add_argument("--krr-dir", default=None, help="checkout of robusta-dev/krr (holds krr.py)")
     parser.add_argument("--krr-history", default="1", help="KRR --history_duration in hours (default 1)")
+    parser.add_argument(
+        "--cluster-name",
+        default=None,
+        help=f"local cluster name (default: {CLUSTER_PREFIX}-<random>, per run)",
+    )
     args = parser.parse_args()
     if bool(args.krr_python) != bool(args.krr_dir):
         parser.error("--krr-python and --krr-dir go together")
@@ -475,8 +483,10 @@ def main() -> int:
         batches.append(workloads(sizes[0], sizes[1] - sizes[0], pools))
     gpus = sum(n.gpus for n in nodes if not n.mig_mixed)
 
-    workdir = state_dir(CLUSTER_NAME)
-    cluster = LocalCluster(name=CLUSTER_NAME, workdir=workdir, bins=ensure_binaries(build=False), nodes=nodes)
+    name = args.cluster_name or f"{CLUSTER_PREFIX}-{uuid.uuid4().hex[:6]}"
+    workdir = state_dir(name)
+    say(f"cluster {name}, files in {workdir}")
+    cluster = LocalCluster(name=name, workdir=workdir, bins=ensure_binaries(build=False), nodes=nodes)
     signal.signal(signal.SIGTERM, interrupt)
     began = time.monotonic()
     phases: list[Phase] = []
