@@ -31,7 +31,7 @@ import sys
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -43,6 +43,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _SENTINEL_FILTER,
     GPU_KEYS,
     POD_KEYS,
+    PodSeries,
     PrometheusSource,
     PrometheusSourceError,
     _gauge_by_pod,
@@ -57,13 +58,23 @@ from gpu_rightsizer.adapters.prometheus import (
 )
 from gpu_rightsizer.adapters.source import CycleReport
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
-from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StateError, StreamingStore, dump_store, load_store
+from gpu_rightsizer.logic.streaming import (
+    DEFAULT_SLOTS,
+    SeriesWindow,
+    StateError,
+    StreamingStore,
+    dump_store,
+    load_store,
+)
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
 from gpu_rightsizer.model.shards import ShardSlice
 
 LOG = logging.getLogger(__name__)
 
+#: Pods whose windows a cycle assembles, analyses and writes at a time (whole namespaces: a namespace
+#: with more is a chunk of its own).
+CHUNK_PODS = 250
 #: Prometheus refuses range queries of more points per series than this (`query_range`).
 MAX_POINTS_PER_SERIES = 11_000
 #: Pods that request an NVIDIA GPU, MIG slice or share (`nvidia_com_gpu` from kube-state-metrics v2,
@@ -817,7 +828,13 @@ class IncrementalSource:
         queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None, within)}"
         return queries
 
-    def read(
+    def read(self, **options: Any) -> list[WorkloadWindow]:
+        """Windows over `[at - window, at]` once the window is complete; no window before that
+        (`read_chunks`, all chunks at once)."""
+        chunks = self.read_chunks(**options)
+        return [] if chunks is None else [window for chunk in chunks for window in chunk]
+
+    def read_chunks(
         self,
         *,
         at: datetime | None = None,
@@ -826,10 +843,15 @@ class IncrementalSource:
         shard: ShardSlice | None = None,
         budget_seconds: float | None = None,
         progress: Progress | None = None,
+        chunk_pods: int = CHUNK_PODS,
         **assembly: Any,
-    ) -> list[WorkloadWindow]:
-        """Windows over `[at - window, at]` once the window is complete; no window before that.
+    ) -> Iterator[list[WorkloadWindow]] | None:
+        """The windows over `[at - window, at]`, one chunk of namespaces (about `chunk_pods` pods) at
+        a time, once the window is complete; None before that.
 
+        The reads happen here; the chunks are assembled as they are taken, each from the pod
+        families' statistics of its namespaces only (`PrometheusSource.assemble_chunks`), so a
+        reader that lets a chunk go before taking the next never holds every window at once.
         With a `shard`, its pod families are read with a matcher of the namespaces it owns among
         those with GPU pods now (so a namespace that appears is read from the interval it appears
         in), and only its windows are assembled. `assembly` goes to the full read's assembly
@@ -840,15 +862,22 @@ class IncrementalSource:
         self.reader.within = namespaces
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
         if not self.reader.complete:
-            return []
+            return None
         self.ksm.read(self.source, now, self.report)
         self.coarse.read(self.source.range, self.coarse_queries(namespaces), now, self.report)
-        results, summarised = self.results(now)
+        results, summarised = self.results(now, pods=False)
         results.update(self.source.identity_answers(now, self.window_seconds))
-        start = now - self.window_seconds
-        return self.source.assemble(
+        by_namespace = self._pod_series_by_namespace()
+        pods = PodSeries(
+            namespaces={
+                name: len({identity for _, identity, _ in series}) for name, series in by_namespace.items()
+            },
+            stats_of=lambda chunk: self._pod_summaries(by_namespace, chunk, now),
+            chunk_series=chunk_pods,
+        )
+        return self.source.assemble_chunks(
             results,
-            start,
+            now - self.window_seconds,
             now,
             self.step_seconds,
             self.coarse.step_seconds,
@@ -856,18 +885,51 @@ class IncrementalSource:
             workload,
             series_stats=summarised,
             shard=shard if sharded else None,
+            pods=pods,
             **assembly,
         )
 
+    def _pod_series_by_namespace(self) -> dict[str, list[tuple[str, Labels, SeriesWindow]]]:
+        """Namespace → (family, labels, window) of every pod-family series there."""
+        per_pod = {family.name for family in self.reader.families if family.per_pod}
+        out: dict[str, list[tuple[str, Labels, SeriesWindow]]] = defaultdict(list)
+        for (name, identity), window in self.reader.store.series.items():
+            if name in per_pod:
+                out[dict(identity).get("namespace", "")].append((name, identity, window))
+        return out
+
+    def _pod_summaries(
+        self,
+        by_namespace: Mapping[str, list[tuple[str, Labels, SeriesWindow]]],
+        chunk: frozenset[str],
+        now: float,
+    ) -> dict[str, dict[Labels, SignalStats]]:
+        """Family → labels → statistics of the pod-family series in `chunk`'s namespaces."""
+        families = {family.name: family for family in self.reader.families}
+        summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
+        for namespace in chunk:
+            for name, identity, window in by_namespace.get(namespace, ()):
+                figures = window.figures(now)
+                family = families[name]
+                summary = (
+                    None if figures is None else summary_from_figures(figures, family.scale, family.signal)
+                )
+                if summary is not None:
+                    summarised[name][identity] = summary
+        return dict(summarised)
+
     def results(
-        self, now: float
+        self, now: float, *, pods: bool = True
     ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, SignalStats]]]:
         """What the full read's assembly takes: answers for XIDs, kube-state-metrics and the coarse
-        series, and every family's statistics already summarised (no stat-labelled rows to parse)."""
+        series, and every family's statistics already summarised (no stat-labelled rows to parse);
+        without `pods`, the device families' only (the pod families' are asked for per chunk)."""
         results: dict[str, list[dict[str, Any]]] = defaultdict(list)
         summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
         families = {family.name: family for family in self.reader.families}
         for (name, identity), window in self.reader.store.series.items():
+            if not pods and families[name].per_pod:
+                continue
             figures = window.figures(now)
             if figures is None:
                 continue

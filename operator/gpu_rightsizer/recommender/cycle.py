@@ -19,7 +19,7 @@ from collections import Counter as Tally
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpu_rightsizer.adapters.capacity import IDLE_FLOOR_LOOKBACK_SECONDS, load_capacity, with_idle_floors
@@ -47,7 +47,7 @@ from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
-from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of, shard_of
+from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_chunks, scope_of, shard_of
 from gpu_rightsizer.recommender.writes import (
     refresh_period,
     remove_recommendation,
@@ -282,7 +282,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
     failures: dict[float, str] = {}
-    batches = fetch_batches(
+    chunked = fetch_chunks(
         ctx.source,
         window_lengths,
         end,
@@ -297,20 +297,12 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
                 with contextlib.suppress(KeyError):  # never published
                     gauge.remove(f"{seconds:g}")
     metrics.WORKLOADS_PENDING.set(sum(1 for item in pending if item.window_seconds in backfilling))
-    by_diagnosis: Tally[tuple[str, str]] = Tally()
-    wasted: dict[str, float] = {}
-    updated = 0
-    written: Tally[str] = Tally()
-    work: list[tuple[_Pending, WorkloadWindow]] = []
+    waiting: dict[float, dict[str, _Pending]] = {}
     for item in pending:
-        batch = batches.get(item.window_seconds)
-        if batch is None:  # no metrics for this window this cycle: keep what the status says, and say so
-            if item.window_seconds in failures:
-                say_metrics_failed(store, item.recommendation, failures[item.window_seconds], end)
-            continue
-        window = batch.get(item.ref.key)
-        if window is not None:
-            work.append((item, window))
+        if item.window_seconds in chunked:
+            waiting.setdefault(item.window_seconds, {})[item.ref.key] = item
+        elif item.window_seconds in failures:  # no metrics for this window: keep the status, and say so
+            say_metrics_failed(store, item.recommendation, failures[item.window_seconds], end)
 
     def attempt(job: tuple[_Pending, WorkloadWindow]) -> _Analysed | None:
         try:
@@ -321,38 +313,64 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             return None
 
     marks.append(time.monotonic())
-    if len(work) > 1:
-        with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
-            results = list(pool.map(attempt, work))
-    else:
-        results = [attempt(job) for job in work]
-    analysed = {done.item.ref.key: done for done in results if done is not None}
-    for done in analysed.values():
-        ref = done.item.ref
-        by_diagnosis[(done.analysis.primary.value, ref.namespace)] += 1
-        wasted[ref.namespace] = wasted.get(ref.namespace, 0.0) + done.analysis.savings.gpu_hours_per_day
-        updated += 1
-        if done.written is not None:
-            written[done.written] += 1
+    tally = _Tally()
+    with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
+        for seconds, chunks in chunked.items():
+            items = waiting.get(seconds, {})
+            try:
+                for chunk in chunks:  # assembled, analysed and written a chunk of namespaces at a time
+                    work = [(items[w.workload.key], w) for w in chunk if w.workload.key in items]
+                    del chunk
+                    for done in pool.map(attempt, work) if len(work) > 1 else map(attempt, work):
+                        tally.add(done)
+            except Exception:
+                metrics.ERRORS.labels("metrics_source").inc()
+                LOG.exception(
+                    "assembling the %s windows failed; the rest keep their status", timedelta(seconds=seconds)
+                )
     marks.append(time.monotonic())
     if counts_policies:
         update_policy_statuses(kube, state.policies, state.governed, state.now)
-    if batches or not pending:
-        metrics.RECOMMENDATIONS.clear()
-        for (diagnosis, namespace), count in by_diagnosis.items():
-            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
-        metrics.WASTED_GPU_HOURS.clear()
-        for namespace, hours in wasted.items():
-            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+    if chunked or not pending:
+        tally.publish()
     ctx.last_cycle = time.monotonic()
     spans = [b - a for a, b in zip(marks, [*marks[1:], ctx.last_cycle], strict=True)]
     LOG.info(
         "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, policies %.1f s",
         *spans,
     )
-    ctx.last_written = sum(written.values())
-    ctx.last_refreshed = written["refresh"]
-    return updated
+    ctx.last_written = sum(tally.written.values())
+    ctx.last_refreshed = tally.written["refresh"]
+    return tally.updated
+
+
+@dataclass
+class _Tally:
+    """What a cycle's analyses add up to, kept as they come (never every analysis at once)."""
+
+    by_diagnosis: Tally[tuple[str, str]] = field(default_factory=Tally)
+    wasted: dict[str, float] = field(default_factory=dict)
+    written: Tally[str] = field(default_factory=Tally)
+    updated: int = 0
+
+    def add(self, done: _Analysed | None) -> None:
+        if done is None:
+            return
+        namespace, analysis = done.item.ref.namespace, done.analysis
+        self.by_diagnosis[(analysis.primary.value, namespace)] += 1
+        self.wasted[namespace] = self.wasted.get(namespace, 0.0) + analysis.savings.gpu_hours_per_day
+        self.updated += 1
+        if done.written is not None:
+            self.written[done.written] += 1
+
+    def publish(self) -> None:
+        """The recommendations by diagnosis and the wasted GPU-hours, per namespace, as this cycle saw them."""
+        metrics.RECOMMENDATIONS.clear()
+        for (diagnosis, namespace), count in self.by_diagnosis.items():
+            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
+        metrics.WASTED_GPU_HOURS.clear()
+        for namespace, hours in self.wasted.items():
+            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
 
 
 def _prepare(

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 from gpu_rightsizer.adapters.source import (
     ExtraOwners,
+    ReadsInChunks,
     Scope,
     WindowRead,
     WindowSource,
@@ -84,7 +85,26 @@ def fetch_batches(
     failures: dict[float, str] | None = None,
     backfilling: set[float] | None = None,
 ) -> dict[float, dict[str, WorkloadWindow]]:
-    """Window length -> workload key -> window: one read of the source per distinct window length.
+    """Window length -> workload key -> window (`fetch_chunks`, every chunk taken at once)."""
+    chunked = fetch_chunks(source, windows, end, scope, owners, failures, backfilling)
+    return {
+        seconds: {window.workload.key: window for chunk in chunks for window in chunk}
+        for seconds, chunks in chunked.items()
+    }
+
+
+def fetch_chunks(
+    source: WindowSource | None,
+    windows: list[float],
+    end: datetime,
+    scope: Scope,
+    owners: ExtraOwners | None = None,
+    failures: dict[float, str] | None = None,
+    backfilling: set[float] | None = None,
+) -> dict[float, Iterator[list[WorkloadWindow]]]:
+    """Window length -> its windows, a chunk of namespaces at a time: one read of the source per
+    distinct window length, done here; a source that reads in chunks (`ReadsInChunks`) assembles
+    each chunk as it is taken, so the cycle never holds every window at once.
 
     A window the source has not seen whole yet (an incremental source backfilling) gives no batch and
     is added to `backfilling`, so its workloads keep their last status. A window whose read fails is
@@ -92,11 +112,14 @@ def fetch_batches(
     """
     if source is None or not windows:
         return {}
-    batches: dict[float, dict[str, WorkloadWindow]] = {}
+    batches: dict[float, Iterator[list[WorkloadWindow]]] = {}
     failed: list[str] = []
     for seconds in windows:
         try:
-            read = source.read_windows(seconds, end, scope=scope, owners=owners)
+            if isinstance(source, ReadsInChunks):
+                read = source.read_window_chunks(seconds, end, scope=scope, owners=owners)
+            else:
+                read = source.read_windows(seconds, end, scope=scope, owners=owners)
             publish_read(seconds, read)
             if read.windows is None:
                 if backfilling is not None:
@@ -115,7 +138,7 @@ def fetch_batches(
                 error,
             )
             continue
-        batches[seconds] = {window.workload.key: window for window in read.windows}
+        batches[seconds] = read.batches()
         metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
         metrics.METRICS_LAST_SUCCESS.set(time.time())
     if failed:  # one line a person sees per cycle; the per-window lines are at DEBUG
