@@ -216,6 +216,8 @@ class Phase:
     steady_cycle_count: int = 0
     rss: tuple[float, float] = (0.0, 0.0)
     codes: Counter[str] = field(default_factory=Counter)
+    #: How the operator ran, when not as the other phases did.
+    label: str = ""
 
 
 class Bench:
@@ -343,6 +345,8 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
     print(f"operator at scale: {nodes} fake GPU nodes ({gpus} GPUs + MIG slices), window {args.window}, "
           f"interval {args.interval}, scrape {args.scrape}")  # fmt: skip
     print(f"{'':38s}" + "".join(f"{f'N={p.workloads} ({p.pods} pods)':>22s}" for p in phases))
+    if any(p.label for p in phases):
+        print(f"{'':38s}" + "".join(f"{p.label or 'chunked':>22s}" for p in phases))
 
     def row(label: str, values: list[str]) -> None:
         print(f"{label:38s}" + "".join(f"{v:>22s}" for v in values))
@@ -379,6 +383,13 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         row(f"  {key}", [f"{p.apiserver_per_cycle.get(key, 0.0):.1f}" for p in phases])
     for p in phases:
         print(f"diagnoses at N={p.workloads}: " + ", ".join(f"{c} {n}" for c, n in p.codes.most_common()))
+    chunked = [p for p in phases if not p.label]
+    one_chunk = [p for p in phases if p.label == "one chunk"]
+    if chunked and one_chunk and chunked[-1].rss[0] and one_chunk[0].rss[0]:
+        after, before = chunked[-1].rss, one_chunk[0].rss
+        print(f"operator RSS at N={chunked[-1].workloads}, chunked / one chunk: now {after[0]:.0f} / {before[0]:.0f} "
+              f"= {after[0] / before[0]:.2f}x, peak {after[1]:.0f} / {before[1]:.0f} = {after[1] / before[1]:.2f}x")  # fmt: skip
+    phases = chunked
     if len(phases) == 2 and all(p.queries_per_cycle for p in phases):
         small, large = (statistics.median(p.queries_per_cycle) for p in phases)
         print(f"Prometheus queries per cycle, N={phases[1].workloads} / N={phases[0].workloads}: "
@@ -436,6 +447,14 @@ def krr_side_by_side(
 # --- orchestration -------------------------------------------------------------------------------
 
 
+def operator_command(args: argparse.Namespace, prometheus_url: str, *extra: str) -> list[str]:
+    """The recommender as the bench runs it (`extra`: more flags)."""
+    return [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
+            "--prometheus-url", prometheus_url, "--window", args.window, "--interval", args.interval,
+            "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
+            "--liveness", f"http://127.0.0.1:{free_port()}/healthz", *args.operator_arg, *extra]  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -465,6 +484,14 @@ def main() -> int:
     )
     parser.add_argument("--krr-dir", default=None, help="checkout of robusta-dev/krr (holds krr.py)")
     parser.add_argument("--krr-history", default="1", help="KRR --history_duration in hours (default 1)")
+    parser.add_argument(
+        "--one-chunk-too",
+        action="store_true",
+        help="then run the largest size again with every window assembled in one chunk (memory before/after)",
+    )
+    parser.add_argument(
+        "--operator-arg", action="append", default=[], help="one more flag for the operator (repeatable)"
+    )
     parser.add_argument(
         "--cluster-name",
         default=None,
@@ -512,12 +539,10 @@ def main() -> int:
             operator_log = logs / "operator.log"
             say(f"starting the operator; logs in {logs}")
             with managed_process(
-                [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
-                 "--prometheus-url", prometheus.url, "--window", args.window, "--interval", args.interval,
-                 "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
-                 "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
-                operator_log, env={"KUBECONFIG": str(cluster.kubeconfig)},
-            ) as operator:  # fmt: skip
+                operator_command(args, prometheus.url),
+                operator_log,
+                env={"KUBECONFIG": str(cluster.kubeconfig)},
+            ) as operator:
                 bench = Bench(cluster, prometheus.url, operator, operator_log)
                 bench.deadline = time.monotonic() + args.budget
                 started = time.monotonic()
@@ -530,6 +555,18 @@ def main() -> int:
                     expected |= {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in batch}
                     pods = sum(m["spec"]["replicas"] for b in batches[: number + 1] for m in b)
                     phases.append(bench.measure(expected, pods, started, args.timeout, args.steady_cycles))
+            if args.one_chunk_too and phases:  # the same size again, every window assembled at once
+                say("restarting the operator with every window in one chunk (--chunk-pods 1000000)")
+                one_chunk_log = logs / "operator-one-chunk.log"
+                with managed_process(
+                    operator_command(args, prometheus.url, "--chunk-pods", "1000000"), one_chunk_log,
+                    env={"KUBECONFIG": str(cluster.kubeconfig)},
+                ) as operator:  # fmt: skip
+                    bench = Bench(cluster, prometheus.url, operator, one_chunk_log)
+                    bench.deadline = time.monotonic() + args.budget
+                    phase = bench.measure(expected, pods, time.monotonic(), args.timeout, args.steady_cycles)
+                    phase.label = "one chunk"
+                    phases.append(phase)
             if args.krr_python and phases:  # the operator is stopped: Prometheus serves KRR alone
                 krr_side_by_side(args, cluster, prometheus.url, phases[-1], logs)
     except KeyboardInterrupt:

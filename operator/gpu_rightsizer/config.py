@@ -136,6 +136,19 @@ def shard_of(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, int
     return shard, total
 
 
+def _optional_count(text: str | None) -> int | None:
+    """A positive whole number from a flag or variable; None when not given."""
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"a whole number is needed, not {text!r}") from None
+    if value < 1:
+        raise ValueError(f"a positive number is needed, not {value}")
+    return value
+
+
 def _optional_duration(text: str | None) -> float | None:
     return parse_duration(text) if text else None
 
@@ -182,6 +195,9 @@ class OperatorConfig:
     #: it analyses and writes only the workloads of the namespaces that hash to `shard`.
     shard: int = 0
     total_shards: int = 1
+    #: About how many pods' windows a cycle assembles, analyses and writes at a time (whole
+    #: namespaces); None: the source's default.
+    chunk_pods: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -212,6 +228,7 @@ class OperatorConfig:
         return cls(
             shard=shard,
             total_shards=total_shards,
+            chunk_pods=_optional_count(getattr(args, "chunk_pods", None) or env.get("GPURS_CHUNK_PODS")),
             prometheus_url=args.prometheus_url or env.get("GPURS_PROMETHEUS_URL") or None,
             prometheus_token_file=args.prometheus_token_file
             or env.get("GPURS_PROMETHEUS_TOKEN_FILE")

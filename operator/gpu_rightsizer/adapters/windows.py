@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_rightsizer.adapters.incremental import IncrementalSource
+from gpu_rightsizer.adapters.incremental import CHUNK_PODS, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusSource, source_for
 from gpu_rightsizer.adapters.recording_rules import Detection, detect
 from gpu_rightsizer.adapters.source import (
@@ -61,8 +61,11 @@ class WindowSources:
         state: StateDir | None = None,
         save_every_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        chunk_pods: int = CHUNK_PODS,
     ) -> None:
         self.make_source = make_source
+        #: About how many pods' windows a chunked read assembles at a time (`read_window_chunks`).
+        self.chunk_pods = chunk_pods
         self.budget_seconds = budget_seconds
         #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
         self.step_seconds = step_seconds
@@ -292,4 +295,5 @@ def sources_for(cfg: OperatorConfig) -> WindowSources:
         step_seconds=cfg.prometheus_step_seconds,
         state=StateDir(cfg.state_dir) if cfg.state_dir else None,
         save_every_seconds=cfg.state_save_interval_seconds,
+        chunk_pods=cfg.chunk_pods or CHUNK_PODS,
     )

@@ -97,6 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease-seconds", type=int, help="lease duration: a dead leader is replaced after it (default 15)"
     )
     parser.add_argument(
+        "--chunk-pods",
+        help="about how many pods' windows a cycle assembles, analyses and writes at a time, whole "
+        "namespaces (env GPURS_CHUNK_PODS; default 250): fewer hold less memory",
+    )
+    parser.add_argument(
         "--total-shards",
         help="recommenders sharing the workloads by namespace hash (env GPURS_TOTAL_SHARDS; default 1)",
     )
