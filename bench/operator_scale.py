@@ -447,6 +447,18 @@ def krr_side_by_side(
 # --- orchestration -------------------------------------------------------------------------------
 
 
+#: Manifests per `kubectl create`: a thousand in one call outlast its 120 s answer on a busy machine.
+CREATE_BATCH = 100
+
+
+def create(cluster: LocalCluster, manifests: list[dict[str, Any]]) -> None:
+    """Create the workloads, `CREATE_BATCH` to a call."""
+    for first in range(0, len(manifests), CREATE_BATCH):
+        cluster.kubectl(
+            "create", "-f", "-", input_text=yaml.safe_dump_all(manifests[first : first + CREATE_BATCH])
+        )
+
+
 def operator_command(args: argparse.Namespace, prometheus_url: str, *extra: str) -> list[str]:
     """The recommender as the bench runs it (`extra`: more flags)."""
     return [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
@@ -528,7 +540,7 @@ def main() -> int:
         logs = workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         say(f"creating {len(batches[0])} workloads")
-        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batches[0]))
+        create(cluster, batches[0])
         port = free_port()
         with managed_process(
             [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
@@ -551,7 +563,7 @@ def main() -> int:
                     if number > 0:
                         say(f"creating {len(batch)} more workloads")
                         started = time.monotonic()
-                        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batch))
+                        create(cluster, batch)
                     expected |= {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in batch}
                     pods = sum(m["spec"]["replicas"] for b in batches[: number + 1] for m in b)
                     phases.append(bench.measure(expected, pods, started, args.timeout, args.steady_cycles))

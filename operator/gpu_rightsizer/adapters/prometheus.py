@@ -578,7 +578,10 @@ class PrometheusSource:
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
         results.update(self.identity_answers(end, window_seconds))
-        return self.assemble(results, start, end, step, coarse, namespace, workload, owners, shard=shard)
+        chunks = self.assemble_chunks(
+            results, start, end, step, coarse, namespace, workload, owners, shard=shard
+        )
+        return [window for chunk in chunks for window in chunk]
 
     @property
     def where(self) -> str:
@@ -653,27 +656,6 @@ class PrometheusSource:
         ]
 
     # -- assembly -----------------------------------------------------------------------------------
-    def assemble(
-        self,
-        results: dict[str, list[dict[str, Any]]],
-        start: float,
-        end: float,
-        step: float,
-        coarse: float,
-        namespace: str | None,
-        workload: str | None,
-        owners: ExtraOwners | None = None,
-        series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
-        shard: ShardSlice | None = None,
-    ) -> list[WorkloadWindow]:
-        """Windows from the answers; `series_stats` gives a family's statistics already summarised
-        (the incremental reads), in place of its `stat`-labelled rows. With a `shard`, only the pods
-        of its namespaces are observed; the GPU facts (sharers, conflicts, boards) stay cluster-wide."""
-        chunks = self.assemble_chunks(
-            results, start, end, step, coarse, namespace, workload, owners, series_stats, shard
-        )
-        return [window for chunk in chunks for window in chunk]
-
     def assemble_chunks(
         self,
         results: dict[str, list[dict[str, Any]]],
@@ -688,9 +670,11 @@ class PrometheusSource:
         shard: ShardSlice | None = None,
         pods: PodSeries | None = None,
     ) -> Iterator[list[WorkloadWindow]]:
-        """`assemble`, one chunk of namespaces at a time.
+        """Windows from the answers, one chunk of namespaces at a time. `series_stats` gives a family's
+        statistics already summarised (the incremental reads), in place of its `stat`-labelled rows.
+        With a `shard`, only the pods of its namespaces are observed.
 
-        Why: the GPU facts are about GPUs, not namespaces (which pods share a device, which trusted
+        Why chunks: the GPU facts are about GPUs, not namespaces (which pods share a device, which trusted
         targets disagree about one, the boards no pod holds), so they are worked out once from the
         device families and the kube-state-metrics inventory and shared by every chunk; with `pods`
         the pod families' statistics are asked for per chunk, and a chunk's windows (and their

@@ -76,23 +76,6 @@ def publish_read(window_seconds: float, read: WindowRead) -> None:
         )
 
 
-def fetch_batches(
-    source: WindowSource | None,
-    windows: list[float],
-    end: datetime,
-    scope: Scope,
-    owners: ExtraOwners | None = None,
-    failures: dict[float, str] | None = None,
-    backfilling: set[float] | None = None,
-) -> dict[float, dict[str, WorkloadWindow]]:
-    """Window length -> workload key -> window (`fetch_chunks`, every chunk taken at once)."""
-    chunked = fetch_chunks(source, windows, end, scope, owners, failures, backfilling)
-    return {
-        seconds: {window.workload.key: window for chunk in chunks for window in chunk}
-        for seconds, chunks in chunked.items()
-    }
-
-
 def fetch_chunks(
     source: WindowSource | None,
     windows: list[float],

@@ -32,16 +32,11 @@ needs_prometheus = pytest.mark.skipif(
 
 
 def fleet() -> list[Scenario]:
-    out = []
-    for index, base in enumerate(scenario_library()):
-        changes: dict[str, object] = {
-            "name": f"{base.name}-{index}",
-            "namespace": f"team-{index // PER_NAMESPACE:02d}",
-        }
-        if base.pods_per_gpu > 1 and base.node_prefix is None:
-            changes["node_prefix"] = f"gpu-ts-{index}"
-        out.append(base.with_(**changes))
-    return out
+    """Each shape of the library once, `PER_NAMESPACE` to a namespace."""
+    shapes = enumerate(scenario_library())
+    return [
+        base.with_(name=f"{base.name}-{i}", namespace=f"team-{i // PER_NAMESPACE:02d}") for i, base in shapes
+    ]
 
 
 @pytest.fixture(scope="module")
