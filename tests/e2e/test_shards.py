@@ -120,14 +120,23 @@ def namespaces_for_both_layouts(kube: Kube, label: dict[str, str]) -> list[str]:
     pytest.fail("no set of namespaces covers both layouts")
 
 
+@pytest.fixture
+def shard_policy(kube: Kube) -> Iterator[str]:
+    """A policy over this test's namespaces only (their label), deleted after: policies are cluster-wide,
+    and a left-over one would show as an overlap in later tests' policy statuses."""
+    name = f"shards-t{int(time.time())}"
+    yield name
+    kube.kubectl("delete", "gpurightsizingpolicy", name, "--ignore-not-found", check=False)
+
+
 def test_two_shards_write_disjoint_halves_and_a_resize_to_three_loses_no_window(
-    kube: Kube, shards: Shards
+    kube: Kube, shards: Shards, shard_policy: str
 ) -> None:
-    label = {"gpurightsizer.io/shards-test": f"t{int(time.time())}"}
+    label = {"gpurightsizer.io/shards-test": shard_policy}
     namespaces = namespaces_for_both_layouts(kube, label)
     kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump({
         "apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURightsizingPolicy",
-        "metadata": {"name": f"shards-{label['gpurightsizer.io/shards-test']}"},
+        "metadata": {"name": shard_policy},
         # maxStaleness 1m: an unchanged status is written again within 30 s, so its window end shows
         # how long ago it was analysed
         "spec": {"mode": "Recommend", "namespaceSelector": {"matchLabels": label},
@@ -155,7 +164,7 @@ def test_two_shards_write_disjoint_halves_and_a_resize_to_three_loses_no_window(
     for namespace, recommendation in found.items():
         writers = {manager for manager, _ in status_writers(recommendation)}
         assert writers == {f"{SHARD_MANAGER}{shard_of_namespace(namespace, 2)}"}, (namespace, writers)
-    policy = kube.get_json("gpurightsizingpolicy", f"shards-{label['gpurightsizer.io/shards-test']}")
+    policy = kube.get_json("gpurightsizingpolicy", shard_policy)
     assert policy["status"]["matchedWorkloads"] == len(namespaces)  # shard 0 counts both halves
 
     # resize: the two stop, three start (as a StatefulSet rolls its pods with the new total)
