@@ -296,6 +296,16 @@ class Bench:
             phase.rss = rss_mib(self.operator.pid)
         return phase
 
+    def wait_for_full_cycle(self, workloads: int, timeout: float) -> None:
+        """Until one cycle has analysed every workload (a restarted operator backfills first)."""
+        deadline = min(time.monotonic() + timeout, self.deadline)
+        while time.monotonic() < deadline:
+            self.alive()
+            if any(n == workloads for n, _ in cycle_lines(self.log)):
+                return
+            time.sleep(2)
+        say(f"no cycle analysed all {workloads} workloads within {timeout:.0f} s")
+
     def steady(self, phase: Phase, cycles: int) -> None:
         """Watch `cycles` whole cycles: Prometheus queries and apiserver requests between cycle ends."""
         self.mark_cycles()
@@ -576,6 +586,7 @@ def main() -> int:
                 ) as operator:  # fmt: skip
                     bench = Bench(cluster, prometheus.url, operator, one_chunk_log)
                     bench.deadline = time.monotonic() + args.budget
+                    bench.wait_for_full_cycle(len(expected), args.timeout)  # its backfill done
                     phase = bench.measure(expected, pods, time.monotonic(), args.timeout, args.steady_cycles)
                     phase.label = "one chunk"
                     phases.append(phase)
