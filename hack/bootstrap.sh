@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what gpu-rightsizer's tests and demo need on a fresh Debian machine, idempotently:
-# Debian packages (prometheus + promtool, GNU time), the Python virtualenv .venv with the package
-# and its test extras, and the pinned cluster binaries (built once, cached outside the repository).
+# Debian packages (prometheus + promtool, GNU time, chromium for the HTML report's test), the Python
+# virtualenv .venv with the package and its test extras, and the pinned cluster binaries (built once,
+# cached outside the repository).
 #
 #   hack/bootstrap.sh          # install what is missing
 #   hack/bootstrap.sh --plan   # run every check, print what it would install, install nothing
@@ -26,6 +27,7 @@ missing_debs=()
 command -v prometheus >/dev/null 2>&1 || missing_debs+=(prometheus)
 command -v promtool >/dev/null 2>&1 || [[ " ${missing_debs[*]} " == *" prometheus "* ]] || missing_debs+=(prometheus)
 [[ -x /usr/bin/time ]] || missing_debs+=(time)
+command -v chromium >/dev/null 2>&1 || missing_debs+=(chromium) # headless: tests/unit/commands/test_report_html.py
 
 stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 
@@ -34,7 +36,7 @@ if [[ $mode == plan ]]; then
     command -v apt-get >/dev/null 2>&1 || die "Debian packages ${missing_debs[*]} are missing and apt-get is not available" "install them with your package manager"
     echo "plan: install Debian packages: ${missing_debs[*]}"
   else
-    echo "plan: Debian packages present (prometheus, promtool, time)"
+    echo "plan: Debian packages present (prometheus, promtool, time, chromium)"
   fi
   if [[ -f $stamp ]]; then echo "plan: virtualenv .venv up to date"; else echo "plan: create the virtualenv .venv (pip install -e '.[test]')"; fi
   step "planning the cluster binaries" "see the line above"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run the operator (recommender, and the actuator when enabled)"),
     "analyze": ("analyze", "one-shot report from Prometheus or an OpenMetrics file"),
+    "explain": ("explain", "one workload's findings, evidence, vetoes and sparklines in the terminal"),
     "agent": ("agent", "NVML node agent exporting dcgm-exporter-compatible metrics"),
     "demo": ("demo", "local cluster with simulated GPU workloads and the operator"),
     "crds": ("crds", "print or write the CustomResourceDefinitions"),

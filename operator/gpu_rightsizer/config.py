@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpu_rightsizer.logic.waste import GPUPrices, PriceError
 from gpu_rightsizer.model.durations import parse_duration as parse_duration_text
 
 Role = Literal["recommender", "actuator", "all"]
@@ -149,6 +150,28 @@ def _optional_count(text: str | None) -> int | None:
     return value
 
 
+def load_gpu_prices(price: str | None, price_file: str | None) -> GPUPrices:
+    """Prices per GPU-hour from `--gpu-hour-price` and a `--gpu-prices` YAML/JSON file (model → price).
+
+    Raises ValueError naming the file and the entry at fault; no price at all is no money, not an error.
+    """
+    import yaml
+
+    content: object | None = None
+    if price_file:
+        try:
+            with open(price_file, encoding="utf-8") as handle:
+                content = yaml.safe_load(handle)
+        except (OSError, yaml.YAMLError) as error:
+            raise PriceError(f"cannot read the GPU price map {price_file}: {error}") from None
+        if content is None:  # an empty file (the chart's default ConfigMap): no per-model price
+            content = {}
+    try:
+        return GPUPrices.parse(price, content)
+    except PriceError as error:
+        raise PriceError(f"{price_file}: {error}" if price_file else str(error)) from None
+
+
 def _optional_duration(text: str | None) -> float | None:
     return parse_duration(text) if text else None
 
@@ -198,6 +221,8 @@ class OperatorConfig:
     #: About how many pods' windows a cycle assembles, analyses and writes at a time (whole
     #: namespaces); None: the source's default.
     chunk_pods: int | None = None
+    #: Prices per GPU-hour that turn waste and savings into money (no price: no money).
+    gpu_prices: GPUPrices = field(default_factory=GPUPrices)
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -280,4 +305,8 @@ class OperatorConfig:
             or env.get("POD_NAMESPACE")
             or "default",
             lease_seconds=int(getattr(args, "lease_seconds", None) or env.get("GPURS_LEASE_SECONDS", "15")),
+            gpu_prices=load_gpu_prices(
+                getattr(args, "gpu_hour_price", None) or env.get("GPURS_GPU_HOUR_PRICE") or None,
+                getattr(args, "gpu_prices", None) or env.get("GPURS_GPU_PRICES_FILE") or None,
+            ),
         )

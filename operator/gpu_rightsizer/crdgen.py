@@ -4,7 +4,8 @@ Pydantic writes JSON Schema (2020-12) with `$ref`, `anyOf: [X, null]`, titles an
 `additionalProperties: false`; the API server wants a *structural* OpenAPI v3 schema: everything
 inlined, a `type` on every node, `nullable: true` instead of a null branch, no `additionalProperties`
 next to `properties`. This module does that translation (and fails loudly on anything it cannot
-translate faithfully), then adds what only a CRD has: printer columns, subresources, categories.
+translate faithfully), then adds what only a CRD has: printer columns, subresources, categories. The
+diagnosis-code enums list the codes in the rule registry's order (`logic/rules/registry.py`).
 The output is committed in `crds/` and `charts/gpu-rightsizer/crds/`; a unit test keeps them in sync.
 """
 
@@ -16,11 +17,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from gpu_rightsizer.logic.rules.registry import RULES
 from gpu_rightsizer.model.change import (
     GPURightsizingChange,
     GPURightsizingChangeSpec,
     GPURightsizingChangeStatus,
 )
+from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.crd import (
     GROUP,
     VERSION,
@@ -179,6 +182,8 @@ def openapi_schema(model: type[BaseModel], *, in_status: bool = False) -> JSONSc
     """The structural OpenAPI v3 schema of one model (camelCase property names)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
+    if DiagnosisCode.__name__ in defs:  # the codes in the rule registry's order (severity first)
+        defs[DiagnosisCode.__name__]["enum"] = [rule.code.value for rule in RULES]
     return _translate(raw, defs, model.__name__, in_status=in_status)
 
 
@@ -258,10 +263,28 @@ RECOMMENDATION_COLUMNS = [
     _column("Action", ".status.summary.action", "The main recommended change."),
     _column("GPU Busy P95", ".status.summary.gpuBusyP95", "p95 of GPU busy over the window."),
     _column("Savings", ".status.summary.savings", "Estimated GPU-hours per day freed."),
-    _column("State", ".status.apply.state", "Pending, Applied, Verified, RolledBack, Skipped or Blocked."),
-    _column("Age", ".metadata.creationTimestamp", "Time since the recommendation was created.", kind="date"),
+    _column(
+        "State",
+        ".status.apply.state",
+        "Advised (advice only: no Apply policy, or one in Recommend mode), Pending, Applied, Verified, "
+        "Inconclusive, RolledBack, Skipped or Blocked.",
+    ),
+    _column(
+        "Last-Analysed",
+        ".status.window.end",
+        "End of the window last analysed (the newest data seen). The status is rewritten only when "
+        "the recommendation changes, so this lags by up to the refresh period.",
+        kind="date",
+    ),
     _column("Confidence", ".status.summary.confidence", "Confidence of the primary diagnosis.", priority=1),
     _column("Window", ".status.summary.window", "Length of the observed window.", priority=1),
+    _column(
+        "Age",
+        ".metadata.creationTimestamp",
+        "Time since the recommendation was created.",
+        kind="date",
+        priority=1,
+    ),
 ]
 
 POLICY_COLUMNS = [

@@ -58,6 +58,18 @@ namespace_name: JsonSchema = {
 }
 namespace_list: JsonSchema = {"type": "array", "items": namespace_name, "uniqueItems": True}
 string_map: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
+#: A price per GPU-hour: a number, or its decimal text (`helm --set` passes 2.5 as a string).
+price: JsonSchema = {
+    "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}],
+    "description": "a price per GPU-hour, e.g. 2.5",
+}
+#: The `release` label kube-prometheus-stack selects its ServiceMonitors and rules by (a label value).
+release_label: JsonSchema = {
+    "type": "string",
+    "maxLength": 63,
+    "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    "description": "the kube-prometheus-stack release name, or empty for no release label",
+}
 quantity: JsonSchema = {
     "anyOf": [{"type": "string", "pattern": QUANTITY}, {"type": "number", "minimum": 0}],
     "description": "a Kubernetes quantity such as 100m, 0.5, 256Mi",
@@ -358,6 +370,7 @@ def build() -> JsonSchema:
                         },
                         "interval": duration("scrape interval"),
                         "scrapeTimeout": duration("scrape timeout"),
+                        "release": release_label,
                         "labels": string_map,
                     },
                     required=["enabled"],
@@ -365,6 +378,7 @@ def build() -> JsonSchema:
                 "prometheusRule": obj(
                     {
                         "enabled": boolean("create a PrometheusRule"),
+                        "release": release_label,
                         "labels": string_map,
                         "additionalAlertLabels": string_map,
                         "idleFor": duration("alert delay for idle GPUs"),
@@ -383,6 +397,17 @@ def build() -> JsonSchema:
                         "labels": string_map,
                     },
                     required=["enabled"],
+                ),
+                "pricing": obj(
+                    {
+                        "gpuHourPrice": {**price, "description": "price of one GPU-hour; 0 means no price"},
+                        "gpuModelPrices": {
+                            "type": "object",
+                            "additionalProperties": price,
+                            "propertyNames": {"minLength": 1, "maxLength": 253},
+                            "description": "GPU model -> price per GPU-hour",
+                        },
+                    },
                 ),
                 "dashboard": obj(
                     {

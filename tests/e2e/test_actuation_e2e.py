@@ -381,8 +381,7 @@ def test_workloads_the_actuator_must_leave_alone(kube: Kube, live_metrics: str, 
         operator,
     )
     assert (
-        outside_state["apply"]["state"] in ("Pending", "Skipped")
-        and "no Apply policy" in outside_state["apply"]["reason"]
+        outside_state["apply"]["state"] == "Advised" and "no Apply policy" in outside_state["apply"]["reason"]
     )
     assert container_resources(kube, outside, "trainer")["limits"]["cpu"] == "1"
 

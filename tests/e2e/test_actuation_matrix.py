@@ -1004,7 +1004,7 @@ def in_place_cases() -> list[Case]:
 #: believed spoofed figures lands within one or two cycles of 5 s).
 SPOOF_WATCH_SECONDS = 25.0
 #: Apply states that mean no change was started.
-NO_CHANGE = (None, "Skipped", "Blocked")
+NO_CHANGE = (None, "Advised", "Skipped", "Blocked")
 
 from tests.e2e.test_actuation_e2e import apply_policy, container_resources, operator_args  # noqa: E402
 from tests.e2e.test_gpu_spoofing import SpoofedMetrics, spoof_a_busy_trainer, spoofed_metrics  # noqa: E402, F401

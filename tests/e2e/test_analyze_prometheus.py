@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -119,6 +120,24 @@ def test_table_output_lists_every_workload(
     assert table.splitlines()[0].split()[:2] == ["WORKLOAD", "DIAGNOSIS"]
     for scenario in plain:
         assert f"e2e/{scenario.kind}/{scenario.name}" in table
+
+
+def test_html_output_plots_every_workload_from_prometheus(
+    prometheus: tuple[str, list[Scenario], list[Scenario]], tmp_path: Path
+) -> None:
+    """The plotted series' range queries run on a real Prometheus: every workload gets its plots."""
+    url, plain, _ = prometheus
+    report = tmp_path / "report.html"
+    argv = ["analyze", "--prometheus", url, "--window", "1h", "--at", str(END), "-n", "e2e", "-o", "html"]
+    assert main([*argv, "--output-file", str(report)]) == 0
+    text = report.read_text()
+    article = r'<article class="workload" id="e2e/[^/]+/([^"]+)">.*?data-plot="gpu-busy" data-points="(\d+)"'
+    points = {name: int(n) for name, n in re.findall(article, text, re.DOTALL)}
+    assert set(points) == {scenario.name for scenario in plain}
+    assert all(n == 61 for name, n in points.items() if name != "new-pod")  # 1 h at 60 s steps
+    assert 2 <= points["new-pod"] < 61  # its pod started inside the window
+    for plot in ("cpu", "gpu-memory", "sm-active"):  # each from its own range query
+        assert text.count(f'data-plot="{plot}" data-points=') == len(plain), plot
 
 
 def test_live_exporter_scraped_by_prometheus(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_rightsizer.logic.status import action_column, confidence_text
 from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode, Severity
 from gpu_rightsizer.model.crd import (
     AllocationStatus,
@@ -28,7 +29,7 @@ from gpu_rightsizer.model.crd import (
     ObservedWindow,
     RecommendationSummary,
 )
-from gpu_rightsizer.model.result import Action, Finding, Savings
+from gpu_rightsizer.model.result import Action, ActionTarget, Finding, Savings
 from tests.unit.test_crd_models import INVALID_SPECS, VALID_SPECS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +103,15 @@ def test_invalid_policy_is_rejected_naming_the_field(crds: Any, case: str) -> No
         crds.kubectl("delete", "gpurightsizingpolicy", name, "--ignore-not-found", check=False)
 
 
+CPU_ACTION = Action(
+    type=ActionType.CPU,
+    from_value="2 cores (limit)",
+    to_value="6 cores (request and limit)",
+    reason="CPU-bound input pipeline",
+    target=ActionTarget(requests={"cpu": "6"}, limits={"cpu": "6"}),
+)
+
+
 def _status() -> GPURecommendationStatus:
     """A status as the operator writes it, built from the models (so the models and the CRD agree)."""
     return GPURecommendationStatus(
@@ -124,21 +134,19 @@ def _status() -> GPURecommendationStatus:
                     severity=Severity.WARNING,
                     confidence=0.82,
                     message="GPU busy p95 21% while the CPU ran at 98% of its 2-core limit.",
-                    evidence={"gpuBusyP95": 0.21, "cpuSaturation": 0.98},
+                    evidence={"gpuBusyP95": 0.21, "cpuSaturation": 0.98, "memoryUsedMaxGib": 30.5},
                 )
             ],
         ),
-        actions=[
-            Action(type=ActionType.CPU, from_value="2", to_value="6", reason="CPU-bound input pipeline")
-        ],
+        actions=[CPU_ACTION],
         savings=Savings(gpu_hours_per_day=12.5, share_of_allocation=0.26),
-        apply=ApplyStatus(state=ApplyState.PENDING, reason="mode Recommend"),
+        apply=ApplyStatus(state=ApplyState.ADVISED, reason="policy 'p' is in Recommend mode"),
         summary=RecommendationSummary(
             workload="Deployment/trainer",
-            action="cpu 2->6",
+            action=action_column(CPU_ACTION),
             gpu_busy_p95="21%",
             savings="12.5 GPUh/d",
-            confidence="0.82",
+            confidence=confidence_text(0.82),
             window="24h",
         ),
     )
@@ -171,20 +179,32 @@ def test_recommendation_columns_in_kubectl_get(crds: Any) -> None:
         "GPU BUSY P95",
         "SAVINGS",
         "STATE",
-        "AGE",
+        "LAST-ANALYSED",
     ):
         assert column in header, header
-    assert "CONFIDENCE" not in header
+    assert "CONFIDENCE" not in header and " AGE" not in header
     row = next(r for r in rows if r.startswith(namespace))
-    for value in ("Deployment/trainer", "InputPipelineCPUBound", "cpu 2->6", "21%", "12.5 GPUh/d", "Pending"):
+    for value in (
+        "Deployment/trainer",
+        "InputPipelineCPUBound",
+        "cpu limit 2 → 6 cores",
+        "21%",
+        "12.5 GPUh/d",
+        "Advised",
+    ):
         assert value in row, row
 
     wide = crds.kubectl("get", "gpurec", "-n", namespace, "-o", "wide").stdout
     wide_header, wide_row = wide.splitlines()[:2]
     assert "CONFIDENCE" in wide_header
-    assert "WINDOW" in wide_header
-    assert "0.82" in wide_row
+    assert "WINDOW" in wide_header and "AGE" in wide_header
+    assert "82%" in wide_row
     assert "24h" in wide_row
+
+    # kubectl describe splits camelCase at each capital: names must read as words there
+    described = crds.kubectl("describe", "gpurecommendation", "deployment-trainer", "-n", namespace).stdout
+    assert "Memory Used Max Gib:" in described and "Cpu Saturation:" in described, described
+    assert " Gi B" not in described and " Mi B" not in described
 
     stored = crds.get_json("gpurecommendation", "deployment-trainer", "-n", namespace)
     assert GPURecommendation.model_validate(stored).status == _status()

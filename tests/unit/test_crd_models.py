@@ -531,8 +531,8 @@ def test_threshold_overrides_are_understood_by_the_engine() -> None:
         }
     )
     settings = EngineSettings().with_overrides(thresholds.overrides())
-    assert settings.idle_busy_p95 == 0.03
+    assert settings.idle.idle_busy_p95 == 0.03
     assert settings.low_busy == 0.4
-    assert settings.cpu_saturation == 1.2
+    assert settings.input_pipeline.cpu_saturation == 1.2
     assert settings.min_delta_ratio == 0.15
     assert Thresholds().overrides() == {}

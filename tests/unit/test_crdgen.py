@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from gpu_rightsizer.commands import crds as crds_command
 from gpu_rightsizer.crdgen import SchemaTranslationError, build_crds, openapi_schema, render_all
+from gpu_rightsizer.logic.rules.registry import RULES
 from gpu_rightsizer.model.codes import DiagnosisCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +200,10 @@ def test_enums_patterns_and_bounds_reach_the_schema() -> None:
     assert nodes[".spec.priority"]["minimum"] == 0
     assert nodes[".spec.observation.thresholds.idleBusyP95"]["maximum"] == 1.0
     recommendation = dict(_walk(_schema("gpurecommendations")))
-    assert recommendation[".status.diagnosis.primary"]["enum"] == [code.value for code in DiagnosisCode]
+    registry_order = [rule.code.value for rule in RULES]  # every code, in the rule registry's order
+    assert sorted(registry_order) == sorted(code.value for code in DiagnosisCode)
+    assert recommendation[".status.diagnosis.primary"]["enum"] == registry_order
+    assert recommendation[".status.diagnosis.findings[].code"]["enum"] == registry_order
     assert recommendation[".status.conditions"]["x-kubernetes-list-map-keys"] == ["type"]
     assert recommendation[".status.diagnosis.findings[].evidence"]["additionalProperties"] == {
         "type": "number"
@@ -247,9 +251,14 @@ def test_recommendation_printer_columns() -> None:
         "GPU Busy P95",
         "Savings",
         "State",
-        "Age",
+        "Last-Analysed",
     ]
-    assert {name for name, c in columns.items() if c.get("priority") == 1} == {"Confidence", "Window"}
+    assert {name for name, c in columns.items() if c.get("priority") == 1} == {"Confidence", "Window", "Age"}
+    # freshness is the analysed window's end, not the object's creation
+    assert (columns["Last-Analysed"]["jsonPath"], columns["Last-Analysed"]["type"]) == (
+        ".status.window.end",
+        "date",
+    )
     nodes = dict(_walk(_schema("gpurecommendations")))
     for column in columns.values():
         if column["jsonPath"].startswith(".status"):

@@ -73,7 +73,8 @@ def check_gates(ctx: GateContext) -> Verdict:
             if settings.policy
             else "no Apply policy selects this workload"
         )
-        return Verdict(False, ApplyState.SKIPPED, where)
+        advice = ApplyState.SKIPPED if settings.mode == PolicyMode.OFF else ApplyState.ADVISED
+        return Verdict(False, advice, where)
     if ctx.started_by is not None and ctx.started_by != settings.policy:
         return Verdict(
             False,

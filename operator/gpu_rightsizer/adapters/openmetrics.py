@@ -32,6 +32,7 @@ from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
 from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
+from gpu_rightsizer.logic.timeline import Timeline, timeline_of
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     Allocation,
@@ -550,6 +551,49 @@ def _cadvisor_rate(
     return st.max_aligned(chosen, step) if combine == "max" else st.sum_aligned(chosen, step)
 
 
+def _board_of(device: DeviceSeries, boards: dict[tuple[str, str], DeviceSeries]) -> DeviceSeries | None:
+    """The board-level series of a pod's device (its GPU's, for a MIG slice), if any."""
+    return boards.get(
+        (device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid)
+    )
+
+
+def _device_signals(
+    device: DeviceSeries, boards: dict[tuple[str, str], DeviceSeries]
+) -> dict[Signal, Samples]:
+    """A pod's device signals, completed by its board's series for the signals the pod's lack."""
+    signals = dict(device.signals)
+    board = _board_of(device, boards)
+    if board is not None:
+        for signal, samples in board.signals.items():
+            signals.setdefault(signal, samples)
+    return signals
+
+
+def timelines_of(collector: SeriesCollector, keys: Iterable[Key], step: float) -> dict[str, Timeline]:
+    """The plotted series of each workload (by `WorkloadRef.key`) from the pods `keys`' raw samples."""
+    per_workload: dict[str, dict[str, list[Samples]]] = defaultdict(lambda: defaultdict(list))
+    for key in keys:
+        series = collector.pods[key]
+        parts = per_workload[collector.inventory.workload_of(*key).key]
+        for device in series.devices.values():
+            signals = _device_signals(device, collector.boards)
+            parts["busy"].append(signals.get(Signal.GR_ENGINE_ACTIVE) or signals.get(Signal.GPU_UTIL) or [])
+            parts["sm"].append(signals.get(Signal.SM_ACTIVE, []))
+            parts["memory"].append(signals.get(Signal.FB_USED_MIB, []))
+        parts["cpu"].append(_cadvisor_rate(series, mn.CADVISOR_CPU_USAGE, step))
+    return {
+        ref_key: timeline_of(
+            busy=parts["busy"],
+            sm_active=parts["sm"],
+            cpu_cores=parts["cpu"],
+            memory_used_mib=parts["memory"],
+            step_seconds=step,
+        )
+        for ref_key, parts in per_workload.items()
+    }
+
+
 def pod_observation(
     series: PodSeries,
     info: PodInfo | None,
@@ -563,15 +607,11 @@ def pod_observation(
     node = info.node if info and info.node else None
     for device in series.devices.values():
         node = node or device.node
-        signals = dict(device.signals)
+        signals = _device_signals(device, boards)
         clock_events = device.clock_events
         violations = dict(device.violations)
-        board = boards.get(
-            (device.node or "", device.uuid.rsplit("-", 1)[0] if device.mig_profile else device.uuid)
-        )
+        board = _board_of(device, boards)
         if board is not None:
-            for signal, samples in board.signals.items():
-                signals.setdefault(signal, samples)
             clock_events = clock_events or board.clock_events
             violations = violations or dict(board.violations)
         gpu_stats: dict[Signal, SignalStats] = {}
@@ -854,6 +894,39 @@ def _absorb(earlier: PodSeries, later: PodSeries) -> None:
         later.serving[metric] = [*samples, *later.serving.get(metric, [])]
 
 
+def replaced_note(earlier: Key, later: Key) -> str:
+    """The warning both sources give when they read a pod and its successor as one pod."""
+    return f"{earlier[0]}/{earlier[1]} was replaced by {later[1]} on the same GPU (no overlap in time): read as one pod"
+
+
+#: A pod as `successions` groups it: (pod, its workload's key, the GPUs it saw, its span in time).
+PodSpan = tuple[Key, str, frozenset[tuple[str | None, str]], tuple[float, float]]
+
+
+def successions(pods: Iterable[PodSpan], step: float) -> list[tuple[Key, Key]]:
+    """(earlier, later) pods of one workload that followed each other on the same GPUs, in time order.
+
+    Pods on the same devices that overlap for at most `_OVERLAP_STEPS` steps follow each other (a Job
+    retry, a Recreate rollout); a chain a → b → c gives (a, b), (b, c). Both sources read each pair as
+    one pod, the later one.
+    """
+    groups: dict[tuple[str, frozenset[tuple[str | None, str]]], list[tuple[tuple[float, float], Key]]] = (
+        defaultdict(list)
+    )
+    for key, workload, devices, span in pods:
+        groups[(workload, devices)].append((span, key))
+    pairs: list[tuple[Key, Key]] = []
+    for members in groups.values():
+        members.sort()
+        current_span, current = members[0]
+        for span, key in members[1:]:
+            follows = _overlap(current_span, span) <= _OVERLAP_STEPS * step
+            if follows:
+                pairs.append((current, key))
+            current_span, current = ((current_span[0], span[1]) if follows else span), key
+    return pairs
+
+
 def merge_successive_pods(collector: SeriesCollector, step: float) -> dict[Key, list[str]]:
     """Read a workload's pods that followed each other on the same GPUs as one pod (the latest).
 
@@ -861,34 +934,21 @@ def merge_successive_pods(collector: SeriesCollector, step: float) -> dict[Key, 
     as sharers would read the GPU as time-sliced and take the profiling fields away. Returns the
     warnings that say which pods were joined, by the surviving pod.
     """
-    groups: dict[tuple[str, frozenset[tuple[str | None, str]]], list[tuple[tuple[float, float], Key]]] = (
-        defaultdict(list)
-    )
+    pods: list[PodSpan] = []
     for key, series in collector.pods.items():
         span = _pod_span(series)
-        if span is None:
-            continue
-        devices = frozenset((d.node, d.uuid) for d in series.devices.values())
-        groups[(collector.inventory.workload_of(*key).key, devices)].append((span, key))
+        if span is not None:
+            devices = frozenset((d.node, d.uuid) for d in series.devices.values())
+            pods.append((key, collector.inventory.workload_of(*key).key, devices, span))
     notes: dict[Key, list[str]] = defaultdict(list)
-    for members in groups.values():
-        members.sort()
-        current_span, current = members[0]
-        for span, key in members[1:]:
-            if _overlap(current_span, span) > _OVERLAP_STEPS * step:
-                current_span, current = span, key
-                continue
-            _absorb(collector.pods.pop(current), collector.pods[key])
-            earlier = collector.inventory.pods.pop(current, None)
-            if earlier is not None and key in collector.inventory.pods:
-                collector.inventory.pods[key].restarts += earlier.restarts
-                collector.inventory.pods[key].oom_killed |= earlier.oom_killed
-            notes[key].extend(notes.pop(current, []))
-            notes[key].append(
-                f"{current[0]}/{current[1]} was replaced by {key[1]} on the same GPU (no overlap in time): "
-                "read as one pod"
-            )
-            current_span, current = (current_span[0], span[1]), key
+    for current, key in successions(pods, step):
+        _absorb(collector.pods.pop(current), collector.pods[key])
+        earlier = collector.inventory.pods.pop(current, None)
+        if earlier is not None and key in collector.inventory.pods:
+            collector.inventory.pods[key].restarts += earlier.restarts
+            collector.inventory.pods[key].oom_killed |= earlier.oom_killed
+        notes[key].extend(notes.pop(current, []))
+        notes[key].append(replaced_note(current, key))
     return notes
 
 
@@ -954,9 +1014,11 @@ def _windows(
     workload: str | None,
     source: str,
     trusted_gpu_targets: Sequence[TrustedTarget] | None = None,
+    timelines: dict[str, Timeline] | None = None,
 ) -> list[WorkloadWindow]:
     """Workload windows from one pass over the samples; only those inside the window are kept, and
-    GPU samples only from the trusted targets when those are given (`gpu_targets`)."""
+    GPU samples only from the trusted targets when those are given (`gpu_targets`). A `timelines`
+    dict is filled with each workload's plotted series (`timelines_of`)."""
     end = at.timestamp() if at is not None else newest
     start = max(exposition.TIMESTAMP_MIN, end - window_seconds) if window_seconds is not None else oldest
     collector = SeriesCollector()
@@ -1007,6 +1069,8 @@ def _windows(
                 f"{key[0]}/{key[1]}: requests {info.gpu_resource} but has no GPU or container series"
             ]
     workload_stats = _workload_serving_stats(collector, step)
+    if timelines is not None:
+        timelines.update(timelines_of(collector, [k for k in observations if k in collector.pods], step))
     windows = assemble_windows(
         collector.inventory,
         observations,
@@ -1075,12 +1139,14 @@ def read_openmetrics(
     workload: str | None = None,
     limits: ReadLimits | None = None,
     trusted_gpu_targets: Sequence[TrustedTarget] | None = None,
+    timelines: dict[str, Timeline] | None = None,
 ) -> list[WorkloadWindow]:
     """Workload windows from an OpenMetrics (or Prometheus text) file, plain or gzipped.
 
     Streamed in two passes (`exposition.scan`, then `exposition.samples`): memory follows the samples
     inside the window, not the file's size. `trusted_gpu_targets` keeps only the GPU series of those
-    targets, for files whose series carry their target labels (a `/federate` dump).
+    targets, for files whose series carry their target labels (a `/federate` dump). A `timelines`
+    dict is filled with each workload's plotted series, for the HTML report.
     """
     bounds = limits or ReadLimits()
     facts = exposition.scan(path, bounds)
@@ -1102,6 +1168,7 @@ def read_openmetrics(
         workload=workload,
         source="openmetrics",
         trusted_gpu_targets=trusted_gpu_targets,
+        timelines=timelines,
     )
 
 

@@ -30,12 +30,20 @@ from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
-from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows, rate_window_seconds
+from gpu_rightsizer.adapters.openmetrics import (
+    Inventory,
+    Key,
+    assemble_windows,
+    rate_window_seconds,
+    replaced_note,
+    successions,
+)
 from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead, step_for
 from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
+from gpu_rightsizer.logic.timeline import Timeline, timeline_of
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import (
     GPUObservation,
@@ -84,6 +92,9 @@ class PrometheusConfig:
     username: str | None = None
     password: str | None = None
     ca_file: str | None = None
+    #: Client certificate and key files (a kubeconfig user reaching Prometheus through the API
+    #: server's service proxy).
+    client_cert: tuple[str, str] | None = None
     insecure: bool = False
     timeout_seconds: float = 30.0
     max_concurrency: int = 4
@@ -327,6 +338,7 @@ class PrometheusSource:
         self.step_seconds = step_seconds
         session = requests.Session()
         session.verify = False if config.insecure else (config.ca_file or True)
+        session.cert = config.client_cert
         headers = {"Authorization": f"Bearer {config.bearer_token}"} if config.bearer_token else None
         auth = (config.username, config.password or "") if config.username else None
         self.client = PrometheusConnect(
@@ -474,9 +486,11 @@ class PrometheusSource:
         progress: Progress | None = None,
         owners: ExtraOwners | None = None,
         shard: ShardSlice | None = None,
+        timelines: dict[str, Timeline] | None = None,
     ) -> list[WorkloadWindow]:
         """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot;
-        with a `shard`, only the windows of the namespaces it owns (its pod statistics limited to them)."""
+        with a `shard`, only the windows of the namespaces it owns (its pod statistics limited to them).
+        A `timelines` dict is filled with each workload's plotted series (three more range queries)."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
         step = step_seconds or self.step_seconds or step_for(window_seconds)  # the operator's one rule
@@ -557,7 +571,15 @@ class PrometheusSource:
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GR_ENGINE_ACTIVE} {_SENTINEL_FILTER}')}) or "
             f"avg by (namespace, pod) ({fold_labels(f'{mn.DCGM_GPU_UTIL} {_SENTINEL_FILTER}')}) / 100"
         )
+        # When each pod's GPU series had samples: the samples' own times, so the look-back that extends
+        # a series for 5 min after its last sample does not make a pod and its successor overlap.
+        ranges["range:seen"] = (
+            f"max by (namespace, pod) ({fold_labels(f'timestamp({mn.DCGM_GR_ENGINE_ACTIVE})')}) or "
+            f"max by (namespace, pod) ({fold_labels(f'timestamp({mn.DCGM_GPU_UTIL})')})"
+        )
         ranges["range:cpu"] = scoped(_rate_by_pod(mn.CADVISOR_CPU_USAGE, rate_window, True))("")
+        if timelines is not None:
+            ranges.update(_plot_ranges())
         total = len(jobs) + len(ranges)
         say(
             f"sending {total} queries to {self.config.url} (window {_duration(window_seconds)}, step {_duration(step)})"
@@ -581,7 +603,10 @@ class PrometheusSource:
         chunks = self.assemble_chunks(
             results, start, end, step, coarse, namespace, workload, owners, shard=shard
         )
-        return [window for chunk in chunks for window in chunk]
+        windows = [window for chunk in chunks for window in chunk]
+        if timelines is not None:
+            timelines.update(_timelines(results, windows, coarse))
+        return windows
 
     @property
     def where(self) -> str:
@@ -742,7 +767,8 @@ class PrometheusSource:
                     for signal, summary in entry["stats"].items():
                         board_of_device["stats"].setdefault(signal, summary)
         busy_series = _range_by_pod(results.get("range:busy", []))
-        shared = sharers_in_time(devices, busy_series, coarse)
+        spans = _sample_spans(results.get("range:seen", []), busy_series)
+        shared = sharers_in_time(devices, spans, coarse)
         cpu_series = _range_by_pod(results.get("range:cpu", []))
         has_ksm = bool(inventory.pods)
         workload_stats = self._workload_serving(results, inventory, coarse)
@@ -768,6 +794,9 @@ class PrometheusSource:
                 keys, inventory, devices, boards, pod_stats, shared, busy_series, cpu_series, warnings,
                 has_ksm=has_ksm, requesting=requesting, shard=shard, coarse=coarse,
             )  # fmt: skip
+            # a pod and its successor on the same GPUs read as one: both are of one workload, one chunk
+            for key, notes in merge_successive_observations(observations, spans, inventory, coarse).items():
+                warnings[key].extend(notes)
             windows = assemble_windows(
                 inventory,
                 observations,
@@ -1011,18 +1040,94 @@ def ending_at_newest_sample(
     return window.model_copy(update={"end": datetime.fromtimestamp(max(newest), tz=UTC)})
 
 
+def _sample_spans(
+    seen: list[dict[str, Any]], busy: Mapping[Key, list[tuple[float, float]]]
+) -> dict[Key, tuple[float, float]]:
+    """(first, last) sample time of each pod's GPU series.
+
+    From `range:seen` (the samples' own timestamps) where it answered; else from the busy range
+    series, whose points run on for Prometheus' look-back (5 min by default) after the last sample.
+    """
+    spans = {key: (samples[0][0], samples[-1][0]) for key, samples in busy.items() if samples}
+    for key, stamps in _range_by_pod(seen).items():
+        times = [value for _, value in stamps if math.isfinite(value)]
+        if times:
+            spans[key] = (min(times), max(times))
+    return spans
+
+
+def _merged(earlier: PodObservation, later: PodObservation) -> PodObservation:
+    """A pod and its successor on the same GPUs as one pod (the later one's name)."""
+
+    def combined(
+        first: Mapping[Signal, SignalStats], second: Mapping[Signal, SignalStats]
+    ) -> dict[Signal, SignalStats]:
+        out: dict[Signal, SignalStats] = {}
+        for signal in {*first, *second}:
+            merged = st.combine_successive([s for s in (first.get(signal), second.get(signal)) if s])
+            if merged is not None:
+                out[signal] = merged
+        return out
+
+    before = {g.uuid: g for g in earlier.gpus}
+    gpus = [
+        g.model_copy(
+            update={
+                "stats": combined(before[g.uuid].stats, g.stats),
+                "xid_codes": sorted({*before[g.uuid].xid_codes, *g.xid_codes}),
+            }
+        )
+        if g.uuid in before
+        else g
+        for g in later.gpus
+    ]
+    return later.model_copy(
+        update={
+            "stats": combined(earlier.stats, later.stats),
+            "gpus": gpus,
+            "restarts": earlier.restarts + later.restarts,
+            "oom_killed": earlier.oom_killed or later.oom_killed,
+        }
+    )
+
+
+def merge_successive_observations(
+    observations: dict[Key, PodObservation],
+    spans: Mapping[Key, tuple[float, float]],
+    inventory: Inventory,
+    step: float,
+) -> dict[Key, list[str]]:
+    """Read a workload's pods that followed each other on the same GPUs as one pod (the latest), as
+    the OpenMetrics source does (`merge_successive_pods`); returns the warnings, by surviving pod.
+
+    A Job retry or a Recreate rollout starts a new pod on the device the old one left; two pods of a
+    one-replica workload, each over half the window, would read as two half-observed replicas.
+    """
+    pods = [
+        (key, inventory.workload_of(*key).key, frozenset((g.node, g.uuid) for g in pod.gpus), span)
+        for key, pod in observations.items()
+        if pod.gpus and (span := spans.get(key)) is not None
+    ]
+    notes: dict[Key, list[str]] = defaultdict(list)
+    for current, key in successions(pods, step):
+        observations[key] = _merged(observations.pop(current), observations[key])
+        inventory.pods.pop(current, None)
+        notes[key].extend(notes.pop(current, []))
+        notes[key].append(replaced_note(current, key))
+    return notes
+
+
 def sharers_in_time(
     devices: Mapping[Key, Mapping[str, Mapping[str, Any]]],
-    busy: Mapping[Key, list[tuple[float, float]]],
+    spans: Mapping[Key, tuple[float, float]],
     step: float,
 ) -> dict[tuple[Key, str, str], int]:
     """(pod, node, device) → the pods that saw the device while this one did (itself included).
 
-    A pod's time is the span of its busy range series; pods overlapping by at most two steps follow
-    each other (a Job retry, a Recreate rollout) and do not share the device. A pod without a busy
-    series overlaps every other (it cannot be told apart).
+    A pod's time is the span of its GPU samples (`_sample_spans`); pods overlapping by at most two
+    steps follow each other (a Job retry, a Recreate rollout) and do not share the device. A pod
+    without a span overlaps every other (it cannot be told apart).
     """
-    spans = {key: (samples[0][0], samples[-1][0]) for key, samples in busy.items() if samples}
     on_device: dict[tuple[str, str], list[Key]] = defaultdict(list)
     for key, per_pod in devices.items():
         for device_id, entry in per_pod.items():
@@ -1039,6 +1144,44 @@ def sharers_in_time(
                 or (theirs := spans.get(other)) is None
                 or min(mine[1], theirs[1]) - max(mine[0], theirs[0]) > 2 * step
             )
+    return out
+
+
+def _plot_ranges() -> dict[str, str]:
+    """Range queries of the plotted series the other reads do not have: per pod, its busiest GPU."""
+
+    def busiest(metric: str) -> str:
+        return f"max by (namespace, pod) ({fold_labels(f'{metric} {_SENTINEL_FILTER}')})"
+
+    return {
+        "plot:busy": f"{busiest(mn.DCGM_GR_ENGINE_ACTIVE)} or {busiest(mn.DCGM_GPU_UTIL)} / 100",
+        "plot:sm": busiest(mn.DCGM_SM_ACTIVE),
+        "plot:memory": busiest(mn.DCGM_FB_USED),
+    }
+
+
+def _timelines(
+    results: dict[str, list[dict[str, Any]]], windows: Sequence[WorkloadWindow], step: float
+) -> dict[str, Timeline]:
+    """Each window's plotted series from the range answers of its pods."""
+    by_pod = {name: _range_by_pod(results.get(name, [])) for name in ("plot:busy", "plot:sm", "plot:memory")}
+    cpu = _range_by_pod(results.get("range:cpu", []))
+    out: dict[str, Timeline] = {}
+    for window in windows:
+        keys = [(window.workload.namespace, pod.name) for pod in window.pods]
+
+        def of(
+            series: dict[Key, list[tuple[float, float]]], keys: list[Key] = keys
+        ) -> list[list[tuple[float, float]]]:
+            return [series[key] for key in keys if key in series]
+
+        out[window.workload.key] = timeline_of(
+            busy=of(by_pod["plot:busy"]),
+            sm_active=of(by_pod["plot:sm"]),
+            cpu_cores=of(cpu),
+            memory_used_mib=of(by_pod["plot:memory"]),
+            step_seconds=step,
+        )
     return out
 
 

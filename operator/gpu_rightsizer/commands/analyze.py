@@ -1,6 +1,7 @@
 """One-shot report: why do the GPU workloads waste their GPUs, and what to change.
 
 gpu-rightsizer analyze --prometheus http://127.0.0.1:9090 --window 1h
+gpu-rightsizer analyze --context prod --window 6h     (finds Prometheus in the cluster, via the API server)
 gpu-rightsizer analyze --openmetrics dump.om -n team-a -o json
 gpu-rightsizer analyze --prometheus URL --at 2026-05-01T12:00:00Z --workload trainer -o csv
 gpu-rightsizer analyze --openmetrics recording.om.gz --min-window 30s --set cpuSaturation=0.8 -o json
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import yaml
 
 from gpu_rightsizer.config import parse_duration
 
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
     from gpu_rightsizer.logic.capacity import ClusterCapacity
     from gpu_rightsizer.logic.thresholds import EngineSettings
     from gpu_rightsizer.model.codes import SharingStrategy
+    from gpu_rightsizer.model.crd import ApplyStatus
     from gpu_rightsizer.model.observation import WorkloadWindow
     from gpu_rightsizer.model.result import Analysis
+    from gpu_rightsizer.report import ReportRow
 
 DEFAULT_WINDOW_SECONDS = 3600.0
 DEFAULT_MAX_INPUT_MIB = 4096
@@ -77,11 +81,17 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the `analyze` options."""
+    from gpu_rightsizer.commands.prometheus_access import add_connection_arguments
     from gpu_rightsizer.model.codes import SharingStrategy
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (env PROMETHEUS_URL)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="Prometheus base URL (env PROMETHEUS_URL); without it and --openmetrics, Prometheus is found "
+        "in the kubeconfig's cluster (--context)",
+    )
     source.add_argument(
         "--openmetrics", metavar="FILE", help="OpenMetrics or Prometheus text file, plain or gzipped"
     )
@@ -123,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-n", "--namespace", default=None, help="only this namespace")
     parser.add_argument("--workload", default=None, help="only this workload (NAME or KIND/NAME)")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
+    add_output_arguments(parser)
     parser.add_argument(
         "--sharing",
         choices=("auto", *(strategy.value for strategy in SharingStrategy)),
@@ -135,25 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(renameByDefault: true), time-slicing-no-rename the device plugin's default (nvidia.com/gpu on "
         "a -SHARED product); none: no MIG or sharing action",
     )
-    auth = parser.add_argument_group("Prometheus connection")
-    auth.add_argument("--bearer-token", default=None, help="bearer token (env PROMETHEUS_BEARER_TOKEN)")
-    auth.add_argument("--bearer-token-file", default=None, help="file holding the bearer token")
-    auth.add_argument("--username", default=None, help="basic-auth user (env PROMETHEUS_USERNAME)")
-    auth.add_argument("--password", default=None, help="basic-auth password (env PROMETHEUS_PASSWORD)")
-    auth.add_argument("--ca-file", default=None, help="CA bundle to verify the server's TLS certificate")
-    auth.add_argument(
-        "--insecure-skip-tls-verify", action="store_true", help="do not verify TLS certificates"
-    )
-    auth.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
-    auth.add_argument(
-        "--prometheus-label",
-        dest="prometheus_labels",
-        metavar="MATCHER",
-        action="append",
-        default=[],
-        help='extra label matcher for every query, e.g. cluster=prod or cluster=~"prod-.*" (multi-cluster '
-        "stores: Thanos, Mimir, VictoriaMetrics); repeatable",
-    )
+    add_connection_arguments(parser)
     parser.add_argument(
         "--trusted-gpu-target",
         dest="trusted_gpu_targets",
@@ -165,7 +157,102 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "unlike `run`; for --openmetrics, only a file whose series carry target labels, such as a "
         "/federate dump; docs/clusters.md)",
     )
-    auth.add_argument("--max-concurrency", type=int, default=4, help="queries in flight at once (default 4)")
+    money = parser.add_argument_group("money (no price: no money)")
+    money.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="price of one GPU for one hour, for the GPU models --gpu-prices does not name; adds cost "
+        "(per day, of the waste, of the savings) to each workload",
+    )
+    money.add_argument(
+        "--gpu-prices",
+        metavar="FILE",
+        help="YAML or JSON map of GPU model to price per GPU-hour, e.g. 'NVIDIA-H100-80GB-HBM3: 2.5'",
+    )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the report's output options (format, file, grouping, the change records to show)."""
+    from gpu_rightsizer.report import FORMATS, GROUPINGS
+
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="table",
+        help="report format (default table; html: one self-contained file with plots, best with "
+        "--output-file)",
+    )
+    parser.add_argument(
+        "--output-file", metavar="FILE", default=None, help="write the report to FILE instead of stdout"
+    )
+    parser.add_argument(
+        "--group-by",
+        choices=GROUPINGS,
+        default=None,
+        help="table: a total row per namespace besides the grand total (the HTML report always has them)",
+    )
+    parser.add_argument(
+        "--recommendations",
+        metavar="FILE",
+        default=None,
+        help="GPURecommendations as `kubectl get gpurecommendations -A -o yaml` (or json) writes them: "
+        "the HTML report shows each workload's applied changes, before and after, with the verdict",
+    )
+
+
+def _write_report(rows: list[ReportRow], args: argparse.Namespace) -> int:
+    """Render the rows as asked and write them to the output file or stdout; 1 when that fails."""
+    from gpu_rightsizer.report import render
+    from gpu_rightsizer.report_html import render_html
+
+    try:
+        if args.output == "html":
+            text = render_html(rows)
+        else:
+            text = render(rows, args.output, group_by=getattr(args, "group_by", None))
+        output_file = getattr(args, "output_file", None)
+        if output_file:
+            Path(output_file).write_text(text, encoding="utf-8")
+            _progress(f"report written to {output_file}")
+        else:
+            sys.stdout.write(text)
+    except OSError as error:
+        print(f"error: cannot write the report: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _change_records(path: str) -> dict[str, ApplyStatus]:
+    """Each workload's `status.apply` (by `namespace/Kind/name`) from GPURecommendations in a file:
+    a kubectl List, one object, or several YAML documents."""
+    from gpu_rightsizer.model.crd import GPURecommendation
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not YAML or JSON: {error}") from error
+    items = [
+        i
+        for d in documents
+        if isinstance(d, dict)
+        for i in (d.get("items") or [] if d.get("kind") == "List" else [d])
+    ]
+    records: dict[str, ApplyStatus] = {}
+    for item in items:
+        if not isinstance(item, dict) or item.get("kind") != GPURecommendation.KIND:
+            continue
+        try:
+            recommendation = GPURecommendation.model_validate(item)
+        except ValueError as error:
+            name = item.get("metadata", {}).get("name")
+            raise ValueError(f"{path}: GPURecommendation {name!r} does not read: {error}") from error
+        status, target = recommendation.status, recommendation.spec.target_ref
+        if status is not None and status.apply is not None:
+            namespace = recommendation.metadata.get("namespace", "")
+            records[f"{namespace}/{target.kind}/{target.name}"] = status.apply
+    return records
 
 
 def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
@@ -179,14 +266,6 @@ def _recorded_span(windows: list[WorkloadWindow]) -> float | None:
         if signal.value in {"gr_engine_active", "gpu_util"}
     ]
     return max(spans) if spans else None
-
-
-def _setting_names() -> list[str]:
-    from pydantic.alias_generators import to_camel
-
-    from gpu_rightsizer.logic.thresholds import EngineSettings
-
-    return [to_camel(name) for name in EngineSettings.model_fields]
 
 
 def _progress(message: str) -> None:
@@ -230,15 +309,15 @@ def run(args: argparse.Namespace) -> int:
     from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file, with_idle_floors
     from gpu_rightsizer.adapters.exposition import ReadLimits
     from gpu_rightsizer.adapters.openmetrics import OpenMetricsError, read_openmetrics
-    from gpu_rightsizer.adapters.prometheus import (
-        PrometheusConfig,
-        PrometheusSource,
-        PrometheusSourceError,
-    )
-    from gpu_rightsizer.config import MatcherError, parse_matchers, parse_trusted_targets
-    from gpu_rightsizer.logic.thresholds import EngineSettings
+    from gpu_rightsizer.adapters.prometheus import PrometheusSource, PrometheusSourceError
+    from gpu_rightsizer.adapters.prometheus_discovery import PrometheusNotFoundError
+    from gpu_rightsizer.commands.prometheus_access import prometheus_config
+    from gpu_rightsizer.config import MatcherError, load_gpu_prices, parse_trusted_targets
+    from gpu_rightsizer.logic.thresholds import EngineSettings, setting_names
+    from gpu_rightsizer.logic.timeline import Timeline, with_allocation
+    from gpu_rightsizer.logic.waste import gpu_models, with_cost
     from gpu_rightsizer.model.codes import SharingStrategy
-    from gpu_rightsizer.report import ReportRow, render
+    from gpu_rightsizer.report import ReportRow
 
     overrides: dict[str, object] = dict(getattr(args, "settings", None) or [])
     if getattr(args, "min_window", None) is not None:
@@ -246,9 +325,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = EngineSettings().with_overrides(overrides)
     except ValueError as error:
-        names = ", ".join(sorted(_setting_names()))
+        names = ", ".join(sorted(setting_names()))
         print(f"error: {error}\nknown settings: {names}", file=sys.stderr)
         return 2
+    try:
+        prices = load_gpu_prices(getattr(args, "gpu_hour_price", None), getattr(args, "gpu_prices", None))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    plotted: dict[str, Timeline] | None = {} if args.output == "html" else None
+    try:
+        records = _change_records(args.recommendations) if getattr(args, "recommendations", None) else {}
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     started = time.monotonic()
     try:
         texts = list(getattr(args, "trusted_gpu_targets", []) or [])
@@ -272,6 +362,7 @@ def run(args: argparse.Namespace) -> int:
                     workload=args.workload,
                     limits=limits,
                     trusted_gpu_targets=trusted,
+                    timelines=plotted,
                 )
 
             windows = read(window_seconds)
@@ -282,22 +373,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 windows = read(recorded)
         else:
-            token = args.bearer_token or os.environ.get("PROMETHEUS_BEARER_TOKEN")
-            if args.bearer_token_file:
-                with open(args.bearer_token_file, encoding="utf-8") as handle:
-                    token = handle.read().strip()
-            config = PrometheusConfig(
-                url=args.prometheus,
-                bearer_token=token,
-                username=args.username or os.environ.get("PROMETHEUS_USERNAME"),
-                password=args.password or os.environ.get("PROMETHEUS_PASSWORD"),
-                ca_file=args.ca_file,
-                insecure=args.insecure_skip_tls_verify,
-                timeout_seconds=args.timeout,
-                max_concurrency=max(1, args.max_concurrency),
-                extra_matchers=parse_matchers(list(getattr(args, "prometheus_labels", []) or [])),
-                trusted_gpu_targets=trusted,
-            )
+            config = prometheus_config(args, _progress)
             source = PrometheusSource(config)
             windows = source.read(
                 window_seconds=args.window or DEFAULT_WINDOW_SECONDS,
@@ -306,6 +382,7 @@ def run(args: argparse.Namespace) -> int:
                 namespace=args.namespace,
                 workload=args.workload,
                 progress=_progress,
+                timelines=plotted,
             )
             window_end = args.at or datetime.now(tz=UTC)
             span = args.window or DEFAULT_WINDOW_SECONDS
@@ -314,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
             )
             for note in source.notes:
                 _progress(f"note: {note}")
-    except (OpenMetricsError, PrometheusSourceError, MatcherError) as error:
+    except (OpenMetricsError, PrometheusSourceError, PrometheusNotFoundError, MatcherError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except OSError as error:
@@ -334,8 +411,16 @@ def run(args: argparse.Namespace) -> int:
     ):
         span = f"{window.start.isoformat()}/{window.end.isoformat()}"
         warnings = sorted(set(window.warnings) | set(notes))
-        rows.append(ReportRow(analysis=analysis, warnings=warnings, window=span))
+        timeline = (plotted or {}).get(window.workload.key)
+        rows.append(
+            ReportRow(
+                analysis=with_cost(analysis, prices, gpu_models(window)),
+                warnings=warnings,
+                window=span,
+                timeline=None if timeline is None else with_allocation(timeline, window),
+                apply=records.get(window.workload.key),
+            )
+        )
         if len(windows) > 50 and index % 50 == 0:
             _progress(f"diagnosed {index}/{len(windows)}")
-    sys.stdout.write(render(rows, args.output))
-    return 0
+    return _write_report(rows, args)

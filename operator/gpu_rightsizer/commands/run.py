@@ -110,6 +110,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="this recommender's shard, 0..total-1 (env GPURS_SHARD; default: the ordinal ending POD_NAME "
         "when sharded, as a StatefulSet names its pods)",
     )
+    parser.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="price of one GPU for one hour, for GPU models the price map does not name; turns waste and "
+        "savings into money in status.cost and the metrics (env GPURS_GPU_HOUR_PRICE; default: no money)",
+    )
+    parser.add_argument(
+        "--gpu-prices",
+        metavar="FILE",
+        help="YAML or JSON map of GPU model to price per GPU-hour, e.g. 'NVIDIA-H100-80GB-HBM3: 2.5' "
+        "(env GPURS_GPU_PRICES_FILE)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 

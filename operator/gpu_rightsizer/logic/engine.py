@@ -6,7 +6,6 @@ depend on the order of pods, GPUs or series: every aggregate sorts its inputs fi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -15,42 +14,12 @@ from gpu_rightsizer.logic.mig import MigTables
 from gpu_rightsizer.logic.recommend import recommend
 from gpu_rightsizer.logic.savings import estimate_savings
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.waste import allocated_gpu_equivalents, estimate_waste
 from gpu_rightsizer.model.codes import DiagnosisCode, SharingStrategy
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, MemoryLookback
 
 _DEFAULT_SETTINGS = EngineSettings()
-
-
-def _allocated_gpu_equivalents(figures: WorkloadFigures) -> float:
-    """Whole-GPU equivalents the workload holds now.
-
-    A MIG slice counts as its share of a GPU. A pod on a shared (time-sliced/MPS) GPU counts only its
-    share of the device: 1 / the pods that see the device (`shared_by_pods`, or the pods of this
-    workload seen on it, whichever is larger), and at most 1/2 when the allocation is shared but no
-    neighbour is visible (a time-sliced device has at least two replicas). Crediting each sharing pod
-    with a whole GPU counted one device several times over.
-    """
-    allocation = figures.window.allocation
-    devices = allocation.gpu_count * max(allocation.replicas, 0) or figures.total_gpus
-    profile = next((g.profile for g in figures.gpus if g.profile), None)
-    if profile is not None:
-        return float(devices) * profile.gpu_fraction
-    if not figures.is_shared:
-        return float(devices)
-    allocation_shared = allocation.sharing in {"time-slicing", "mps"} or allocation.gpu_resource.endswith(
-        ".shared"
-    )
-    minimum = 2 if allocation_shared else 1
-    pods_per_uuid: dict[str, int] = {}
-    for pod in figures.window.pods:
-        for uuid in {gpu.uuid for gpu in pod.gpus}:
-            pods_per_uuid[uuid] = pods_per_uuid.get(uuid, 0) + 1
-    shares = [
-        1.0 / max(minimum, g.observation.shared_by_pods, pods_per_uuid.get(g.uuid, 1)) for g in figures.gpus
-    ]
-    per_device = math.fsum(shares) / len(shares) if shares else 1.0 / minimum
-    return float(devices) * per_device
 
 
 def _key_figures(figures: WorkloadFigures) -> str:
@@ -92,7 +61,7 @@ def analyze_window(
     diagnosis = diagnose_figures(figures, effective, now)
     lookback = merge_lookback(memory_lookback, figures)
     planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles, min_replicas, lookback)
-    savings = estimate_savings(_allocated_gpu_equivalents(figures), (p.freed_share for p in planned))
+    savings = estimate_savings(allocated_gpu_equivalents(figures), (p.freed_share for p in planned))
     primary = diagnosis.findings[0]
     first_action = planned[0].action if planned else None
     action_text = f"; do: {first_action.type.value} → {first_action.to_value}" if first_action else ""
@@ -111,6 +80,7 @@ def analyze_window(
         summary=f"{primary.code.value} ({primary.confidence:.0%} confidence){action_text}",
         vetoes=list(diagnosis.vetoes),
         memory_lookback=lookback,
+        waste=estimate_waste(figures),
     )
 
 

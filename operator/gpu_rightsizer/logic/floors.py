@@ -104,5 +104,7 @@ def with_idle_floor(settings: EngineSettings, floor: IdleFloor | None) -> Engine
         update["idle_gr_floor"] = min(1.0, floor.gr * FLOOR_MARGIN)
     if floor.transfer_bytes_per_s is not None:
         raised = floor.transfer_bytes_per_s * FLOOR_MARGIN
-        update["idle_transfer_bytes_per_s"] = max(settings.idle_transfer_bytes_per_s, raised)
-    return settings.model_copy(update=update) if update else settings
+        update["idle_transfer_bytes_per_s"] = max(settings.idle.idle_transfer_bytes_per_s, raised)
+    if not update:
+        return settings
+    return settings.model_copy(update={"idle": settings.idle.model_copy(update=update)})

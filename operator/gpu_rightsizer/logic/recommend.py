@@ -356,7 +356,7 @@ def _slice_action(
     if sharing is SharingStrategy.NONE or figures.window.allocation.sharing in _SHARED_ALLOCATIONS:
         return None  # no sharing is offered, or the pod already holds a share
     share = min(1.0, need.share_of_device)
-    if share > settings.oversized_max_device_share:
+    if share > settings.oversized.oversized_max_device_share:
         return None
     replicas_per_gpu = max(2, min(16, math.floor(1.0 / max(share, 1e-6))))
     duty = 1.0 if serves(figures) else _duty(figures)
@@ -544,12 +544,13 @@ def release_blockers(figures: WorkloadFigures, settings: EngineSettings, min_rep
         blockers.append(f"the policy keeps at least {min_replicas} replica(s)")
     quiet_requests = figures.requests_max is not None and figures.requests_max <= 0.0
     quiet_network = (
-        figures.net_rx_max is not None and figures.net_rx_max < settings.release_max_network_rx_bytes_per_s
+        figures.net_rx_max is not None
+        and figures.net_rx_max < settings.idle.release_max_network_rx_bytes_per_s
     )
     if not (quiet_requests or quiet_network):
         blockers.append(
             "no proof that no request arrived: export a request counter, or the pod's network receive "
-            f"must stay below {settings.release_max_network_rx_bytes_per_s / 1024:g} KiB/s (probes only)"
+            f"must stay below {settings.idle.release_max_network_rx_bytes_per_s / 1024:g} KiB/s (probes only)"
             + (
                 f"; it reached {figures.net_rx_max / 1024:.1f} KiB/s"
                 if figures.net_rx_max is not None
@@ -562,7 +563,7 @@ def release_blockers(figures: WorkloadFigures, settings: EngineSettings, min_rep
 def _release(figures: WorkloadFigures, settings: EngineSettings, min_replicas: int) -> PlannedAction | None:
     """Release only when no kernel ran and no request was served (SPEC §1); automatic only when safe."""
     busy_max = figures.busy_max
-    if busy_max is None or busy_max > settings.release_max_busy:
+    if busy_max is None or busy_max > settings.idle.release_max_busy:
         return None
     if figures.requests_per_s is not None and figures.requests_per_s > 0:
         return None
@@ -783,9 +784,9 @@ def _plan_serving_host_bound(plan: FindingPlan) -> list[PlannedAction]:
             "Requests wait on the host while the GPU is not saturated.",
         )
     ]
-    if (figures.cpu_saturation or 0.0) >= settings.cpu_saturation or (
+    if (figures.cpu_saturation or 0.0) >= settings.input_pipeline.cpu_saturation or (
         figures.cpu_throttled or 0.0
-    ) >= settings.cpu_throttled_ratio:
+    ) >= settings.input_pipeline.cpu_throttled_ratio:
         planned.extend(a for a in (_cpu_action(figures, settings),) if a)
     return planned
 

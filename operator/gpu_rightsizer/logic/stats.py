@@ -228,3 +228,34 @@ def ratio_series(
         if d is not None and d > 0:
             out.append((t, v / d))
     return out
+
+
+def combine_successive(parts: Sequence[SignalStats]) -> SignalStats | None:
+    """One distribution from the summaries of series that followed each other (a pod and its successor).
+
+    Counts, mean, min, max and the activity share are exact; the percentiles, trend and sawtooth are
+    the sample-weighted means of the parts' (exact when the parts share one distribution, as a pod
+    and the retry that runs the same work do; a source that has only summaries cannot do better).
+    """
+    kept = [p for p in parts if p.samples > 0]
+    if not kept:
+        return None
+    total = sum(p.samples for p in kept)
+
+    def weighted(values: Iterable[tuple[float | None, int]]) -> float | None:
+        known = [(v, n) for v, n in values if v is not None]
+        weight = sum(n for _, n in known)
+        return math.fsum(v * n for v, n in known) / weight if known and weight else None
+
+    return SignalStats(
+        samples=total,
+        mean=math.fsum(p.mean * p.samples for p in kept) / total,
+        p50=math.fsum(p.p50 * p.samples for p in kept) / total,
+        p95=math.fsum(p.p95 * p.samples for p in kept) / total,
+        p99=math.fsum(p.p99 * p.samples for p in kept) / total,
+        max=max(p.max for p in kept),
+        min=min(p.min for p in kept),
+        active_fraction=weighted((p.active_fraction, p.samples) for p in kept),
+        trend_per_hour=weighted((p.trend_per_hour, p.samples) for p in kept),
+        sawtooth=weighted((p.sawtooth, p.samples) for p in kept),
+    )

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from gpu_rightsizer.logic.workloads import format_cpu, format_memory
-from gpu_rightsizer.model.codes import ApplyState, DiagnosisCode
+from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
 from gpu_rightsizer.model.crd import (
     AllocationStatus,
     ApplyStatus,
@@ -44,12 +44,64 @@ def allocation_status(allocation: Allocation) -> AllocationStatus:
 
 #: Width of the Action printer column; the full actions are in `status.actions`.
 ACTION_COLUMN_WIDTH = 48
+_FIRST_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+#: What people call each GPU change, before "from → to".
+_GPU_CHANGE_WORDS = {
+    ActionType.GPU_COUNT: "GPUs",
+    ActionType.MIG_PROFILE: "MIG slice",
+    ActionType.GPU_SHARING: "shared GPU",
+    ActionType.GPU_MODEL: "GPU model",
+    ActionType.REPLICAS: "replicas",
+    ActionType.HPA_BOUNDS: "HPA min-max",
+}
+
+
+def _resource_change(action: Action, resource: str, unit: str) -> str:
+    """'cpu limit 1 → 4 cores', 'memory request 8 → 12 Gi': which bound changes, from the target."""
+    target = action.target
+    which = "limit" if target is not None and resource in target.limits else "request"
+    before = _FIRST_NUMBER.search(action.from_value)
+    after = _FIRST_NUMBER.search(action.to_value)
+    if after is None:
+        return f"{resource} {which}: {action.to_value}"
+    if before is None:
+        return f"{resource} {which} → {after.group()} {unit}"
+    return f"{resource} {which} {before.group()} → {after.group()} {unit}"
+
+
+#: GPU changes whose current value is a long description; the column shows only where they go.
+_TARGET_ONLY = frozenset({ActionType.MIG_PROFILE, ActionType.GPU_SHARING, ActionType.GPU_MODEL})
+
+
+def describe_action(action: Action, *, short: bool = False) -> str:
+    """A change as people say it: 'cpu limit 1 → 4 cores', 'MIG slice nvidia.com/gpu: 1 →
+    nvidia.com/mig-2g.35gb: 1', 'code change: raise the batch size'; `short` leaves the current
+    GPU out of GPU changes (the printer column)."""
+    if action.type == ActionType.CPU:
+        return _resource_change(action, "cpu", "cores")
+    if action.type == ActionType.MEMORY:
+        return _resource_change(action, "memory", "Gi")
+    if action.type == ActionType.SOFTWARE:
+        return f"code change: {action.to_value}"
+    if action.type == ActionType.INFRASTRUCTURE:
+        return f"platform change: {action.to_value}"
+    if action.type == ActionType.RELEASE_IDLE:
+        return f"release idle GPUs: {action.to_value}"
+    words = _GPU_CHANGE_WORDS.get(action.type, action.type.value)
+    if short and action.type in _TARGET_ONLY:
+        return f"{words} → {action.to_value}"
+    return f"{words} {action.from_value} → {action.to_value}"
 
 
 def action_column(action: Action) -> str:
-    """The main change in a few words for `kubectl get`: 'cpu 1->8', 'migProfile ...->mig-1g.18gb'."""
-    text = f"{action.type.value} {action.from_value}->{action.to_value}"
+    """`describe_action` cut to the Action printer column's width."""
+    text = describe_action(action, short=True)
     return text if len(text) <= ACTION_COLUMN_WIDTH else text[: ACTION_COLUMN_WIDTH - 1] + "…"
+
+
+def confidence_text(confidence: float) -> str:
+    """Confidence as every output shows it (CLI, kubectl): '73%'."""
+    return f"{confidence:.0%}"
 
 
 def format_duration(seconds: float) -> str:
@@ -105,7 +157,7 @@ def waiting_status(
             action="none",
             gpu_busy_p95="-",
             savings="-",
-            confidence="0.00",
+            confidence=confidence_text(0.0),
             window="-",
         ),
         conditions=[_condition("Analyzed", False, "WaitingForData", reason, now, generation)],
@@ -139,11 +191,13 @@ def analysed_status(
         ),
         actions=analysis.actions,
         savings=analysis.savings,
+        waste=analysis.waste,
+        cost=analysis.cost,
         vetoes=analysis.vetoes,
         memory_lookback=analysis.memory_lookback,
         apply=apply
         or ApplyStatus(
-            state=ApplyState.SKIPPED if not analysis.actions else ApplyState.PENDING,
+            state=ApplyState.ADVISED,
             reason="no change recommended"
             if not analysis.actions
             else "no Apply policy selects this workload",
@@ -153,7 +207,7 @@ def analysed_status(
             action="none" if main_action is None else action_column(main_action),
             gpu_busy_p95=busy,
             savings=f"{analysis.savings.gpu_hours_per_day:.1f} GPUh/d",
-            confidence=f"{analysis.confidence:.2f}",
+            confidence=confidence_text(analysis.confidence),
             window=format_duration((window_end - window_start).total_seconds()),
         ),
         conditions=[
@@ -214,6 +268,8 @@ _FIGURES = (
     ("diagnosis", "findings", "*", "confidence"),
     ("diagnosis", "findings", "*", "evidence", "*"),
     ("savings", "*"),
+    ("waste", "*"),
+    ("cost", "*"),
     ("baseline", "*"),
 )
 #: Paths holding text for people, made from the same figures: their words must match, their numbers

@@ -6,16 +6,22 @@ Each field's description ends with its basis:
   NVIDIA/nccl#1264);
 - **Heur**: an engineering default, tuned on the labelled scenario library.
 
+A rule's own numbers are a nested model (`EngineSettings.idle`, `.input_pipeline`, ...), named by its
+registry line (`logic/rules/registry.py`); the engine-wide ones (window, data quality, busy lines,
+slice sizing, the shrink gate and its vetoes, confidence factors) sit on `EngineSettings` itself.
 A `GPURightsizingPolicy` may override the observation window, `minSamples` and thresholds; use
-`EngineSettings.with_overrides`, which accepts the policy's camelCase names and rejects unknown ones.
+`EngineSettings.with_overrides`, which accepts the policy's flat camelCase names (a rule's setting by
+its own name, `idleBusyP95`, or by its path, `idle.idleBusyP95`) and rejects unknown ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 #: Xid codes that mean a hardware or driver fault (rule H0 in docs/diagnosis.md; NVIDIA Xid catalog):
 #: 48 DBE, 63/64 row-remap / page-retirement event or failure, 74 NVLink, 79 fallen off the bus,
@@ -30,67 +36,20 @@ DEFAULT_CRITICAL_XIDS: frozenset[int] = frozenset(
 DEFAULT_APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45})
 
 
-class EngineSettings(BaseModel):
-    """Thresholds and margins of the rule set in docs/diagnosis.md, one field per number."""
+class _Settings(BaseModel):
+    """Settings are frozen, camelCase in policies, and refuse unknown names."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    # --- observation window and data quality -------------------------------------------------------
-    window_seconds: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Observation window the sources read. Heur; the rule set asks for ≥ 30 min "
-        "(training) and ≥ 24 h (inference).",
-    )
-    min_window_seconds: float = Field(
-        default=1800.0,
-        ge=0,
-        description="Shorter windows yield InsufficientData. Heur: at least 30 min for training.",
-    )
-    inference_window_seconds: float = Field(
-        default=86400.0,
-        gt=0,
-        description="Window that covers a diurnal cycle; shorter serving windows lower confidence. "
-        "Heur (24 h for inference).",
-    )
-    min_samples: int = Field(
-        default=20, ge=1, description="Fewer busy samples than this yield InsufficientData. Heur."
-    )
-    min_coverage: float = Field(
-        default=0.25,
-        ge=0,
-        le=1,
-        description="Samples / (window / step) below this = too many gaps → InsufficientData. Heur.",
-    )
-    good_coverage: float = Field(
-        default=0.8, ge=0, le=1, description="Coverage below this lowers confidence. Heur."
-    )
-    max_staleness_seconds: float = Field(
-        default=900.0,
-        gt=0,
-        description="Data that ends longer ago than this (when the caller passes `now`) is stale → "
-        "InsufficientData. Heur (a few dcgm-exporter collect intervals of 30 s plus scrape delay).",
-    )
-    consistency_min_samples: int = Field(
-        default=100,
-        ge=1,
-        description="GR_ENGINE_ACTIVE and GPU_UTIL are compared (as means: GPU_UTIL is one sub-second NVML "
-        "sample per scrape, GR an interval average, so their medians part on a sawtooth) only with at "
-        "least this many samples of each. Heur (review D9).",
-    )
-    ratio_tolerance: float = Field(
-        default=0.05,
-        ge=0,
-        description="Slack before a 0..1 ratio outside [0, 1] or an SM_ACTIVE above GR_ENGINE_ACTIVE counts as "
-        "contradictory. Heur (SM_ACTIVE is a subset of engine activity by definition, DCGM overview).",
-    )
-    contradiction_gap: float = Field(
-        default=0.15,
-        ge=0,
-        le=1,
-        description="SM_ACTIVE p95 above GR_ENGINE_ACTIVE p95 by more than this → contradictory data. Heur.",
-    )
-    # --- health gates (H0/H1) ----------------------------------------------------------------------
+
+def _rule(model: type[_Settings]) -> Any:
+    """The field of `EngineSettings` that holds one rule's settings: its defaults, its docstring."""
+    return Field(default_factory=model, description=model.__doc__)
+
+
+class HealthSettings(_Settings):
+    """H0 HardwareFault and H1 Throttled: the health gates."""
+
     critical_xids: frozenset[int] = Field(
         default=DEFAULT_CRITICAL_XIDS,
         description="Xid codes that gate every action as a hardware fault. NV (NVIDIA Xid catalog).",
@@ -113,14 +72,11 @@ class EngineSettings(BaseModel):
         description="SM clock p50 below this share of the window's max clock corroborates throttling. "
         "Heur (rule H1; HW slowdown halves clocks, nvml.h).",
     )
-    # --- busy signal -------------------------------------------------------------------------------
-    active_busy: float = Field(
-        default=0.05,
-        ge=0,
-        le=1,
-        description="Busy above this counts as 'job active'. Heur (rule set preamble).",
-    )
-    # --- R1 idle allocation ------------------------------------------------------------------------
+
+
+class IdleSettings(_Settings):
+    """R1 IdleAllocation: no kernels, quiet links and CPU; a release needs proof of no traffic."""
+
     idle_busy_p95: float = Field(
         default=0.05,
         ge=0,
@@ -152,6 +108,21 @@ class EngineSettings(BaseModel):
         "PCIe, a live server with a 1.3 GiB model 7.5 MB/s, a pageable copy loop ≈ 9 GB/s "
         "(tests/fixtures/h200; review Q2). Heur, measured.",
     )
+    idle_fb_mib: float = Field(
+        default=64.0,
+        ge=0,
+        description="Framebuffer below this on every device for the whole window = no CUDA context = idle, "
+        "whatever the activity counters read (a CUDA context alone holds a few hundred MiB). Heur "
+        "(issue 18).",
+    )
+    idle_gr_floor: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Without SM fields, GR_ENGINE_ACTIVE's idle floor learned on GPUs no pod holds (same "
+        "node and model): GR max at or below it = no kernels. Absent: GR alone never says idle (an idle "
+        "RTX 4000 Ada reads 15-20× above the H200 floor). An input learned per node and model; Heur.",
+    )
     release_max_busy: float = Field(
         default=0.01,
         ge=0,
@@ -159,14 +130,18 @@ class EngineSettings(BaseModel):
         description="Releasing a GPU is advised only when busy never exceeded this (no GPU activity at all) "
         "and no requests were served. SPEC §1 (a live service is never released).",
     )
-    # --- data-path rules (R2, R2b, R3, R4) ---------------------------------------------------------
-    low_busy: float = Field(
-        default=0.5,
+    release_max_network_rx_bytes_per_s: float = Field(
+        default=10.0 * 1024,
         ge=0,
-        le=1,
-        description="Busy / SM activity below this indicates ineffective GPU use. NV (DCGM: < 0.5 likely "
-        "ineffective).",
+        description="An automatic release needs proof of no traffic: a request counter that did not grow, "
+        "or the pod's network receive max below this (kubelet probes only). Heur (issue 18 defaults; "
+        "engine-review-2 H1: a 0.3 req/s server was released).",
     )
+
+
+class InputPipelineSettings(_Settings):
+    """R2/R2c InputPipelineCPUBound and R2b InputPipelineIOBound: the loader starves the GPU."""
+
     input_bound_max_busy: float = Field(
         default=0.8,
         ge=0,
@@ -225,12 +200,24 @@ class EngineSettings(BaseModel):
         le=1,
         description="Busy sawtooth score above this supports an input-pipeline stall. Heur (rule R2).",
     )
+    cpu_anticorrelation: float = Field(
+        default=-0.3,
+        ge=-1,
+        le=0,
+        description="GPU busy and CPU saturation correlated at or below this (they move apart) raise R2's "
+        "confidence (cpuAnticorrelatedBonus). Heur.",
+    )
     io_bytes_per_s: float = Field(
         default=100.0 * 1024 * 1024,
         ge=0,
         description="File-system read + network receive median per pod at or above this = I/O busy (fetch "
         "stall). Heur; Lit for the pattern (Mohan et al. fetch stalls).",
     )
+
+
+class HostTransferSettings(_Settings):
+    """R3/R3b HostTransferBound: the GPU waits on host copies."""
+
     pcie_utilisation: float = Field(
         default=0.6,
         ge=0,
@@ -255,6 +242,11 @@ class EngineSettings(BaseModel):
         "Heur; a pageable copy's median reaches ≈ 0.14 of a Gen5 x16 link (H200 recording: 8.9 GB/s p50, "
         "9.3 GB/s p95).",
     )
+
+
+class CommunicationSettings(_Settings):
+    """R4 CommunicationBound: the GPUs of one pod wait on each other."""
+
     nvlink_utilisation: float = Field(
         default=0.25,
         ge=0,
@@ -272,18 +264,44 @@ class EngineSettings(BaseModel):
         "is not a gate: NCCL kernels count as SM-active (DCGM). Measured all-reduce DDP: tensor 0.01; "
         "healthy BF16 DDP: tensor 0.75. Heur (review Q5).",
     )
-    nvlink_quiet_bytes_per_s: float = Field(
-        default=1e9,
-        ge=0,
-        description="NVLink p95 below this counts as 'no NVLink traffic' (a MIG candidate). Heur.",
+    nvlink_strong_factor: float = Field(
+        default=1.4,
+        ge=1,
+        description="The link at or above this × nvlink_utilisation gives R4 its higher confidence base "
+        "(communicationStrong). Heur.",
     )
-    # --- in-GPU efficiency (R5, R6, R7) ------------------------------------------------------------
-    high_busy: float = Field(
-        default=0.8,
+
+
+class LaunchBoundSettings(_Settings):
+    """R14 LaunchBound: narrow GPU phases launched by one thread."""
+
+    narrow_phase_ratio: float = Field(
+        default=0.35,
         ge=0,
         le=1,
-        description="Busy at or above this = the GPU looks busy. NV (DCGM: ≥ 0.8 necessary for effective use).",
+        description="SM_ACTIVE / GR_ENGINE_ACTIVE (the share of SMs busy while the engine is busy) below "
+        "this = narrow GPU phases: a loop of tiny kernels. Measured (engine-review-2 §4): the starved "
+        "loaders read 0.89, host-wait 0.825, tiny-inference 0.50, tiny-server 0.43; synthetic "
+        "launch-bound loops 0.15-0.17. Heur.",
     )
+
+
+class HostWaitSettings(_Settings):
+    """R15 HostWaitBound: wide GPU phases at low duty with no named cause."""
+
+    wide_phase_ratio: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="SM_ACTIVE / GR_ENGINE_ACTIVE at or above this = wide GPU phases; at low duty with no "
+        "named cause, the GPU waits on the host (unknown host wait veto). Measured: host-wait 0.825, "
+        "loaders 0.89. Heur.",
+    )
+
+
+class LowOccupancySettings(_Settings):
+    """R5 LowOccupancy."""
+
     low_occupancy: float = Field(
         default=0.2,
         ge=0,
@@ -292,6 +310,11 @@ class EngineSettings(BaseModel):
         "fires (DCGM: higher occupancy does not mean better use for compute-bound work; large GEMM tiles "
         "keep one block per SM by design). Heur (R5).",
     )
+
+
+class MemoryBandwidthSettings(_Settings):
+    """R6 MemoryBandwidthBound."""
+
     dram_bound: float = Field(
         default=0.6,
         ge=0,
@@ -302,6 +325,11 @@ class EngineSettings(BaseModel):
     dram_bound_max_tensor: float = Field(
         default=0.2, ge=0, le=1, description="Tensor activity p95 below this for R6. Heur."
     )
+
+
+class NoTensorCoresSettings(_Settings):
+    """R7 NoTensorCores."""
+
     no_tensor_max: float = Field(
         default=0.05,
         ge=0,
@@ -314,7 +342,11 @@ class EngineSettings(BaseModel):
         le=1,
         description="FP32-pipe activity p50 at or above this (with SM activity ≥ low_busy) for R7. Heur.",
     )
-    # --- sizing (R8, R9) ---------------------------------------------------------------------------
+
+
+class OversizedSettings(_Settings):
+    """R8/R8b OversizedGPU: little work on a large device."""
+
     oversized_max_memory_share: float = Field(
         default=0.45,
         ge=0,
@@ -330,30 +362,16 @@ class EngineSettings(BaseModel):
         "DRAM p95 / target) at or below this = oversized. Heur (half a GPU or less frees at least one "
         "slice).",
     )
-    memory_headroom: float = Field(
-        default=1.2,
-        ge=1,
-        description="A slice must hold p99 used memory × this. Heur (slice selection step 2).",
-    )
-    sm_target_utilisation: float = Field(
-        default=0.8,
-        gt=0,
-        le=1,
-        description="SMs(profile) ≥ p95(SM_ACTIVE) × SMs_full / this. NV (0.8 necessary); slice selection.",
-    )
-    dram_target_utilisation: float = Field(
-        default=0.8,
-        gt=0,
-        le=1,
-        description="DRAM need ≤ memory fraction of the profile × this. NV (DRAM practical peak ~0.8).",
-    )
-    busy_as_sm_proxy_penalty: float = Field(
-        default=0.75,
+    nvlink_quiet_bytes_per_s: float = Field(
+        default=1e9,
         ge=0,
-        le=1,
-        description="Confidence factor when SM_ACTIVE is missing and busy stands in for it (busy ≥ SM "
-        "activity, so sizing stays conservative). Heur.",
+        description="NVLink p95 below this counts as 'no NVLink traffic' (a MIG candidate). Heur.",
     )
+
+
+class MemoryCapacitySettings(_Settings):
+    """R9 MemoryCapacityBound: GPU memory full or crashing at its peak."""
+
     memory_full_share: float = Field(
         default=0.95,
         ge=0,
@@ -368,7 +386,11 @@ class EngineSettings(BaseModel):
         "memory-capacity-bound (R9; a crashing pod dies before its peak is sampled). gpu-signals §4.3 R9; "
         "0.85 Heur.",
     )
-    # --- serving (R10, R11) ------------------------------------------------------------------------
+
+
+class UnderReplicatedSettings(_Settings):
+    """R10 UnderReplicated (and R13 ServingHostBound's queue test)."""
+
     queue_sustained_fraction: float = Field(
         default=0.5,
         ge=0,
@@ -381,6 +403,19 @@ class EngineSettings(BaseModel):
         le=1,
         description="SM activity (or busy) p95 at or above this with a queue = under-replicated. Heur (R10).",
     )
+    queue_at_peaks_confidence: float = Field(
+        default=0.75,
+        ge=0,
+        le=1,
+        description="Confidence factor for R10 when requests queue only at the peaks (queue p95 > 0, active "
+        "under queue_sustained_fraction) while saturation p95 reaches serving_saturation: latency spikes at "
+        "peak (SPEC §1), less certain than sustained queueing. Heur.",
+    )
+
+
+class OverReplicatedSettings(_Settings):
+    """R11 OverReplicated: a quiet serving fleet."""
+
     over_replicated_busy_p95: float = Field(
         default=0.2,
         ge=0,
@@ -404,13 +439,128 @@ class EngineSettings(BaseModel):
         "and the fleet fits on at most half its replicas at the target saturation, with no queue. Heur "
         "(R11; the GenTD26 serving fleet: ~110 replicas, median duty cycle 0 %).",
     )
-    queue_at_peaks_confidence: float = Field(
+
+
+class CrashLoopingSettings(_Settings):
+    """R12 CrashLooping."""
+
+    crash_loop_restarts: int = Field(
+        default=2,
+        ge=1,
+        description="Container restarts in the window at or above this (or any OOM kill) = CrashLooping, "
+        "and a veto on every shrink. Two: the container failed again after it was restarted, which is "
+        "what kubelet's restart back-off (10 s, doubled per failure up to 5 min; Kubernetes pod lifecycle, "
+        "container restarts) reports as CrashLoopBackOff; one restart is a restart, not a loop. SPEC "
+        "(Kubernetes kubelet back-off); Heur for the count.",
+    )
+
+
+class EngineSettings(_Settings):
+    """Thresholds and margins of the rule set in docs/diagnosis.md, one field per number.
+
+    A rule's own settings are nested under it; its fields keep their flat names too (unique across
+    the rules): `EngineSettings(idle_busy_p95=0.1)` and a policy's `idleBusyP95` set `idle.idle_busy_p95`.
+    """
+
+    # --- observation window and data quality (rule D and the sources) ---------------------------------
+    window_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Observation window the sources read. Heur; the rule set asks for ≥ 30 min "
+        "(training) and ≥ 24 h (inference).",
+    )
+    min_window_seconds: float = Field(
+        default=1800.0,
+        ge=0,
+        description="Shorter windows yield InsufficientData. Heur: at least 30 min for training.",
+    )
+    inference_window_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Window that covers a diurnal cycle; shorter serving windows lower confidence. "
+        "Heur (24 h for inference).",
+    )
+    min_samples: int = Field(
+        default=20, ge=1, description="Fewer busy samples than this yield InsufficientData. Heur."
+    )
+    min_coverage: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Samples / (window / step) below this = too many gaps → InsufficientData. Heur.",
+    )
+    good_coverage: float = Field(
+        default=0.8, ge=0, le=1, description="Coverage below this lowers confidence. Heur."
+    )
+    max_staleness_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        description="Data that ends longer ago than this (when the caller passes `now`) is stale → "
+        "InsufficientData. Heur (a few dcgm-exporter collect intervals of 30 s plus scrape delay).",
+    )
+    consistency_min_samples: int = Field(
+        default=100,
+        ge=1,
+        description="GR_ENGINE_ACTIVE and GPU_UTIL are compared (as means: GPU_UTIL is one sub-second NVML "
+        "sample per scrape, GR an interval average, so their medians part on a sawtooth) only with at "
+        "least this many samples of each. Heur (review D9).",
+    )
+    ratio_tolerance: float = Field(
+        default=0.05,
+        ge=0,
+        description="Slack before a 0..1 ratio outside [0, 1] or an SM_ACTIVE above GR_ENGINE_ACTIVE counts as "
+        "contradictory. Heur (SM_ACTIVE is a subset of engine activity by definition, DCGM overview).",
+    )
+    contradiction_gap: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="SM_ACTIVE p95 above GR_ENGINE_ACTIVE p95 by more than this → contradictory data. Heur.",
+    )
+    # --- busy lines several rules share ------------------------------------------------------------
+    active_busy: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Busy above this counts as 'job active'. Heur (rule set preamble).",
+    )
+    low_busy: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Busy / SM activity below this indicates ineffective GPU use. NV (DCGM: < 0.5 likely "
+        "ineffective).",
+    )
+    high_busy: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Busy at or above this = the GPU looks busy. NV (DCGM: ≥ 0.8 necessary for effective use).",
+    )
+    # --- slice and replica sizing (logic/recommend.py, logic/width.py) ---------------------------------
+    memory_headroom: float = Field(
+        default=1.2,
+        ge=1,
+        description="A slice must hold p99 used memory × this. Heur (slice selection step 2).",
+    )
+    sm_target_utilisation: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="SMs(profile) ≥ p95(SM_ACTIVE) × SMs_full / this. NV (0.8 necessary); slice selection.",
+    )
+    dram_target_utilisation: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="DRAM need ≤ memory fraction of the profile × this. NV (DRAM practical peak ~0.8).",
+    )
+    busy_as_sm_proxy_penalty: float = Field(
         default=0.75,
         ge=0,
         le=1,
-        description="Confidence factor for R10 when requests queue only at the peaks (queue p95 > 0, active "
-        "under queue_sustained_fraction) while saturation p95 reaches serving_saturation: latency spikes at "
-        "peak (SPEC §1), less certain than sustained queueing. Heur.",
+        description="Confidence factor when SM_ACTIVE is missing and busy stands in for it (busy ≥ SM "
+        "activity, so sizing stays conservative). Heur.",
     )
     replica_target_utilisation: float = Field(
         default=0.6,
@@ -484,7 +634,7 @@ class EngineSettings(BaseModel):
     min_replica_delta: int = Field(
         default=1, ge=1, description="Replica changes smaller than this are not proposed. Heur (SPEC §6)."
     )
-    # --- the shrink gate: a capacity-reducing action needs proof that it is safe ----------------------
+    # --- the shrink gate and its vetoes (logic/vetoes.py) ---------------------------------------------
     min_confidence: float = Field(
         default=0.6,
         ge=0,
@@ -525,23 +675,6 @@ class EngineSettings(BaseModel):
         ge=1,
         description="A serving workload is shrunk only when the predicted GPU-phase latency is at most this "
         "× today's (max(1, w / s) plus the bandwidth term). Heur 1.25× (issue 18 defaults).",
-    )
-    narrow_phase_ratio: float = Field(
-        default=0.35,
-        ge=0,
-        le=1,
-        description="SM_ACTIVE / GR_ENGINE_ACTIVE (the share of SMs busy while the engine is busy) below "
-        "this = narrow GPU phases: a loop of tiny kernels. Measured (engine-review-2 §4): the starved "
-        "loaders read 0.89, host-wait 0.825, tiny-inference 0.50, tiny-server 0.43; synthetic "
-        "launch-bound loops 0.15-0.17. Heur.",
-    )
-    wide_phase_ratio: float = Field(
-        default=0.5,
-        ge=0,
-        le=1,
-        description="SM_ACTIVE / GR_ENGINE_ACTIVE at or above this = wide GPU phases; at low duty with no "
-        "named cause, the GPU waits on the host (unknown host wait veto). Measured: host-wait 0.825, "
-        "loaders 0.89. Heur.",
     )
     veto_cpu_near_limit_cores: float = Field(
         default=0.5,
@@ -589,15 +722,6 @@ class EngineSettings(BaseModel):
         "seconds_total rate, the *_stalled_* rate where only that is served; google/cadvisor#3649) at or "
         "above this share of wall time while the GPU waits. Heur.",
     )
-    crash_loop_restarts: int = Field(
-        default=2,
-        ge=1,
-        description="Container restarts in the window at or above this (or any OOM kill) = CrashLooping, "
-        "and a veto on every shrink. Two: the container failed again after it was restarted, which is "
-        "what kubelet's restart back-off (10 s, doubled per failure up to 5 min; Kubernetes pod lifecycle, "
-        "container restarts) reports as CrashLoopBackOff; one restart is a restart, not a loop. SPEC "
-        "(Kubernetes kubelet back-off); Heur for the count.",
-    )
     veto_restarts: int = Field(
         default=1,
         ge=1,
@@ -605,29 +729,7 @@ class EngineSettings(BaseModel):
         "every shrink that names no cause (the window mixes container lives and undercounts the work). "
         "Heur (issue 18: restarts veto).",
     )
-    idle_fb_mib: float = Field(
-        default=64.0,
-        ge=0,
-        description="Framebuffer below this on every device for the whole window = no CUDA context = idle, "
-        "whatever the activity counters read (a CUDA context alone holds a few hundred MiB). Heur "
-        "(issue 18).",
-    )
-    idle_gr_floor: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="Without SM fields, GR_ENGINE_ACTIVE's idle floor learned on GPUs no pod holds (same "
-        "node and model): GR max at or below it = no kernels. Absent: GR alone never says idle (an idle "
-        "RTX 4000 Ada reads 15-20× above the H200 floor). An input learned per node and model; Heur.",
-    )
-    release_max_network_rx_bytes_per_s: float = Field(
-        default=10.0 * 1024,
-        ge=0,
-        description="An automatic release needs proof of no traffic: a request counter that did not grow, "
-        "or the pod's network receive max below this (kubelet probes only). Heur (issue 18 defaults; "
-        "engine-review-2 H1: a 0.3 req/s server was released).",
-    )
-    # --- confidence --------------------------------------------------------------------------------
+    # --- confidence factors ------------------------------------------------------------------------
     shared_gpu_confidence: float = Field(
         default=0.7,
         ge=0,
@@ -643,23 +745,122 @@ class EngineSettings(BaseModel):
         description="Confidence factor when a rule falls back from DCGM profiling fields (GR_ENGINE_ACTIVE, "
         "SM_ACTIVE) to GPU_UTIL, which only says 'a kernel ran'. NV (nvml.h utilisation semantics).",
     )
+    # --- per-rule settings, one nested model per rule (its registry line names it) ---------------
+    health: HealthSettings = _rule(HealthSettings)
+    idle: IdleSettings = _rule(IdleSettings)
+    input_pipeline: InputPipelineSettings = _rule(InputPipelineSettings)
+    host_transfer: HostTransferSettings = _rule(HostTransferSettings)
+    communication: CommunicationSettings = _rule(CommunicationSettings)
+    launch_bound: LaunchBoundSettings = _rule(LaunchBoundSettings)
+    host_wait: HostWaitSettings = _rule(HostWaitSettings)
+    occupancy: LowOccupancySettings = _rule(LowOccupancySettings)
+    memory_bandwidth: MemoryBandwidthSettings = _rule(MemoryBandwidthSettings)
+    no_tensor_cores: NoTensorCoresSettings = _rule(NoTensorCoresSettings)
+    oversized: OversizedSettings = _rule(OversizedSettings)
+    memory_capacity: MemoryCapacitySettings = _rule(MemoryCapacitySettings)
+    under_replicated: UnderReplicatedSettings = _rule(UnderReplicatedSettings)
+    over_replicated: OverReplicatedSettings = _rule(OverReplicatedSettings)
+    crash_looping: CrashLoopingSettings = _rule(CrashLoopingSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_names(cls, data: Any) -> Any:
+        """Put a rule's setting given by its flat name (snake_case or camelCase) under its rule."""
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for key in [k for k in out if k in RULE_SETTING_PATHS]:
+            group, field = RULE_SETTING_PATHS[key]
+            nested = out.get(group) or out.get(to_camel(group)) or {}
+            if isinstance(nested, BaseModel):
+                nested = nested.model_dump()
+            if not isinstance(nested, Mapping):
+                return data  # pydantic reports the malformed group
+            value = out.pop(key)
+            given = {k: v for k, v in nested.items() if k in (field, to_camel(field))}
+            if any(v != value for v in given.values()):
+                raise ValueError(f"{key} is given twice, flat and under {group}, with different values")
+            out.pop(to_camel(group), None)
+            out[group] = {**{k: v for k, v in nested.items() if k not in given}, field: value}
+        return out
 
     def with_overrides(self, overrides: Mapping[str, object]) -> EngineSettings:
-        """Copy with a policy's overrides applied (snake_case or camelCase names), validated.
+        """Copy with a policy's overrides applied, validated.
 
-        Raises ValueError naming the offending field, and leaves `self` unchanged.
+        Names: an engine-wide setting's snake_case or camelCase name; a rule's setting by its flat name
+        (`idleBusyP95`) or its path (`idle.idleBusyP95`). Raises ValueError naming the offending field,
+        and leaves `self` unchanged.
         """
-        by_name = {name: name for name in type(self).model_fields}
-        by_name.update({to_camel(name): name for name in type(self).model_fields})
-        unknown = sorted(key for key in overrides if key not in by_name)
-        if unknown:
-            raise ValueError(f"unknown engine setting(s): {', '.join(unknown)}")
         merged = self.model_dump()
-        merged.update({by_name[key]: value for key, value in overrides.items()})
+        unknown = []
+        for key, value in overrides.items():
+            group_name, _, field_name = key.rpartition(".")
+            flat = field_name if group_name else key
+            path = RULE_SETTING_PATHS.get(flat)
+            if group_name and (path is None or path[0] != _GROUP_NAMES.get(group_name)):
+                unknown.append(key)
+            elif path is not None:
+                merged[path[0]][path[1]] = value
+            elif flat in _ENGINE_WIDE_NAMES:
+                merged[_ENGINE_WIDE_NAMES[flat]] = value
+            else:
+                unknown.append(key)
+        if unknown:
+            raise ValueError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
         try:
             return type(self).model_validate(merged)
         except ValidationError as error:
             raise ValueError(f"invalid engine setting override: {error}") from error
+
+
+def _rule_groups() -> dict[str, type[BaseModel]]:
+    """EngineSettings' nested rule models by field name."""
+    out: dict[str, type[BaseModel]] = {}
+    for name, info in EngineSettings.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, _Settings):
+            out[name] = kind
+    return out
+
+
+#: A rule's settings group by its field name on EngineSettings, and by its camelCase name.
+RULE_SETTING_GROUPS: dict[str, type[BaseModel]] = _rule_groups()
+_GROUP_NAMES: dict[str, str] = {
+    **{name: name for name in RULE_SETTING_GROUPS},
+    **{to_camel(name): name for name in RULE_SETTING_GROUPS},
+}
+#: Flat name (snake_case and camelCase) of every rule setting → (group, field).
+RULE_SETTING_PATHS: dict[str, tuple[str, str]] = {
+    alias: (group, field)
+    for group, model in RULE_SETTING_GROUPS.items()
+    for field in model.model_fields
+    for alias in (field, to_camel(field))
+}
+if set(RULE_SETTING_PATHS) & (set(_GROUP_NAMES) | set(EngineSettings.model_fields)):
+    raise TypeError("a rule setting's flat name must not name a rule group or an engine-wide setting")
+_ENGINE_WIDE_NAMES: dict[str, str] = {
+    alias: name
+    for name in EngineSettings.model_fields
+    if name not in RULE_SETTING_GROUPS
+    for alias in (name, to_camel(name))
+}
+
+
+def documented_settings() -> list[tuple[str | None, str, FieldInfo]]:
+    """Every setting as (rule group or None for engine-wide, field name, its field), in model order."""
+    out: list[tuple[str | None, str, FieldInfo]] = []
+    for name, info in EngineSettings.model_fields.items():
+        group = RULE_SETTING_GROUPS.get(name)
+        if group is None:
+            out.append((None, name, info))
+        else:
+            out.extend((name, field, field_info) for field, field_info in group.model_fields.items())
+    return out
+
+
+def setting_names() -> list[str]:
+    """Every setting's policy name (camelCase, flat), engine-wide and per rule."""
+    return [to_camel(name) for _, name, _ in documented_settings()]
 
 
 DEFAULT_SETTINGS = EngineSettings()

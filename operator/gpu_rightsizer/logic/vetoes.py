@@ -51,7 +51,7 @@ def _cpu_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto
     cause = _cpu_cause(figures)
     found: list[Veto] = []
     process = figures.process_cpu_max_p50
-    if process is not None and process >= settings.cpu_process_pinned_cores:
+    if process is not None and process >= settings.input_pipeline.cpu_process_pinned_cores:
         _add(
             found,
             "cpuPinnedCore",
@@ -165,12 +165,15 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
     p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
     if (
         p50_bytes is not None
-        and p50_bytes >= settings.transfer_bound_bytes_per_s
+        and p50_bytes >= settings.host_transfer.transfer_bound_bytes_per_s
         and (
-            (p50_share is not None and p50_share >= settings.transfer_bound_link_share)
+            (p50_share is not None and p50_share >= settings.host_transfer.transfer_bound_link_share)
             or not figures.pcie_link_known
         )
-    ) or (figures.pcie_utilisation is not None and figures.pcie_utilisation >= settings.pcie_utilisation):
+    ) or (
+        figures.pcie_utilisation is not None
+        and figures.pcie_utilisation >= settings.host_transfer.pcie_utilisation
+    ):
         _add(
             found,
             "hostTransfers",
@@ -180,9 +183,9 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
             "whether copies are pageable (Nsight Systems memcpy rows) and overlap compute",
         )
     link = figures.nvlink_utilisation
-    if figures.gpus_per_pod >= 2 and link is not None and link >= settings.nvlink_utilisation:
+    if figures.gpus_per_pod >= 2 and link is not None and link >= settings.communication.nvlink_utilisation:
         math_p50 = figures.math_p50
-        if math_p50 is None or math_p50 < settings.communication_max_math_p50:
+        if math_p50 is None or math_p50 < settings.communication.communication_max_math_p50:
             _add(
                 found,
                 "communication",
@@ -191,12 +194,12 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
                 "NCCL time per step (NCCL_DEBUG=INFO, profiler) and the placement of the pods",
             )
     queue_active, queue_p50 = figures.queue_active_fraction, figures.queue_length_p50
-    sustained = (queue_active is not None and queue_active >= settings.queue_sustained_fraction) or (
-        queue_active is None and queue_p50 is not None and queue_p50 > 0
-    )
+    sustained = (
+        queue_active is not None and queue_active >= settings.under_replicated.queue_sustained_fraction
+    ) or (queue_active is None and queue_p50 is not None and queue_p50 > 0)
     if sustained:
         saturation = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95
-        saturated = saturation is not None and saturation >= settings.serving_saturation
+        saturated = saturation is not None and saturation >= settings.under_replicated.serving_saturation
         _add(
             found,
             "sustainedQueue",
@@ -211,7 +214,7 @@ def _wait_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Vet
 
 def _failure_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[Veto]:
     found: list[Veto] = []
-    if figures.restarts >= settings.crash_loop_restarts or figures.oom_killed:
+    if figures.restarts >= settings.crash_looping.crash_loop_restarts or figures.oom_killed:
         _add(
             found,
             "crashLoop",
@@ -244,7 +247,7 @@ def _failure_vetoes(figures: WorkloadFigures, settings: EngineSettings) -> list[
         _gpu_waits(figures, settings)
         and fb_max is not None
         and capacity
-        and fb_max >= settings.memory_full_share * capacity
+        and fb_max >= settings.memory_capacity.memory_full_share * capacity
     ):
         _add(
             found,
@@ -268,7 +271,11 @@ def _host_wait_veto(figures: WorkloadFigures, settings: EngineSettings) -> list[
     ratio, busy = figures.phase_width_ratio, figures.busy_p50
     if serves(figures) or ratio is None or busy is None or figures.sm_max is None or figures.sm_max <= 0:
         return []
-    if ratio < settings.wide_phase_ratio or busy >= settings.low_busy or _on_smallest_slice(figures):
+    if (
+        ratio < settings.host_wait.wide_phase_ratio
+        or busy >= settings.low_busy
+        or _on_smallest_slice(figures)
+    ):
         return []
     return [
         Veto(

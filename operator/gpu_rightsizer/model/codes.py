@@ -100,6 +100,9 @@ class ApplyState(StrEnum):
     ROLLED_BACK = "RolledBack"
     SKIPPED = "Skipped"
     BLOCKED = "Blocked"
+    #: Advice only: no Apply policy governs the workload (none, or one in Recommend mode), so the
+    #: recommendation waits for a person; nothing failed.
+    ADVISED = "Advised"
 
 
 class SharingStrategy(StrEnum):

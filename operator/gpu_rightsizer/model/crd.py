@@ -27,7 +27,16 @@ from gpu_rightsizer.model.codes import (
 )
 from gpu_rightsizer.model.durations import CEL_UNREADABLE, cel_readable, parse_duration
 from gpu_rightsizer.model.durations import DURATION_PATTERN as _DURATION_GRAMMAR
-from gpu_rightsizer.model.result import Action, CamelModel, Finding, MemoryLookback, Savings, Veto
+from gpu_rightsizer.model.result import (
+    Action,
+    CamelModel,
+    Cost,
+    Finding,
+    MemoryLookback,
+    Savings,
+    Veto,
+    Waste,
+)
 
 GROUP = "gpurightsizer.io"
 VERSION = "v1alpha1"
@@ -385,10 +394,14 @@ class RecommendationSummary(CamelModel):
     """Pre-formatted strings for `kubectl get` columns; the structured fields are the truth."""
 
     workload: str = Field(default="", description="Kind/name of the target, e.g. Deployment/llm-serve.")
-    action: str = Field(default="", description="The main change, e.g. 'cpu 2->6' or 'none'.")
+    action: str = Field(
+        default="", description="The main change as people say it, e.g. 'cpu limit 2 → 6 cores' or 'none'."
+    )
     gpu_busy_p95: str = Field(default="", description="p95 GPU busy over the window, e.g. 21%.")
     savings: str = Field(default="", description="Estimated GPU-hours per day freed, e.g. 12.0 GPUh/d.")
-    confidence: str = Field(default="", description="Confidence of the primary diagnosis, e.g. 0.82.")
+    confidence: str = Field(
+        default="", description="Confidence of the primary diagnosis, e.g. 82% (as the CLI shows it)."
+    )
     window: str = Field(default="", description="Length of the observed window, e.g. 24h.")
 
 
@@ -406,6 +419,8 @@ class GPURecommendationStatus(CamelModel):
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "atomic"}
     )
     savings: Savings | None = None
+    waste: Waste | None = None
+    cost: Cost | None = Field(default=None, description="Present only when a GPU-hour price is known.")
     baseline: Baseline | None = None
     apply: ApplyStatus | None = None
     summary: RecommendationSummary | None = None

@@ -121,6 +121,41 @@ class Savings(CamelModel):
     )
 
 
+class Waste(CamelModel):
+    """GPU time the workload holds but leaves idle, per day, as Kubecost counts idle cost.
+
+    Waste is what the allocation costs in idle time today; savings are what a landable action frees.
+    A CPU-starved trainer wastes most of its GPU-hours and frees none until its CPU is raised.
+    """
+
+    gpu_hours_per_day: float = Field(
+        ge=0.0, description="Allocated GPU-hours per day times (1 - busy): idle GPU time held."
+    )
+    allocated_gpus: float = Field(
+        alias="allocatedGpus",
+        ge=0.0,
+        description="Whole-GPU equivalents held: a MIG slice counts its compute share, a time-sliced "
+        "share 1/N of its device.",
+    )
+    busy_fraction: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Mean busy share over the window (GR_ENGINE_ACTIVE, or GPU_UTIL without profiling "
+        "fields), weighted by each GPU's allocation.",
+    )
+
+
+class Cost(CamelModel):
+    """Money per day, from a known price per GPU-hour; absent when no price is known."""
+
+    price_per_gpu_hour: float = Field(
+        alias="pricePerGPUHour", ge=0.0, description="Price of one whole GPU for one hour."
+    )
+    per_day: float = Field(ge=0.0, description="What the allocation costs per day.")
+    waste_per_day: float = Field(ge=0.0, description="What its idle GPU time costs per day.")
+    savings_per_day: float = Field(ge=0.0, description="What the landable actions would save per day.")
+
+
 class Analysis(CamelModel):
     """The engine's full answer for one workload window."""
 
@@ -139,6 +174,10 @@ class Analysis(CamelModel):
     memory_lookback: MemoryLookback | None = Field(
         default=None, description="GPU-memory high-water mark to carry into the next cycle."
     )
+    waste: Waste | None = Field(
+        default=None, description="Idle GPU time held, per day; None without a busy figure."
+    )
+    cost: Cost | None = Field(default=None, description="Money per day; None when no price is known.")
 
     @property
     def main_action(self) -> Action | None:

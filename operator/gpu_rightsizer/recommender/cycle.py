@@ -39,6 +39,7 @@ from gpu_rightsizer.logic.policy import (
 )
 from gpu_rightsizer.logic.sharing import observe_sharing, with_notes
 from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.waste import gpu_models, with_cost
 from gpu_rightsizer.model.codes import SharingStrategy
 from gpu_rightsizer.model.crd import (
     GPURightsizingPolicy,
@@ -346,31 +347,26 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
 
 @dataclass
 class _Tally:
-    """What a cycle's analyses add up to, kept as they come (never every analysis at once)."""
+    """What a cycle's analyses add up to, kept as they come: the analyses for the metrics (never the
+    windows they were made from), the writes by reason."""
 
-    by_diagnosis: Tally[tuple[str, str]] = field(default_factory=Tally)
-    wasted: dict[str, float] = field(default_factory=dict)
+    analysed: list[tuple[WorkloadRef, Analysis]] = field(default_factory=list)
     written: Tally[str] = field(default_factory=Tally)
-    updated: int = 0
+
+    @property
+    def updated(self) -> int:
+        return len(self.analysed)
 
     def add(self, done: _Analysed | None) -> None:
         if done is None:
             return
-        namespace, analysis = done.item.ref.namespace, done.analysis
-        self.by_diagnosis[(analysis.primary.value, namespace)] += 1
-        self.wasted[namespace] = self.wasted.get(namespace, 0.0) + analysis.savings.gpu_hours_per_day
-        self.updated += 1
+        self.analysed.append((done.item.ref, done.analysis))
         if done.written is not None:
             self.written[done.written] += 1
 
     def publish(self) -> None:
-        """The recommendations by diagnosis and the wasted GPU-hours, per namespace, as this cycle saw them."""
-        metrics.RECOMMENDATIONS.clear()
-        for (diagnosis, namespace), count in self.by_diagnosis.items():
-            metrics.RECOMMENDATIONS.labels(diagnosis, namespace).set(count)
-        metrics.WASTED_GPU_HOURS.clear()
-        for namespace, hours in self.wasted.items():
-            metrics.WASTED_GPU_HOURS.labels(namespace).set(hours)
+        """The per-workload and per-namespace figures, as this cycle saw them."""
+        metrics.publish_recommendations(self.analysed)
 
 
 def _prepare(
@@ -459,6 +455,7 @@ def _analyse_and_write(
         LOG.exception("analysis of %s failed", ref.key)
         return None
     metrics.WORKLOADS_ANALYZED.inc()
+    analysis = with_cost(analysis, cfg.gpu_prices, gpu_models(window))
     written = write_recommendation(
         store, kube, uid, item.recommendation, analysis, window, settings, state.now,
         refresh_after=refresh_period(

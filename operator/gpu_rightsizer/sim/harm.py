@@ -15,24 +15,15 @@ its expected code plus its window. The kinds:
 
 from __future__ import annotations
 
-from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, DATA_PATH_CODES, HEALTH_CODES
+from gpu_rightsizer.logic.rules.registry import BREAKING_CODES, DATA_PATH_CODES, HEALTH_CODES, WAITING_CODES
 from gpu_rightsizer.model.codes import GPU_CAPACITY_ACTIONS, ActionType, DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action, Analysis
 
-#: Codes that name why the GPU waits: an advice-only result that names one withholds a shrink rightly
-#: (by their strings, so the robustness bench and the safety tests can name codes an engine lacks).
-WAITING_CAUSES: frozenset[str] = frozenset(
-    {
-        "InputPipelineCPUBound",
-        "InputPipelineIOBound",
-        "HostTransferBound",
-        "CommunicationBound",
-        "ServingHostBound",
-        "LaunchBound",
-        "HostWaitBound",
-    }
-)
+#: Codes that name why the GPU waits (the registry's `WAITING_CODES`): an advice-only result that names
+#: one withholds a shrink rightly (by their strings, so the robustness bench and the safety tests can
+#: name codes an engine lacks).
+WAITING_CAUSES: frozenset[str] = frozenset(code.value for code in WAITING_CODES)
 
 #: Labels under which shrinking GPU capacity hurts: the work needs more (or cannot be judged).
 _NO_SHRINK: frozenset[DiagnosisCode] = (

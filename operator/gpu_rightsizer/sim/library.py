@@ -248,8 +248,11 @@ def hard_scenario_library(namespace: str = "sim-hard") -> list[Scenario]:
           "≈ 25 GB/s: the GPU waits on host copies, it is not idle",
           level_overrides={"busy": 0.03, "sm": 0.015, "tensor": 0.0, "fp32": 0.01, "dram": 0.04,
                            "pcie_rx": 0.4 * H100_PCIE}),
-        t("h-copies-mig", Shape.HOST_TRANSFER_BOUND, 233, "a MIG slice whose board PCIe counter runs at "
-          "78 % of the link with low SM activity", mig_profile="3g.40gb"),
+        t("h-copies-mig", Shape.HOST_TRANSFER_BOUND, 233, "a copy-heavy job on a MIG slice: dcgm-exporter "
+          "reports PCIe per board (every instance carries the board's sum), so the slice's own copies are "
+          "not measurable and the sources keep them off it; from the slice's fields (SM p95 31 %, memory "
+          "half the slice) it is OversizedGPU with advice only, since no smaller slice holds its memory",
+          mig_profile="3g.40gb", expected_code=code.OVERSIZED_GPU),
         t("h-copies-near-link-share", Shape.HOST_TRANSFER_BOUND, 234, "PCIe RX ≈ 62 % of the link (just "
           "over 0.6) with SMs at 45 %: transfer-bound",
           level_overrides={"pcie_rx": 0.62 * H100_PCIE, "sm": 0.45, "busy": 0.6}, noise_amplitude=0.05),

@@ -630,7 +630,7 @@ def test_duplicated_series_of_a_shared_gpu_count_once() -> None:
         alloc=allocation(replicas=2, sharing="time-slicing"),
     )
     analysis = analyze_window(w)
-    assert analysis.findings[0].evidence.get("memoryUsedMaxGiB") == pytest.approx(8500 / 1024, abs=0.01)
+    assert analysis.findings[0].evidence.get("memoryUsedMaxGib") == pytest.approx(8500 / 1024, abs=0.01)
 
 
 def test_io_bound_is_not_claimed_for_serving_traffic() -> None:
@@ -698,9 +698,9 @@ def test_idle_needs_quiet_links() -> None:
         loop = _copy_loop(rx_p50, rx_p95, sm=0.0)
         return window([loop.pods[0].model_copy(update={"stats": {Signal.CPU_USAGE_CORES: stat(0.01)}})])
 
-    quiet = settings.idle_transfer_bytes_per_s * 0.5
+    quiet = settings.idle.idle_transfer_bytes_per_s * 0.5
     assert primary(holder(quiet * 0.5, quiet)) is DiagnosisCode.IDLE_ALLOCATION
-    noisy = settings.idle_transfer_bytes_per_s * 2
+    noisy = settings.idle.idle_transfer_bytes_per_s * 2
     assert DiagnosisCode.IDLE_ALLOCATION not in codes(holder(noisy * 0.5, noisy))
 
 

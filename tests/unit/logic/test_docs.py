@@ -9,8 +9,8 @@ from pydantic.alias_generators import to_camel
 
 from gpu_rightsizer.logic.diagnose import PRIMARY_ORDER
 from gpu_rightsizer.logic.rules.registry import HEALTH_CODES as REGISTRY_HEALTH
-from gpu_rightsizer.logic.rules.registry import RULES
-from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.rules.registry import RULES, settings_table
+from gpu_rightsizer.logic.thresholds import RULE_SETTING_GROUPS, EngineSettings, documented_settings
 from gpu_rightsizer.model.codes import HEALTH_CODES, ActionType, DiagnosisCode
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "diagnosis.md"
@@ -50,15 +50,27 @@ def test_registry_covers_every_code_once_and_agrees_with_the_health_gate() -> No
     assert REGISTRY_HEALTH == HEALTH_CODES
 
 
-def test_settings_table_matches_defaults() -> None:
-    table = {row[0].strip("`"): row[1] for row in _rows() if len(row) == 3 and row[0].startswith("`")}
+def test_settings_table_is_the_generated_one() -> None:
+    """The table is hack/gen-docs-tables.py's output: every setting, its owning rule and its default."""
+    text = DOC.read_text()
+    assert settings_table() in text, "docs/diagnosis.md is stale: run hack/gen-docs-tables.py"
+    table = {row[0].strip("`"): row for row in _rows() if len(row) == 4 and row[0].startswith("`")}
     defaults = EngineSettings()
-    for name in EngineSettings.model_fields:
-        camel = to_camel(name)
-        assert camel in table, camel
-        value = getattr(defaults, name)
+    for group, name, _ in documented_settings():
+        value = getattr(getattr(defaults, group) if group else defaults, name)
+        row = table[to_camel(name)]
+        assert row[1] == "engine-wide" if group is None else row[1].endswith(f"(`{to_camel(group)}`)")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            assert float(table[camel]) == float(value), camel
+            assert float(row[2]) == float(value), name
+
+
+def test_every_rule_settings_group_belongs_to_a_registered_rule() -> None:
+    """A rule's settings are a nested model its registry line names; no group is left without a rule."""
+    claimed = {rule.settings for rule in RULES if rule.settings}
+    assert claimed == set(RULE_SETTING_GROUPS)
+    for rule in RULES:
+        if rule.settings_model is not None:
+            assert isinstance(rule.settings_of(EngineSettings()), rule.settings_model)
 
 
 def test_every_action_type_is_documented() -> None:

@@ -60,7 +60,7 @@ def test_the_platform_floor_makes_a_held_gpu_at_that_floor_idle() -> None:
     held = held_at_the_floor()
     assert analyze_window(held).primary is not DiagnosisCode.IDLE_ALLOCATION  # H200 thresholds: busy
     floored = with_idle_floor(EngineSettings(), floor_for(FLOORS, held))
-    assert floored.idle_gr_floor is not None and floored.idle_transfer_bytes_per_s > 78e6
+    assert floored.idle.idle_gr_floor is not None and floored.idle.idle_transfer_bytes_per_s > 78e6
     assert analyze_window(held, floored).primary is DiagnosisCode.IDLE_ALLOCATION
 
 

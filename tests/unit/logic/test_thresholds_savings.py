@@ -5,24 +5,38 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
 from tests.unit.logic.logic_builders import allocation, gpu, pod, stat, window
 
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.savings import combined_share, estimate_savings
-from gpu_rightsizer.logic.thresholds import EngineSettings
+from gpu_rightsizer.logic.thresholds import EngineSettings, documented_settings, setting_names
 from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 
 
 def test_every_setting_is_documented_with_its_source() -> None:
-    for name, field in EngineSettings.model_fields.items():
+    for _, name, field in documented_settings():
         assert field.description, name
         assert any(tag in field.description for tag in ("NV", "Lit", "Heur", "SPEC")), name
 
 
 def test_overrides_accept_policy_camel_case_and_snake_case() -> None:
     settings = EngineSettings().with_overrides({"minSamples": 5, "window_seconds": 7200, "idleBusyP95": 0.1})
-    assert (settings.min_samples, settings.window_seconds, settings.idle_busy_p95) == (5, 7200, 0.1)
+    assert (settings.min_samples, settings.window_seconds, settings.idle.idle_busy_p95) == (5, 7200, 0.1)
+
+
+def test_a_rule_setting_nests_under_its_rule_by_flat_name_or_path() -> None:
+    """The old flat names (policies, --set, keyword arguments) set the rule's nested field."""
+    by_path = EngineSettings().with_overrides({"idle.idleBusyP95": 0.1, "inputPipeline.cpuSaturation": 0.8})
+    by_flat = EngineSettings().with_overrides({"idleBusyP95": 0.1, "cpu_saturation": 0.8})
+    assert by_path == by_flat == EngineSettings(idle_busy_p95=0.1, cpuSaturation=0.8)
+    assert by_flat.idle.idle_busy_p95 == 0.1 and by_flat.input_pipeline.cpu_saturation == 0.8
+    with pytest.raises(ValueError, match=r"unknown engine setting\(s\): idle.lowBusy"):
+        EngineSettings().with_overrides({"idle.lowBusy": 0.1})  # a path names the rule that owns it
+    with pytest.raises(ValidationError):
+        EngineSettings(idle_busy_p95=0.1, idle={"idleBusyP95": 0.2})  # two values: neither is dropped
+    assert set(setting_names()) >= {"idleBusyP95", "lowBusy", "crashLoopRestarts", "windowSeconds"}
 
 
 def test_unknown_or_invalid_override_is_rejected_and_changes_nothing() -> None:

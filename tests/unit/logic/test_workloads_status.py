@@ -6,7 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpu_rightsizer.logic.status import analysed_status, format_duration, merge_conditions, waiting_status
+from gpu_rightsizer.logic.status import (
+    action_column,
+    analysed_status,
+    describe_action,
+    format_duration,
+    merge_conditions,
+    waiting_status,
+)
 from gpu_rightsizer.logic.workloads import (
     QuantityError,
     allocation_from_pod_spec,
@@ -20,7 +27,7 @@ from gpu_rightsizer.logic.workloads import (
 )
 from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
 from gpu_rightsizer.model.observation import Allocation, WorkloadRef
-from gpu_rightsizer.model.result import Action, Analysis, Savings
+from gpu_rightsizer.model.result import Action, ActionTarget, Analysis, Savings
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 REF = WorkloadRef(namespace="ml", kind="Deployment", name="trainer")
@@ -102,7 +109,15 @@ def test_analysed_status_fills_the_printer_columns() -> None:
         workload=REF,
         primary=DiagnosisCode.INPUT_PIPELINE_CPU_BOUND,
         confidence=0.82,
-        actions=[Action(type=ActionType.CPU, from_value="1", to_value="8", reason="starved loader")],
+        actions=[
+            Action(
+                type=ActionType.CPU,
+                from_value="1 cores (limit)",
+                to_value="8 cores (request and limit)",
+                reason="starved loader",
+                target=ActionTarget(requests={"cpu": "8"}, limits={"cpu": "8"}),
+            )
+        ],
         savings=Savings(gpu_hours_per_day=3.25, share_of_allocation=0.14),
         gpu_busy_p95=0.214,
         samples=120,
@@ -118,13 +133,13 @@ def test_analysed_status_fills_the_printer_columns() -> None:
         generation=4,
     )
     assert status.summary is not None
-    assert (status.summary.workload, status.summary.action) == ("Deployment/trainer", "cpu 1->8")
+    assert (status.summary.workload, status.summary.action) == ("Deployment/trainer", "cpu limit 1 → 8 cores")
     assert (status.summary.gpu_busy_p95, status.summary.savings, status.summary.window) == (
         "21%",
         "3.2 GPUh/d",
         "2h",
     )
-    assert status.apply is not None and status.apply.state == ApplyState.PENDING
+    assert status.apply is not None and status.apply.state == ApplyState.ADVISED
     assert status.observed_generation == 4
 
 
@@ -166,9 +181,32 @@ def test_action_column_prefers_the_change_the_actuator_can_make_and_stays_short(
     status = analysed_status(
         analysis, Allocation(), window_start=NOW, window_end=NOW, workload=REF, now=NOW, generation=1
     )
-    assert status.summary is not None and status.summary.action == "cpu 1->8"
+    assert status.summary is not None and status.summary.action == "cpu request 1 → 8 cores"
     only_advice = analysis.model_copy(update={"actions": [advice]})
     column = analysed_status(
         only_advice, Allocation(), window_start=NOW, window_end=NOW, workload=REF, now=NOW, generation=1
     ).summary
-    assert column is not None and len(column.action) <= 48 and column.action.startswith("software ")
+    assert column is not None and len(column.action) <= 48 and column.action.startswith("code change: ")
+
+
+def test_action_column_says_where_a_gpu_change_goes() -> None:
+    mig = Action(
+        type=ActionType.MIG_PROFILE,
+        from_value="nvidia.com/gpu: 1 (NVIDIA H200 141GB)",
+        to_value="nvidia.com/mig-2g.35gb: 1",
+        reason="small model",
+    )
+    assert action_column(mig) == "MIG slice → nvidia.com/mig-2g.35gb: 1"
+    assert (
+        describe_action(mig) == "MIG slice nvidia.com/gpu: 1 (NVIDIA H200 141GB) → nvidia.com/mig-2g.35gb: 1"
+    )
+    memory = Action(
+        type=ActionType.MEMORY,
+        from_value="8.0Gi",
+        to_value="12.0Gi",
+        reason="tight",
+        target=ActionTarget(limits={"memory": "12Gi"}),
+    )
+    assert action_column(memory) == "memory limit 8.0 → 12.0 Gi"
+    replicas = Action(type=ActionType.REPLICAS, from_value="3", to_value="5", reason="queue")
+    assert action_column(replicas) == "replicas 3 → 5"

@@ -169,8 +169,9 @@ def test_all_gates_pass_under_an_apply_policy() -> None:
 @pytest.mark.parametrize(
     ("changes", "state", "words"),
     [
-        ({"settings": settings(mode="Recommend")}, ApplyState.SKIPPED, "Recommend mode"),
-        ({"settings": effective_settings(None)}, ApplyState.SKIPPED, "no Apply policy"),
+        ({"settings": settings(mode="Recommend")}, ApplyState.ADVISED, "Recommend mode"),
+        ({"settings": settings(mode="Off")}, ApplyState.SKIPPED, "Off mode"),
+        ({"settings": effective_settings(None)}, ApplyState.ADVISED, "no Apply policy"),
         ({"settings": effective_settings(policy(), ignored=True)}, ApplyState.SKIPPED, "opts out"),
         ({"diagnosis": DiagnosisCode.INSUFFICIENT_DATA}, ApplyState.SKIPPED, "insufficient data"),
         ({"diagnosis": None}, ApplyState.SKIPPED, "insufficient data"),

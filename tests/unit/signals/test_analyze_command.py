@@ -48,7 +48,9 @@ def test_other_formats_parse_and_agree_with_json(output: str, capsys: pytest.Cap
     else:
         lines = text.splitlines()
         assert lines[0].split()[:2] == ["WORKLOAD", "DIAGNOSIS"]
-        names = {line.split()[0].rsplit("/", 1)[1]: line.split()[1] for line in lines[1:]}
+        first_lines = [line.split() for line in lines[1:] if line.split() and line.split()[0].count("/") == 2]
+        names = {cells[0].rsplit("/", 1)[1]: cells[1] for cells in first_lines}
+        assert lines[-1].split()[:3] == ["TOTAL", "(2", "workloads)"]
     assert names == {"trainer": "InputPipelineCPUBound", "chat": "UnderReplicated"}
 
 

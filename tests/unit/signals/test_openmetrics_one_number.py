@@ -22,7 +22,7 @@ from gpu_rightsizer.adapters.openmetrics import (
     window_counter_rates,
     windows_from_samples,
 )
-from gpu_rightsizer.adapters.prometheus import sharers_in_time
+from gpu_rightsizer.adapters.prometheus import _sample_spans, sharers_in_time
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 START = 1_767_225_600.0
@@ -168,7 +168,7 @@ def test_the_prometheus_source_counts_sharers_by_the_same_rule() -> None:
         ("team", "b"): [(START + t, 0.5) for t in range(1860, 3600, 60)],
         ("team", "c"): [(START + t, 0.5) for t in range(0, 3600, 60)],
     }
-    shared = sharers_in_time(devices, busy, 60.0)
+    shared = sharers_in_time(devices, _sample_spans([], busy), 60.0)
     assert shared[(("team", "a"), "node-a", "GPU-aaaa")] == 2  # a and c
     assert shared[(("team", "b"), "node-a", "GPU-aaaa")] == 2  # b and c
     assert shared[(("team", "c"), "node-a", "GPU-aaaa")] == 3

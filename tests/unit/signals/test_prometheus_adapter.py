@@ -269,3 +269,43 @@ def test_prometheus_warnings_mark_every_window_as_partial() -> None:
             window_seconds=1800, at=END, step_seconds=60.0
         )
     assert not any("partial data" in w for window in clean for w in window.warnings)
+
+
+REPLACED = json.loads(
+    (
+        Path(__file__).resolve().parents[2] / "fixtures" / "prometheus" / "answers-pod-replaced.json"
+    ).read_text()
+)
+
+
+def test_a_pod_replaced_on_its_gpu_is_not_a_sharer_and_reads_as_one_pod() -> None:
+    """Recorded answers: the launch-bound H200 recording, its pod replaced half-way on the same GPU.
+
+    In Prometheus a series runs on for the 5 min look-back after its last sample, so the busy range
+    series of the pod and its successor overlap; their samples do not. Read as two sharers, the GPU
+    looked time-sliced (confidence × 0.7) and the Job looked like two half-observed replicas.
+    """
+    from gpu_rightsizer.logic.figures import summarise
+    from gpu_rightsizer.sim import rerender
+
+    recording = rerender.load(
+        Path(__file__).resolve().parents[2] / "fixtures" / "h200" / "launch-bound.om.gz"
+    )
+    end = datetime.fromtimestamp(recording.start + rerender.Variant().seconds, tz=UTC)
+
+    def replay(endpoint: str, query: str, _headers: dict[str, str]) -> tuple[int, bytes]:
+        return 200, json.dumps(REPLACED.get(f"{endpoint} {query}", EMPTY_VECTOR)).encode()
+
+    with FakePrometheus(replay) as server:
+        windows = read_prometheus(PrometheusConfig(server.url), window_seconds=3600, at=end)
+    assert len(windows) == 1
+    window = windows[0]
+    assert [p.name for p in window.pods] == ["launch-bound-0-retry"]
+    assert all(g.shared_by_pods == 1 for p in window.pods for g in p.gpus)
+    assert window.allocation.sharing == "exclusive" and window.allocation.replicas == 1
+    assert any("was replaced by launch-bound-0-retry" in w for w in window.warnings)
+    busy = window.pods[0].gpus[0].stats[Signal.GR_ENGINE_ACTIVE]
+    assert busy.samples > 55  # both pods' samples, one hour at the 60 s step
+    analysis = analyze_window(window)
+    assert analysis.primary is DiagnosisCode.LAUNCH_BOUND
+    assert not summarise(window).is_shared  # no sharedGpu confidence factor

@@ -95,3 +95,16 @@ def test_aligned_sum_and_correlation_tolerate_jittered_timestamps() -> None:
 def test_throttle_flags_read_only_throttling_bits() -> None:
     flags = st.throttle_flags(_series([0.0, 1.0, 4.0, 8.0, 0x40 | 0x1, 0x80, math.nan]))
     assert [f for _, f in flags] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+
+
+def test_successive_summaries_combine_exactly_where_they_can() -> None:
+    """Counts, mean, extremes and activity are exact; a percentile is the parts' weighted mean."""
+    first = st.summarize([(float(t), 0.2) for t in range(30)], activity_floor=0.1)
+    second = st.summarize([(float(t), 0.6) for t in range(30, 40)], activity_floor=0.5)
+    assert first is not None and second is not None
+    both = st.combine_successive([first, second])
+    assert both is not None
+    assert both.samples == 40 and both.min == 0.2 and both.max == 0.6
+    assert both.mean == pytest.approx((30 * 0.2 + 10 * 0.6) / 40)
+    assert both.p50 == pytest.approx(0.3) and both.active_fraction == pytest.approx(1.0)
+    assert st.combine_successive([]) is None

@@ -101,8 +101,10 @@ def base_confidence(figures: WorkloadFigures, settings: EngineSettings, *, gpu_s
 
 
 def window_factor(duration: float, recommended: float) -> float:
-    """0.7..1.0 as the window approaches the recommended length (serving: a diurnal cycle)."""
-    return 0.7 + 0.3 * min(1.0, duration / recommended) if recommended > 0 else 1.0
+    """`short_window` (0.7) .. 1.0 as the window approaches the recommended length (serving: a diurnal
+    cycle)."""
+    floor = CONFIDENCE.short_window
+    return floor + (1.0 - floor) * min(1.0, duration / recommended) if recommended > 0 else 1.0
 
 
 def compute_is_low(figures: WorkloadFigures, settings: EngineSettings) -> tuple[bool, float | None, str]:

@@ -27,6 +27,9 @@ class RuleConfidence(BaseModel):
         0.85, "Factor when samples cover less than goodCoverage: gaps may hide it. Heur."
     )
     source_warnings: float = _c(0.9, "Factor when the metric source reported data warnings: Heur.")
+    short_window: float = _c(
+        0.7, "Factor of a window of length 0, rising linearly to 1 at the recommended length: Heur."
+    )
     # H0 / H1 / D
     hardware_fault: float = _c(0.95, "A critical Xid is the driver's own verdict (NV Xid catalog).")
     throttled_corroborated: float = _c(0.9, "Clock events and a low SM clock agree (nvml.h).")

@@ -34,18 +34,18 @@ def cpu_plateau_cores(figures: WorkloadFigures, settings: EngineSettings) -> int
     if usage_p50 is None or usage_p95 is None:
         return None
     process = figures.process_cpu_max_p50
-    if process is not None and process >= settings.cpu_process_pinned_cores:
+    if process is not None and process >= settings.input_pipeline.cpu_process_pinned_cores:
         return max(1, math.floor(usage_p50 + 0.05))  # the agent sees the pinned process: no headroom test
     limit = figures.window.allocation.cpu_limit_cores
-    if limit is not None and limit - usage_p95 < settings.cpu_plateau_min_headroom:
+    if limit is not None and limit - usage_p95 < settings.input_pipeline.cpu_plateau_min_headroom:
         return None  # at the limit: the saturation/throttling rule speaks
     throttled = figures.cpu_throttled
-    if throttled is not None and throttled >= settings.cpu_plateau_max_throttled:
+    if throttled is not None and throttled >= settings.input_pipeline.cpu_plateau_max_throttled:
         return None
     cores = math.floor(usage_p50 + 0.05)
-    if cores < 1 or usage_p50 - cores > settings.cpu_plateau_max_excess:
+    if cores < 1 or usage_p50 - cores > settings.input_pipeline.cpu_plateau_max_excess:
         return None
-    if usage_p95 - usage_p50 > settings.cpu_plateau_max_spread:
+    if usage_p95 - usage_p50 > settings.input_pipeline.cpu_plateau_max_spread:
         return None
     return cores
 
@@ -56,7 +56,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         return
     # A saturated input pipeline rarely drives busy all the way down: a starved GPU alternates between
     # bursts and stalls, so anything below "looks busy" counts, with more confidence below 0.5.
-    low_busy = busy < settings.input_bound_max_busy
+    low_busy = busy < settings.input_pipeline.input_bound_max_busy
     clearly_low = busy < settings.low_busy
     pcie = figures.pcie_utilisation
     cpu_sat, thr = figures.cpu_saturation, figures.cpu_throttled
@@ -68,20 +68,30 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         limit is not None
         and figures.cpu_usage_p95 is not None
         and figures.cpu_usage_p95
-        >= min(settings.cpu_saturation * limit, limit - settings.cpu_plateau_min_headroom)
+        >= min(
+            settings.input_pipeline.cpu_saturation * limit,
+            limit - settings.input_pipeline.cpu_plateau_min_headroom,
+        )
     )
-    cpu_bound = saturated or (thr is not None and thr >= settings.cpu_throttled_ratio)
-    sawtooth = figures.busy_sawtooth is not None and figures.busy_sawtooth >= settings.sawtooth_strong
-    anti = figures.gpu_cpu_correlation is not None and figures.gpu_cpu_correlation <= -0.3
+    cpu_bound = saturated or (thr is not None and thr >= settings.input_pipeline.cpu_throttled_ratio)
+    sawtooth = (
+        figures.busy_sawtooth is not None and figures.busy_sawtooth >= settings.input_pipeline.sawtooth_strong
+    )
+    anti = (
+        figures.gpu_cpu_correlation is not None
+        and figures.gpu_cpu_correlation <= settings.input_pipeline.cpu_anticorrelation
+    )
     base = base_confidence(figures, settings)
     compute_low, compute, compute_name = compute_is_low(figures, settings)
     p50_bytes, p50_share = figures.pcie_bytes_p50, figures.pcie_utilisation_p50
-    absolute_rate = p50_bytes is not None and p50_bytes >= settings.transfer_bound_bytes_per_s
-    link_share = p50_share is not None and p50_share >= settings.transfer_bound_link_share
+    absolute_rate = p50_bytes is not None and p50_bytes >= settings.host_transfer.transfer_bound_bytes_per_s
+    link_share = p50_share is not None and p50_share >= settings.host_transfer.transfer_bound_link_share
     sustained_transfer = absolute_rate and (link_share or not figures.pcie_link_known)
-    link_saturated = pcie is not None and pcie >= settings.pcie_utilisation
+    link_saturated = pcie is not None and pcie >= settings.host_transfer.pcie_utilisation
     copying = pcie is not None and (link_saturated or (sustained_transfer and clearly_low)) and compute_low
-    reading = figures.io_bytes_p50 is not None and figures.io_bytes_p50 >= settings.io_bytes_per_s
+    reading = (
+        figures.io_bytes_p50 is not None and figures.io_bytes_p50 >= settings.input_pipeline.io_bytes_per_s
+    )
     kernels = not no_kernels(figures, settings)
     plateau = (
         cpu_plateau_cores(figures, settings)
@@ -93,11 +103,11 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
     ratio = figures.phase_width_ratio
     one_thread = (
         figures.process_cpu_max_p50 is not None
-        and figures.process_cpu_max_p50 >= settings.cpu_process_pinned_cores
+        and figures.process_cpu_max_p50 >= settings.input_pipeline.cpu_process_pinned_cores
     ) or plateau == 1
     launch_bound = (
         ratio is not None
-        and ratio < settings.narrow_phase_ratio
+        and ratio < settings.launch_bound.narrow_phase_ratio
         and one_thread
         and busy < settings.high_busy
         and not cpu_bound
@@ -127,7 +137,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         )
 
     # R2: input pipeline CPU-bound (at the limit), or R2c: a CPU plateau below it
-    if low_busy and cpu_bound and (pcie is None or pcie < settings.pcie_utilisation):
+    if low_busy and cpu_bound and (pcie is None or pcie < settings.host_transfer.pcie_utilisation):
         confidence = (
             base * (C.cpu_bound_clear if clearly_low else C.cpu_bound)
             + (C.cpu_sawtooth_bonus if sawtooth else 0.0)
@@ -164,7 +174,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         limit = figures.window.allocation.cpu_limit_cores
         process_pinned = (
             figures.process_cpu_max_p50 is not None
-            and figures.process_cpu_max_p50 >= settings.cpu_process_pinned_cores
+            and figures.process_cpu_max_p50 >= settings.input_pipeline.cpu_process_pinned_cores
         )
         process_text = (
             f"; its busiest process uses {figures.process_cpu_max_p50:.2f} cores (node agent)"
@@ -207,7 +217,7 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
         and plateau is None
         and not figures.is_serving
         and io is not None
-        and io >= settings.io_bytes_per_s
+        and io >= settings.input_pipeline.io_bytes_per_s
     ):
         confidence = base * (C.io_bound_clear if clearly_low else C.io_bound) + (
             C.io_sawtooth_bonus if sawtooth else 0.0
@@ -237,8 +247,10 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
     if link is None and multi_gpu and figures.pcie_symmetric and figures.pcie_utilisation_p50 is not None:
         link, link_name = figures.pcie_utilisation_p50, "PCIe (symmetric, no NVLink series)"
     math_p50 = figures.math_p50
-    pipes_idle = math_p50 < settings.communication_max_math_p50 if math_p50 is not None else compute_low
-    link_busy = link is not None and link >= settings.nvlink_utilisation
+    pipes_idle = (
+        math_p50 < settings.communication.communication_max_math_p50 if math_p50 is not None else compute_low
+    )
+    link_busy = link is not None and link >= settings.communication.nvlink_utilisation
     comm = multi_gpu and link_busy and pipes_idle
     tensor_p50 = figures.tensor_p50
     # R3: host <-> device transfer-bound (R3b: a sustained rate with idle compute; see thresholds).
@@ -268,7 +280,12 @@ def check_data_path(figures: WorkloadFigures, settings: EngineSettings, out: Fin
             DiagnosisCode.COMMUNICATION_BOUND,
             Severity.WARNING,
             base
-            * (C.communication_strong if link >= settings.nvlink_utilisation * 1.4 else C.communication)
+            * (
+                C.communication_strong
+                if link
+                >= settings.communication.nvlink_utilisation * settings.communication.nvlink_strong_factor
+                else C.communication
+            )
             * (1.0 if math_p50 is not None else settings.busy_as_sm_proxy_penalty)
             * (1.0 if figures.nvlink_nominal_known else C.nominal_unknown),
             f"Seen: {figures.gpus_per_pod} GPUs per pod, {link_name} traffic at {pct(link)} of the nominal "

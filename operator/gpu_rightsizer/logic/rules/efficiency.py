@@ -20,14 +20,15 @@ def check_efficiency(figures: WorkloadFigures, settings: EngineSettings, out: Fi
         return
     base = base_confidence(figures, settings)
     memory_full = (
-        figures.memory_share_p99 is not None and figures.memory_share_p99 >= settings.memory_full_share
+        figures.memory_share_p99 is not None
+        and figures.memory_share_p99 >= settings.memory_capacity.memory_full_share
     )
     # R5: busy but most SMs idle (launch-bound, tiny kernels). Occupancy alone never fires: large GEMM
     # tiles keep one block per SM by design, and DCGM says occupancy is no goal for compute-bound work.
     sm, occ = figures.sm_p50, figures.occupancy_p50
     communicating = figures.gpus_per_pod >= 2 and (figures.nvlink_utilisation or 0.0) >= 0.1
     if busy >= settings.high_busy and not memory_full and sm is not None and sm < settings.low_busy:
-        low_occ = occ is not None and occ < settings.low_occupancy
+        low_occ = occ is not None and occ < settings.occupancy.low_occupancy
         share_hint = (
             "; or share the GPU (MIG/MPS)"
             if figures.gpus_per_pod == 1
@@ -64,8 +65,8 @@ def check_efficiency(figures: WorkloadFigures, settings: EngineSettings, out: Fi
     if (
         dram is not None
         and sm_or_busy is not None
-        and dram >= settings.dram_bound
-        and (tensor is None or tensor < settings.dram_bound_max_tensor)
+        and dram >= settings.memory_bandwidth.dram_bound
+        and (tensor is None or tensor < settings.memory_bandwidth.dram_bound_max_tensor)
         and sm_or_busy >= settings.low_busy
     ):
         confidence = (
@@ -99,9 +100,9 @@ def check_efficiency(figures: WorkloadFigures, settings: EngineSettings, out: Fi
         and sm_or_busy is not None
         and sm_or_busy >= (settings.high_busy if proxy else settings.low_busy)
         and tensor is not None
-        and tensor < settings.no_tensor_max
-        and (fp32 >= settings.no_tensor_min_fp32 if fp32 is not None else not proxy)
-        and (dram is None or dram < settings.dram_bound)
+        and tensor < settings.no_tensor_cores.no_tensor_max
+        and (fp32 >= settings.no_tensor_cores.no_tensor_min_fp32 if fp32 is not None else not proxy)
+        and (dram is None or dram < settings.memory_bandwidth.dram_bound)
     ):
         out.add(
             DiagnosisCode.NO_TENSOR_CORES,

@@ -20,7 +20,7 @@ def host_memory_share(figures: WorkloadFigures) -> float | None:
 
 def check_failures(figures: WorkloadFigures, settings: EngineSettings, out: FindingBuilder) -> None:
     """R12: restarts at or above the crash-loop line, or an OOM kill. A GPU OOM is R9's instead."""
-    if figures.restarts < settings.crash_loop_restarts and not figures.oom_killed:
+    if figures.restarts < settings.crash_looping.crash_loop_restarts and not figures.oom_killed:
         return
     if gpu_oom_suspected(figures, settings) and not figures.oom_killed:
         return  # GPU memory ran out: MemoryCapacityBound names it

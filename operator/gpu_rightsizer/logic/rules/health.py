@@ -21,7 +21,7 @@ def check_health(figures: WorkloadFigures, settings: EngineSettings, out: Findin
     critical: dict[int, list[str]] = {}
     for gpu in figures.gpus:
         for xid in sorted(set(gpu.observation.xid_codes)):
-            if xid in settings.critical_xids:
+            if xid in settings.health.critical_xids:
                 critical.setdefault(xid, []).append(gpu.uuid)
     if critical:
         listed = "; ".join(
@@ -41,7 +41,7 @@ def check_health(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         throttle = gpu.stat(Signal.THROTTLE_FRACTION)
         if (
             throttle is not None
-            and throttle.mean > settings.throttle_fraction
+            and throttle.mean > settings.health.throttle_fraction
             and (worst is None or throttle.mean > worst[0])
         ):
             worst = (throttle.mean, gpu)
@@ -49,7 +49,7 @@ def check_health(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         fraction, gpu = worst
         clock = gpu.stat(Signal.SM_CLOCK_MHZ)
         clock_ratio = clock.p50 / clock.max if clock is not None and clock.max > 0 else None
-        corroborated = clock_ratio is not None and clock_ratio < settings.throttle_clock_ratio
+        corroborated = clock_ratio is not None and clock_ratio < settings.health.throttle_clock_ratio
         clock_text = (
             f", SM clock p50 {clock.p50:.0f} MHz is {pct(clock_ratio)} of its {clock.max:.0f} MHz peak"
             if clock is not None and clock_ratio is not None
@@ -60,7 +60,7 @@ def check_health(figures: WorkloadFigures, settings: EngineSettings, out: Findin
             Severity.CRITICAL,
             C.throttled_corroborated if corroborated else C.throttled,
             f"Seen: GPU {gpu.uuid} was clock-throttled (thermal, HW slowdown or power brake) for "
-            f"{pct(fraction)} of the window (limit {pct(settings.throttle_fraction)}){clock_text}. "
+            f"{pct(fraction)} of the window (limit {pct(settings.health.throttle_fraction)}){clock_text}. "
             "Meaning: the platform, not the workload, capped throughput, so utilisation figures are not "
             "representative. Change: open an infrastructure ticket (cooling, power); the window is excluded "
             "from sizing.",

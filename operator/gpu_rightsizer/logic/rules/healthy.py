@@ -19,16 +19,24 @@ _NEAR_THRESHOLD = 0.1
 def _near_misses(figures: WorkloadFigures, settings: EngineSettings) -> list[str]:
     """Rules that did not fire but whose figure is within 10 % of the threshold: the verdict is fragile."""
     checks: list[tuple[str, float | None, float]] = [
-        ("CPU saturation", figures.cpu_saturation, settings.cpu_saturation),
-        ("CPU throttling", figures.cpu_throttled, settings.cpu_throttled_ratio),
-        ("PCIe p95 share of the link", figures.pcie_utilisation, settings.pcie_utilisation),
-        ("GPU memory p99 share", figures.memory_share_p99, settings.memory_full_share),
-        ("DRAM activity p95", figures.dram_p95, settings.dram_bound),
+        ("CPU saturation", figures.cpu_saturation, settings.input_pipeline.cpu_saturation),
+        ("CPU throttling", figures.cpu_throttled, settings.input_pipeline.cpu_throttled_ratio),
+        ("PCIe p95 share of the link", figures.pcie_utilisation, settings.host_transfer.pcie_utilisation),
+        ("GPU memory p99 share", figures.memory_share_p99, settings.memory_capacity.memory_full_share),
+        ("DRAM activity p95", figures.dram_p95, settings.memory_bandwidth.dram_bound),
     ]
     if figures.total_gpus >= 2:
-        checks.append(("NVLink p95 share", figures.nvlink_utilisation, settings.nvlink_utilisation))
+        checks.append(
+            ("NVLink p95 share", figures.nvlink_utilisation, settings.communication.nvlink_utilisation)
+        )
     if not figures.is_serving:
-        checks.append(("file-system + network read median", figures.io_bytes_p50, settings.io_bytes_per_s))
+        checks.append(
+            (
+                "file-system + network read median",
+                figures.io_bytes_p50,
+                settings.input_pipeline.io_bytes_per_s,
+            )
+        )
     near = [
         f"{name} {value:.3g} vs {threshold:.3g}"
         for name, value, threshold in checks
@@ -39,7 +47,7 @@ def _near_misses(figures: WorkloadFigures, settings: EngineSettings) -> list[str
         ("SM activity p50", figures.sm_p50, settings.low_busy),
     ]
     if figures.is_serving and figures.replicas >= 2:
-        below.append(("fleet busy p95", figures.busy_p95, settings.over_replicated_busy_p95))
+        below.append(("fleet busy p95", figures.busy_p95, settings.over_replicated.over_replicated_busy_p95))
     near.extend(
         f"{name} {value:.3g} vs {threshold:.3g}"
         for name, value, threshold in below

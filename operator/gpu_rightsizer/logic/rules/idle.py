@@ -21,7 +21,7 @@ from gpu_rightsizer.model.observation import Signal
 def no_cuda_context(figures: WorkloadFigures, settings: EngineSettings) -> bool:
     """Framebuffer below `idle_fb_mib` on every device through the window: no CUDA context exists."""
     used = [s.max for g in figures.gpus if (s := g.stat(Signal.FB_USED_MIB)) is not None]
-    return bool(figures.gpus) and len(used) == len(figures.gpus) and max(used) < settings.idle_fb_mib
+    return bool(figures.gpus) and len(used) == len(figures.gpus) and max(used) < settings.idle.idle_fb_mib
 
 
 def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
@@ -38,7 +38,7 @@ def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
     if figures.sm_max is not None:
         return figures.sm_max <= 0.0
     if figures.gr_max is not None:
-        floor = settings.idle_gr_floor
+        floor = settings.idle.idle_gr_floor
         return figures.gr_max <= 0.0 or (floor is not None and figures.gr_max <= floor)
     return figures.busy_max is not None and figures.busy_max <= 0.0
 
@@ -46,24 +46,24 @@ def no_kernels(figures: WorkloadFigures, settings: EngineSettings) -> bool:
 def check_idle(figures: WorkloadFigures, settings: EngineSettings, out: FindingBuilder) -> None:
     """R1: no kernels, quiet links, no CPU work and no requests. GPU memory held is not liveness."""
     busy = figures.busy_p95_max
-    if busy is None or busy >= settings.idle_busy_p95 or not no_kernels(figures, settings):
+    if busy is None or busy >= settings.idle.idle_busy_p95 or not no_kernels(figures, settings):
         return
     if figures.requests_per_s is not None and figures.requests_per_s > 0:
         return  # a GPU that serves requests is not idle (SPEC §1); sizing and serving rules handle it
     if (
         figures.transfer_bytes_p95 is not None
-        and figures.transfer_bytes_p95 >= settings.idle_transfer_bytes_per_s
+        and figures.transfer_bytes_p95 >= settings.idle.idle_transfer_bytes_per_s
         and not no_cuda_context(figures, settings)  # without a context no copy is the pod's
     ):
         return  # copies over PCIe/NVLink are GPU work the busy signal misses (SPEC §1: not idle)
-    if figures.cpu_usage_p95 is not None and figures.cpu_usage_p95 > settings.idle_cpu_cores:
+    if figures.cpu_usage_p95 is not None and figures.cpu_usage_p95 > settings.idle.idle_cpu_cores:
         return  # a process that works on the CPU may feed the GPU any moment: live, not idle
     util = max_of(gpu_stat(figures.gpus, Signal.GPU_UTIL, lambda s: s.p95))
-    if figures.busy_source == "gr_engine_active" and util is not None and util >= settings.idle_busy_p95:
+    if figures.busy_source == "gr_engine_active" and util is not None and util >= settings.idle.idle_busy_p95:
         return  # NVML saw kernels or copies that the graphics-engine counter did not
     window = figures.window
     confidence = base_confidence(figures, settings)
-    if window.duration_seconds < settings.idle_min_window_seconds:
+    if window.duration_seconds < settings.idle.idle_min_window_seconds:
         confidence *= C.idle_short_window
     if not figures.profiling_fields:
         confidence *= settings.missing_profiling_confidence

@@ -24,23 +24,27 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
         figures.window.duration_seconds, settings.inference_window_seconds
     )
     queue_p50, queue_active = figures.queue_length_p50, figures.queue_active_fraction
-    sustained = (queue_active is not None and queue_active >= settings.queue_sustained_fraction) or (
-        queue_active is None and queue_p50 is not None and queue_p50 > 0
-    )
+    sustained = (
+        queue_active is not None and queue_active >= settings.under_replicated.queue_sustained_fraction
+    ) or (queue_active is None and queue_p50 is not None and queue_p50 > 0)
     # Latency spikes at peak (SPEC §1): a queue at the p95 (present in ≥ 5 % of the window) while the GPUs
     # saturate at those times is the same shortage, seen at the peaks only: lower confidence.
     at_peaks = not sustained and figures.queue_length_p95 is not None and figures.queue_length_p95 > 0
     saturation = figures.sm_p95 if figures.sm_p95 is not None else figures.busy_p95
     saturation_name = "SM activity" if figures.sm_p95 is not None else "GPU busy"
     hpa = figures.window.allocation.hpa
-    if (sustained or at_peaks) and saturation is not None and saturation >= settings.serving_saturation:
+    if (
+        (sustained or at_peaks)
+        and saturation is not None
+        and saturation >= settings.under_replicated.serving_saturation
+    ):
         share = pct(queue_active) if queue_active is not None else ("the peaks" if at_peaks else "most")
         out.add(
             DiagnosisCode.UNDER_REPLICATED,
             Severity.WARNING,
             base
             * (C.under_replicated if figures.sm_p95 is not None else C.under_replicated_busy)
-            * (settings.queue_at_peaks_confidence if at_peaks else 1.0),
+            * (settings.under_replicated.queue_at_peaks_confidence if at_peaks else 1.0),
             f"Seen: requests queue for {share} of the window "
             f"(queue p50 {queue_p50 or 0:.1f}, p95 {figures.queue_length_p95 or 0:.1f}"
             f"{', at the peaks only' if at_peaks else ''}) while {saturation_name} p95 is {pct(saturation)} "
@@ -92,12 +96,16 @@ def check_serving(figures: WorkloadFigures, settings: EngineSettings, out: Findi
     # also counts when the fleet, sized on its p95, fits on at most half its replicas.
     half_suffices = needed is not None and needed * 2 <= figures.replicas
     fleet_median = figures.busy_p50
-    low_fleet = fleet is not None and fleet < settings.over_replicated_busy_p95
+    low_fleet = fleet is not None and fleet < settings.over_replicated.over_replicated_busy_p95
     quiet_median = (
-        fleet_median is not None and fleet_median < settings.over_replicated_busy_p50 and half_suffices
+        fleet_median is not None
+        and fleet_median < settings.over_replicated.over_replicated_busy_p50
+        and half_suffices
     )
     idle_fleet = (
-        idle_share is not None and idle_share >= settings.over_replicated_idle_share and half_suffices
+        idle_share is not None
+        and idle_share >= settings.over_replicated.over_replicated_idle_share
+        and half_suffices
     )
     if (
         figures.replicas >= 2

@@ -21,7 +21,8 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
     share = figures.memory_share_p99
     # R8: oversized single-GPU work (never for multi-GPU or NVLink-heavy work)
     nvlink_quiet = (
-        figures.nvlink_bytes_p95 is None or figures.nvlink_bytes_p95 < settings.nvlink_quiet_bytes_per_s
+        figures.nvlink_bytes_p95 is None
+        or figures.nvlink_bytes_p95 < settings.oversized.nvlink_quiet_bytes_per_s
     )
     smallest = min((p.gpu_fraction for p in figures.profiles), default=None)
     current_profile = next((g.profile for g in figures.gpus if g.profile), None)
@@ -33,8 +34,8 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         and share is not None
         and figures.gpus_per_pod == 1
         and nvlink_quiet
-        and share <= settings.oversized_max_memory_share
-        and need.share_of_device <= settings.oversized_max_device_share
+        and share <= settings.oversized.oversized_max_memory_share
+        and need.share_of_device <= settings.oversized.oversized_max_device_share
         and not already_smallest
     ):
         confidence = base * C.oversized * (settings.busy_as_sm_proxy_penalty if need.sm_from_busy else 1.0)
@@ -50,7 +51,7 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
             if (figures.busy_p95_max or 0.0) < 0.1 and need.memory_gib < 4
             else ""
         )
-        if (figures.busy_p95_max or 0.0) < settings.idle_busy_p95:
+        if (figures.busy_p95_max or 0.0) < settings.idle.idle_busy_p95:
             cpu_hint += (
                 " Kernels still run (not idle, never released): the GPU mostly waits on the host between "
                 "steps or requests; overlap host work with the GPU (prefetch, CUDA Graphs) if it is a job."
@@ -66,7 +67,7 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
             f"Meaning: the work needs about {pct(need.share_of_device)} of this device. Change: "
             f"{_slice_advice(figures, settings, need)}{cpu_hint}",
             {
-                "memoryUsedMaxGiB": need.memory_gib,
+                "memoryUsedMaxGib": need.memory_gib,
                 "memoryShareP99": share,
                 "smActiveP95": figures.sm_p95,
                 "gpuBusyP95": figures.busy_p95_max,
@@ -86,10 +87,11 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
         else None
     )
     if share is not None and (
-        share >= settings.memory_full_share or (crashed and gpu_oom_suspected(figures, settings))
+        share >= settings.memory_capacity.memory_full_share
+        or (crashed and gpu_oom_suspected(figures, settings))
     ):
-        full = share >= settings.memory_full_share or (
-            crashed and (peak_share or 0.0) >= settings.memory_full_share
+        full = share >= settings.memory_capacity.memory_full_share or (
+            crashed and (peak_share or 0.0) >= settings.memory_capacity.memory_full_share
         )
         tiny_batch = (
             full
@@ -118,7 +120,7 @@ def check_sizing(figures: WorkloadFigures, settings: EngineSettings, out: Findin
                 "MIG slice), and tensor parallelism across GPUs last.",
                 {
                     "memoryShareP99": share,
-                    "memoryUsedP99GiB": figures.fb_used_p99_gib,
+                    "memoryUsedP99Gib": figures.fb_used_p99_gib,
                     "restarts": float(figures.restarts),
                     "oomKilled": 1.0 if figures.oom_killed else 0.0,
                 },
@@ -133,7 +135,7 @@ def gpu_oom_suspected(figures: WorkloadFigures, settings: EngineSettings) -> boo
         (figures.restarts > 0 or figures.oom_killed)
         and peak is not None
         and bool(capacity)
-        and peak >= settings.memory_crash_share * (capacity or 0.0)
+        and peak >= settings.memory_capacity.memory_crash_share * (capacity or 0.0)
     )
 
 
@@ -151,9 +153,9 @@ def check_no_slice_fits(figures: WorkloadFigures, settings: EngineSettings, out:
         or capacity is None
         or figures.gpus_per_pod != 1
         or (figures.is_serving and figures.replicas >= 2)  # a fleet consolidates first (R11)
-        or share <= settings.oversized_max_memory_share
-        or share >= settings.memory_full_share
-        or compute / settings.sm_target_utilisation > settings.oversized_max_device_share
+        or share <= settings.oversized.oversized_max_memory_share
+        or share >= settings.memory_capacity.memory_full_share
+        or compute / settings.sm_target_utilisation > settings.oversized.oversized_max_device_share
         or figures.sm_max is None
         or figures.sm_max <= 0.0
     ):
