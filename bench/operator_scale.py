@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,9 @@ from gpu_rightsizer.testcluster.kwok import LocalCluster
 from gpu_rightsizer.testcluster.nodes import H100_80GB, H200, NodeSpec
 from gpu_rightsizer.testcluster.prometheus import PrometheusServer, free_port
 
-CLUSTER_NAME = "gpu-rightsizer-bench"
+#: Each run brings up its own cluster (its own name, files and ports): two runs on one machine, or a
+#: run next to the e2e tests, never share or tear down each other's.
+CLUSTER_PREFIX = "gpurs-bench"
 NAMESPACES = ("team-a", "team-b", "team-c", "team-d", "team-e")
 GROUP, VERSION, PLURAL = "gpurightsizer.io", "v1alpha1", "gpurecommendations"
 #: Shapes that end in a real diagnosis (insufficient-data by design never does).
@@ -213,6 +216,8 @@ class Phase:
     steady_cycle_count: int = 0
     rss: tuple[float, float] = (0.0, 0.0)
     codes: Counter[str] = field(default_factory=Counter)
+    #: How the operator ran, when not as the other phases did.
+    label: str = ""
 
 
 class Bench:
@@ -291,6 +296,16 @@ class Bench:
             phase.rss = rss_mib(self.operator.pid)
         return phase
 
+    def wait_for_full_cycle(self, workloads: int, timeout: float) -> None:
+        """Until one cycle has analysed every workload (a restarted operator backfills first)."""
+        deadline = min(time.monotonic() + timeout, self.deadline)
+        while time.monotonic() < deadline:
+            self.alive()
+            if any(n == workloads for n, _ in cycle_lines(self.log)):
+                return
+            time.sleep(2)
+        say(f"no cycle analysed all {workloads} workloads within {timeout:.0f} s")
+
     def steady(self, phase: Phase, cycles: int) -> None:
         """Watch `cycles` whole cycles: Prometheus queries and apiserver requests between cycle ends."""
         self.mark_cycles()
@@ -340,6 +355,8 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
     print(f"operator at scale: {nodes} fake GPU nodes ({gpus} GPUs + MIG slices), window {args.window}, "
           f"interval {args.interval}, scrape {args.scrape}")  # fmt: skip
     print(f"{'':38s}" + "".join(f"{f'N={p.workloads} ({p.pods} pods)':>22s}" for p in phases))
+    if any(p.label for p in phases):
+        print(f"{'':38s}" + "".join(f"{p.label or 'chunked':>22s}" for p in phases))
 
     def row(label: str, values: list[str]) -> None:
         print(f"{label:38s}" + "".join(f"{v:>22s}" for v in values))
@@ -376,6 +393,13 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         row(f"  {key}", [f"{p.apiserver_per_cycle.get(key, 0.0):.1f}" for p in phases])
     for p in phases:
         print(f"diagnoses at N={p.workloads}: " + ", ".join(f"{c} {n}" for c, n in p.codes.most_common()))
+    chunked = [p for p in phases if not p.label]
+    one_chunk = [p for p in phases if p.label == "one chunk"]
+    if chunked and one_chunk and chunked[-1].rss[0] and one_chunk[0].rss[0]:
+        after, before = chunked[-1].rss, one_chunk[0].rss
+        print(f"operator RSS at N={chunked[-1].workloads}, chunked / one chunk: now {after[0]:.0f} / {before[0]:.0f} "
+              f"= {after[0] / before[0]:.2f}x, peak {after[1]:.0f} / {before[1]:.0f} = {after[1] / before[1]:.2f}x")  # fmt: skip
+    phases = chunked
     if len(phases) == 2 and all(p.queries_per_cycle for p in phases):
         small, large = (statistics.median(p.queries_per_cycle) for p in phases)
         print(f"Prometheus queries per cycle, N={phases[1].workloads} / N={phases[0].workloads}: "
@@ -433,6 +457,26 @@ def krr_side_by_side(
 # --- orchestration -------------------------------------------------------------------------------
 
 
+#: Manifests per `kubectl create`: a thousand in one call outlast its 120 s answer on a busy machine.
+CREATE_BATCH = 100
+
+
+def create(cluster: LocalCluster, manifests: list[dict[str, Any]]) -> None:
+    """Create the workloads, `CREATE_BATCH` to a call."""
+    for first in range(0, len(manifests), CREATE_BATCH):
+        cluster.kubectl(
+            "create", "-f", "-", input_text=yaml.safe_dump_all(manifests[first : first + CREATE_BATCH])
+        )
+
+
+def operator_command(args: argparse.Namespace, prometheus_url: str, *extra: str) -> list[str]:
+    """The recommender as the bench runs it (`extra`: more flags)."""
+    return [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
+            "--prometheus-url", prometheus_url, "--window", args.window, "--interval", args.interval,
+            "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
+            "--liveness", f"http://127.0.0.1:{free_port()}/healthz", *args.operator_arg, *extra]  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -462,6 +506,19 @@ def main() -> int:
     )
     parser.add_argument("--krr-dir", default=None, help="checkout of robusta-dev/krr (holds krr.py)")
     parser.add_argument("--krr-history", default="1", help="KRR --history_duration in hours (default 1)")
+    parser.add_argument(
+        "--one-chunk-too",
+        action="store_true",
+        help="then run the largest size again with every window assembled in one chunk (memory before/after)",
+    )
+    parser.add_argument(
+        "--operator-arg", action="append", default=[], help="one more flag for the operator (repeatable)"
+    )
+    parser.add_argument(
+        "--cluster-name",
+        default=None,
+        help=f"local cluster name (default: {CLUSTER_PREFIX}-<random>, per run)",
+    )
     args = parser.parse_args()
     if bool(args.krr_python) != bool(args.krr_dir):
         parser.error("--krr-python and --krr-dir go together")
@@ -475,8 +532,10 @@ def main() -> int:
         batches.append(workloads(sizes[0], sizes[1] - sizes[0], pools))
     gpus = sum(n.gpus for n in nodes if not n.mig_mixed)
 
-    workdir = state_dir(CLUSTER_NAME)
-    cluster = LocalCluster(name=CLUSTER_NAME, workdir=workdir, bins=ensure_binaries(build=False), nodes=nodes)
+    name = args.cluster_name or f"{CLUSTER_PREFIX}-{uuid.uuid4().hex[:6]}"
+    workdir = state_dir(name)
+    say(f"cluster {name}, files in {workdir}")
+    cluster = LocalCluster(name=name, workdir=workdir, bins=ensure_binaries(build=False), nodes=nodes)
     signal.signal(signal.SIGTERM, interrupt)
     began = time.monotonic()
     phases: list[Phase] = []
@@ -491,7 +550,7 @@ def main() -> int:
         logs = workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         say(f"creating {len(batches[0])} workloads")
-        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batches[0]))
+        create(cluster, batches[0])
         port = free_port()
         with managed_process(
             [sys.executable, "-m", "gpu_rightsizer.sim.live", "--kubeconfig", str(cluster.kubeconfig),
@@ -502,12 +561,10 @@ def main() -> int:
             operator_log = logs / "operator.log"
             say(f"starting the operator; logs in {logs}")
             with managed_process(
-                [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
-                 "--prometheus-url", prometheus.url, "--window", args.window, "--interval", args.interval,
-                 "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port()),
-                 "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
-                operator_log, env={"KUBECONFIG": str(cluster.kubeconfig)},
-            ) as operator:  # fmt: skip
+                operator_command(args, prometheus.url),
+                operator_log,
+                env={"KUBECONFIG": str(cluster.kubeconfig)},
+            ) as operator:
                 bench = Bench(cluster, prometheus.url, operator, operator_log)
                 bench.deadline = time.monotonic() + args.budget
                 started = time.monotonic()
@@ -516,10 +573,23 @@ def main() -> int:
                     if number > 0:
                         say(f"creating {len(batch)} more workloads")
                         started = time.monotonic()
-                        cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(batch))
+                        create(cluster, batch)
                     expected |= {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in batch}
                     pods = sum(m["spec"]["replicas"] for b in batches[: number + 1] for m in b)
                     phases.append(bench.measure(expected, pods, started, args.timeout, args.steady_cycles))
+            if args.one_chunk_too and phases:  # the same size again, every window assembled at once
+                say("restarting the operator with every window in one chunk (--chunk-pods 1000000)")
+                one_chunk_log = logs / "operator-one-chunk.log"
+                with managed_process(
+                    operator_command(args, prometheus.url, "--chunk-pods", "1000000"), one_chunk_log,
+                    env={"KUBECONFIG": str(cluster.kubeconfig)},
+                ) as operator:  # fmt: skip
+                    bench = Bench(cluster, prometheus.url, operator, one_chunk_log)
+                    bench.deadline = time.monotonic() + args.budget
+                    bench.wait_for_full_cycle(len(expected), args.timeout)  # its backfill done
+                    phase = bench.measure(expected, pods, time.monotonic(), args.timeout, args.steady_cycles)
+                    phase.label = "one chunk"
+                    phases.append(phase)
             if args.krr_python and phases:  # the operator is stopped: Prometheus serves KRR alone
                 krr_side_by_side(args, cluster, prometheus.url, phases[-1], logs)
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -100,6 +101,55 @@ def _trusted_targets(texts: list[str]) -> tuple[TrustedTarget, ...]:
     return parse_trusted_targets(texts) if texts else DEFAULT_TRUSTED_GPU_TARGETS
 
 
+class ShardError(ValueError):
+    """A shard setting that cannot be used."""
+
+
+#: A StatefulSet pod's name ends with its ordinal ("gpu-rightsizer-recommender-2").
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+def shard_of(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, int]:
+    """(shard, total shards) from `--shard`/`--total-shards`, else GPURS_SHARD/GPURS_TOTAL_SHARDS, else
+    (sharded, no shard given) the ordinal at the end of POD_NAME, as a StatefulSet names its pods."""
+    total_text = getattr(args, "total_shards", None) or env.get("GPURS_TOTAL_SHARDS") or "1"
+    shard_text = getattr(args, "shard", None)
+    if shard_text is None:
+        shard_text = env.get("GPURS_SHARD") or None
+    try:
+        total = int(total_text)
+        if shard_text is None and total > 1:
+            pod = env.get("POD_NAME", "")
+            ordinal = _ORDINAL.search(pod)
+            if ordinal is None:
+                raise ShardError(
+                    f"--total-shards {total} needs --shard (or GPURS_SHARD, or POD_NAME ending in the "
+                    f"StatefulSet ordinal; POD_NAME is {pod!r})"
+                )
+            shard_text = ordinal.group(1)
+        shard = int(shard_text or 0)
+    except ValueError as error:
+        if isinstance(error, ShardError):
+            raise
+        raise ShardError(f"--shard and --total-shards take whole numbers: {error}") from None
+    if total < 1 or not 0 <= shard < total:
+        raise ShardError(f"--shard must be in 0..{total - 1} for --total-shards {total}, not {shard}")
+    return shard, total
+
+
+def _optional_count(text: str | None) -> int | None:
+    """A positive whole number from a flag or variable; None when not given."""
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"a whole number is needed, not {text!r}") from None
+    if value < 1:
+        raise ValueError(f"a positive number is needed, not {value}")
+    return value
+
+
 def load_gpu_prices(price: str | None, price_file: str | None) -> GPUPrices:
     """Prices per GPU-hour from `--gpu-hour-price` and a `--gpu-prices` YAML/JSON file (model → price).
 
@@ -164,9 +214,28 @@ class OperatorConfig:
     lease_name: str = "gpu-rightsizer-actuator"
     lease_namespace: str = "default"
     lease_seconds: int = 15
+    #: This recommender's shard and how many there are (kube-state-metrics' `--shard`/`--total-shards`):
+    #: it analyses and writes only the workloads of the namespaces that hash to `shard`.
+    shard: int = 0
+    total_shards: int = 1
+    #: About how many pods' windows a cycle assembles, analyses and writes at a time (whole
+    #: namespaces); None: the source's default.
+    chunk_pods: int | None = None
     #: Prices per GPU-hour that turn waste and savings into money (no price: no money).
     gpu_prices: GPUPrices = field(default_factory=GPUPrices)
     extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.total_shards < 1 or not 0 <= self.shard < self.total_shards:
+            raise ValueError(
+                f"--shard must be in 0..{self.total_shards - 1} for --total-shards {self.total_shards}, "
+                f"not {self.shard}"
+            )
+
+    @property
+    def sharded(self) -> bool:
+        """Whether several recommenders share the workloads (each writes only its own shard's)."""
+        return self.total_shards > 1
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OperatorConfig:
@@ -180,7 +249,11 @@ class OperatorConfig:
         metrics_port = (
             args.metrics_port if args.metrics_port is not None else env.get("GPURS_METRICS_PORT", "9090")
         )
+        shard, total_shards = shard_of(args, env)
         return cls(
+            shard=shard,
+            total_shards=total_shards,
+            chunk_pods=_optional_count(getattr(args, "chunk_pods", None) or env.get("GPURS_CHUNK_PODS")),
             prometheus_url=args.prometheus_url or env.get("GPURS_PROMETHEUS_URL") or None,
             prometheus_token_file=args.prometheus_token_file
             or env.get("GPURS_PROMETHEUS_TOKEN_FILE")

@@ -248,7 +248,15 @@ def build() -> JsonSchema:
                 "commonLabels": string_map,
                 "avoidGPUNodes": boolean("keep the operator pods off GPU nodes (required node affinity)"),
                 "recommender": obj(
-                    {"serviceAccountName": service_account_name, **pod_placement("recommender pod")},
+                    {
+                        "serviceAccountName": service_account_name,
+                        "shards": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "recommenders sharing the workloads by namespace hash",
+                        },
+                        **pod_placement("recommender pod"),
+                    },
                     required=["resources"],
                 ),
                 "persistence": obj(

@@ -31,7 +31,7 @@ import sys
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -43,10 +43,12 @@ from gpu_rightsizer.adapters.prometheus import (
     _SENTINEL_FILTER,
     GPU_KEYS,
     POD_KEYS,
+    PodSeries,
     PrometheusSource,
     PrometheusSourceError,
     _gauge_by_pod,
     _gpu_expr,
+    _promql_regex_literal,
     _rate_by_pod,
     _throttle_expr,
     fold_labels,
@@ -56,12 +58,23 @@ from gpu_rightsizer.adapters.prometheus import (
 )
 from gpu_rightsizer.adapters.source import CycleReport
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
-from gpu_rightsizer.logic.streaming import DEFAULT_SLOTS, StateError, StreamingStore, dump_store, load_store
+from gpu_rightsizer.logic.streaming import (
+    DEFAULT_SLOTS,
+    SeriesWindow,
+    StateError,
+    StreamingStore,
+    dump_store,
+    load_store,
+)
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal, SignalStats, WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 
 LOG = logging.getLogger(__name__)
 
+#: Pods whose windows a cycle assembles, analyses and writes at a time (whole namespaces: a namespace
+#: with more is a chunk of its own).
+CHUNK_PODS = 250
 #: Prometheus refuses range queries of more points per series than this (`query_range`).
 MAX_POINTS_PER_SERIES = 11_000
 #: Pods that request an NVIDIA GPU, MIG slice or share (`nvidia_com_gpu` from kube-state-metrics v2,
@@ -84,10 +97,19 @@ class RangeQuery(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
-def gpu_pods(namespace: str | None) -> str:
-    """Instant vector of (namespace, pod) for the pods that request a GPU, optionally in one namespace."""
+def gpu_pods(namespace: str | None, within: Sequence[str] | None = None) -> str:
+    """Instant vector of (namespace, pod) for the pods that request a GPU, optionally in one namespace
+    and (a shard's slice) among `within` namespaces: the join then keeps only those pods' series."""
     scope = f',namespace="{_escape(namespace)}"' if namespace else ""
+    if within is not None:
+        scope += f',namespace=~"{namespace_alternation(within)}"'
     return f"(max by (namespace, pod) ({GPU_REQUEST_SELECTOR.replace('{scope}', scope)}) > 0)"
+
+
+def namespace_alternation(namespaces: Sequence[str]) -> str:
+    """A PromQL regex (inside a double-quoted string) that matches exactly these namespaces; none at
+    all when empty (a namespace is never the empty string)."""
+    return "|".join(_promql_regex_literal(namespace) for namespace in sorted(set(namespaces)))
 
 
 def _escape(value: str) -> str:
@@ -128,11 +150,13 @@ class Family:
     #: (their number follows the GPUs, and board-level series have no pod or namespace).
     per_pod: bool = False
 
-    def query(self, namespace: str | None) -> str:
-        """The range query for one chunk: GPU pods only for pod families, one namespace when split."""
+    def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
+        """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
+        shard's namespaces when `within` is given. Device families stay cluster-wide: which pods share
+        a GPU, and which GPUs no pod holds, are facts about the GPU, not about one slice."""
         if not self.per_pod:
             return self.expression
-        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace)}"
+        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
 
 
 def _raw_floor(signal: Signal, scale: float) -> float | None:
@@ -336,6 +360,8 @@ class IncrementalReader:
         self._resume_from: float | None = None
         #: Series the saved state held when it was loaded (0 after a cold start).
         self.restored_series = 0
+        #: A shard's namespaces: pod families read only these (None: every namespace).
+        self.within: tuple[str, ...] | None = None
 
     @property
     def complete(self) -> bool:
@@ -498,7 +524,11 @@ class IncrementalReader:
         """One chunk's answer and how long it took (run in the wave's threads)."""
         started = self.clock()
         rows = self.query(
-            chunk.family.name, chunk.family.query(chunk.namespace), chunk.start, chunk.end, self.step_seconds
+            chunk.family.name,
+            chunk.family.query(chunk.namespace, self.within),
+            chunk.start,
+            chunk.end,
+            self.step_seconds,
         )
         return rows, self.clock() - started
 
@@ -747,7 +777,8 @@ class IncrementalSource:
         trusted = (
             None if config.trusted_gpu_targets is None else [list(t) for t in config.trusted_gpu_targets]
         )
-        text = json.dumps([definitions, list(config.extra_matchers), trusted], separators=(",", ":"))
+        layout = [config.shard.shard, config.shard.total] if config.shard.sharded else []
+        text = json.dumps([definitions, list(config.extra_matchers), trusted, *layout], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def save_state(self) -> bytes | None:
@@ -769,10 +800,10 @@ class IncrementalSource:
         fresh = {family.name: family for family in default_families(self.step_seconds, self.recorded)}
         self.reader.families = [fresh.get(family.name, family) for family in self.reader.families]
 
-    def _namespaces(self) -> list[str]:
+    def _namespaces(self, at: float | None = None) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
         rows = self.source.instant(
-            "namespaces with GPU pods", f"count by (namespace) ({gpu_pods(None)})", time.time()
+            "namespaces with GPU pods", f"count by (namespace) ({gpu_pods(None)})", at or time.time()
         )
         return sorted(
             {str(row["metric"]["namespace"]) for row in rows if row.get("metric", {}).get("namespace")}
@@ -783,7 +814,7 @@ class IncrementalSource:
         """Whether the window has been read completely since the start."""
         return self.reader.complete
 
-    def coarse_queries(self) -> dict[str, str]:
+    def coarse_queries(self, within: Sequence[str] | None = None) -> dict[str, str]:
         """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
         # the serving sums stay raw: they count serving pods without a GPU too, the rules do not
         queries = {f"range:{s.value}": e("") for s, e in serving_exprs(self.rate_window).items()}
@@ -794,52 +825,111 @@ class IncrementalSource:
         cpu = self.recorded.get(f"pod:{Signal.CPU_USAGE_CORES.value}") or _rate_by_pod(
             mn.CADVISOR_CPU_USAGE, self.rate_window, True
         )("")
-        queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None)}"
+        queries["range:cpu"] = f"({cpu}) and on (namespace, pod) {gpu_pods(None, within)}"
         return queries
 
-    def read(
+    def read(self, **options: Any) -> list[WorkloadWindow]:
+        """Windows over `[at - window, at]` once the window is complete; no window before that
+        (`read_chunks`, all chunks at once)."""
+        chunks = self.read_chunks(**options)
+        return [] if chunks is None else [window for chunk in chunks for window in chunk]
+
+    def read_chunks(
         self,
         *,
         at: datetime | None = None,
         namespace: str | None = None,
         workload: str | None = None,
+        shard: ShardSlice | None = None,
         budget_seconds: float | None = None,
         progress: Progress | None = None,
+        chunk_pods: int = CHUNK_PODS,
         **assembly: Any,
-    ) -> list[WorkloadWindow]:
-        """Windows over `[at - window, at]` once the window is complete; no window before that.
+    ) -> Iterator[list[WorkloadWindow]] | None:
+        """The windows over `[at - window, at]`, one chunk of namespaces (about `chunk_pods` pods) at
+        a time, once the window is complete; None before that.
 
-        `assembly` goes to the full read's assembly unchanged (e.g. `owners`)."""
+        The reads happen here; the chunks are assembled as they are taken, each from the pod
+        families' statistics of its namespaces only (`PrometheusSource.assemble_chunks`), so a
+        reader that lets a chunk go before taking the next never holds every window at once.
+        With a `shard`, its pod families are read with a matcher of the namespaces it owns among
+        those with GPU pods now (so a namespace that appears is read from the interval it appears
+        in), and only its windows are assembled. `assembly` goes to the full read's assembly
+        unchanged (e.g. `owners`)."""
         now = (at or datetime.now(tz=UTC)).timestamp()
+        sharded = shard is not None and shard.sharded
+        namespaces = shard.owned(self._namespaces(now)) if shard is not None and sharded else None
+        self.reader.within = namespaces
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
         if not self.reader.complete:
-            return []
+            return None
         self.ksm.read(self.source, now, self.report)
-        self.coarse.read(self.source.range, self.coarse_queries(), now, self.report)
-        results, summarised = self.results(now)
+        self.coarse.read(self.source.range, self.coarse_queries(namespaces), now, self.report)
+        results, summarised = self.results(now, pods=False)
         results.update(self.source.identity_answers(now, self.window_seconds))
-        start = now - self.window_seconds
-        return self.source.assemble(
+        by_namespace = self._pod_series_by_namespace()
+        pods = PodSeries(
+            namespaces={
+                name: len({identity for _, identity, _ in series}) for name, series in by_namespace.items()
+            },
+            stats_of=lambda chunk: self._pod_summaries(by_namespace, chunk, now),
+            chunk_series=chunk_pods,
+        )
+        return self.source.assemble_chunks(
             results,
-            start,
+            now - self.window_seconds,
             now,
             self.step_seconds,
             self.coarse.step_seconds,
             namespace,
             workload,
             series_stats=summarised,
+            shard=shard if sharded else None,
+            pods=pods,
             **assembly,
         )
 
+    def _pod_series_by_namespace(self) -> dict[str, list[tuple[str, Labels, SeriesWindow]]]:
+        """Namespace → (family, labels, window) of every pod-family series there."""
+        per_pod = {family.name for family in self.reader.families if family.per_pod}
+        out: dict[str, list[tuple[str, Labels, SeriesWindow]]] = defaultdict(list)
+        for (name, identity), window in self.reader.store.series.items():
+            if name in per_pod:
+                out[dict(identity).get("namespace", "")].append((name, identity, window))
+        return out
+
+    def _pod_summaries(
+        self,
+        by_namespace: Mapping[str, list[tuple[str, Labels, SeriesWindow]]],
+        chunk: frozenset[str],
+        now: float,
+    ) -> dict[str, dict[Labels, SignalStats]]:
+        """Family → labels → statistics of the pod-family series in `chunk`'s namespaces."""
+        families = {family.name: family for family in self.reader.families}
+        summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
+        for namespace in chunk:
+            for name, identity, window in by_namespace.get(namespace, ()):
+                figures = window.figures(now)
+                family = families[name]
+                summary = (
+                    None if figures is None else summary_from_figures(figures, family.scale, family.signal)
+                )
+                if summary is not None:
+                    summarised[name][identity] = summary
+        return dict(summarised)
+
     def results(
-        self, now: float
+        self, now: float, *, pods: bool = True
     ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, SignalStats]]]:
         """What the full read's assembly takes: answers for XIDs, kube-state-metrics and the coarse
-        series, and every family's statistics already summarised (no stat-labelled rows to parse)."""
+        series, and every family's statistics already summarised (no stat-labelled rows to parse);
+        without `pods`, the device families' only (the pod families' are asked for per chunk)."""
         results: dict[str, list[dict[str, Any]]] = defaultdict(list)
         summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
         families = {family.name: family for family in self.reader.families}
         for (name, identity), window in self.reader.store.series.items():
+            if not pods and families[name].per_pod:
+                continue
             figures = window.figures(now)
             if figures is None:
                 continue

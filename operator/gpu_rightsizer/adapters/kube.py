@@ -111,6 +111,9 @@ class KubeAdapter:
         self.sleep: Callable[[float], None] = time.sleep
         #: Owners kept up to date by watch events (set by the recommender, which feeds it).
         self.owner_cache: OwnerCache | None = None
+        #: Field manager of the recommendation status writes (a sharded recommender names its shard,
+        #: so managedFields tell which one wrote a status); None: the client's default.
+        self.status_field_manager: str | None = None
 
     def _plain(self, obj: Any) -> Any:
         """A client model as the plain JSON-like structure the API server sent."""
@@ -246,10 +249,13 @@ class KubeAdapter:
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
+        manager: dict[str, Any] = (
+            {"field_manager": self.status_field_manager} if self.status_field_manager else {}
+        )
         return _as_dict(
             with_backoff(
                 lambda: self.custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref), body
+                    GROUP, VERSION, ref.namespace, RECOMMENDATIONS, recommendation_name(ref), body, **manager
                 ),
                 what=f"status of {ref.key}",
                 sleep=self.sleep,

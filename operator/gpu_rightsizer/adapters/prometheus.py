@@ -16,9 +16,9 @@ import logging
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from gpu_rightsizer.model.observation import (
     SignalStats,
     WorkloadWindow,
 )
+from gpu_rightsizer.model.shards import ShardSlice
 
 Progress = Callable[[str], None]
 LOG = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ class PrometheusConfig:
     trusted_gpu_targets: tuple[TrustedTarget, ...] | None = None
     #: The user says GPU exporters are scraped with honorLabels: true (no identity is proof then).
     honor_labels_declared: bool = False
+    #: The recommender's shard: saved windows are only loaded under the same layout (its slice
+    #: differs under another one).
+    shard: ShardSlice = field(default_factory=ShardSlice)
 
 
 #: Where a person sets the token, named in the 401/403 message (CLI, operator flag, chart value).
@@ -481,9 +485,11 @@ class PrometheusSource:
         workload: str | None = None,
         progress: Progress | None = None,
         owners: ExtraOwners | None = None,
+        shard: ShardSlice | None = None,
         timelines: dict[str, Timeline] | None = None,
     ) -> list[WorkloadWindow]:
-        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot.
+        """Workload windows over [at - window, at]; `owners` resolves owners kube-state-metrics cannot;
+        with a `shard`, only the windows of the namespaces it owns (its pod statistics limited to them).
         A `timelines` dict is filled with each workload's plotted series (three more range queries)."""
         end = (at or datetime.now(tz=UTC)).timestamp()
         start = end - window_seconds
@@ -494,6 +500,8 @@ class PrometheusSource:
         gpu_namespaces = self.gpu_namespaces(end, window_seconds)
         if namespace is not None:
             gpu_namespaces = [n for n in gpu_namespaces if n == namespace] or gpu_namespaces
+        if shard is not None and shard.sharded:
+            gpu_namespaces = list(shard.owned(gpu_namespaces))
         if not gpu_namespaces:
             say(
                 "kube-state-metrics shows no pod requesting an NVIDIA GPU resource: pod statistics are "
@@ -592,7 +600,10 @@ class PrometheusSource:
                 if done % 10 == 0 or done == total:
                     say(f"{done}/{total} queries answered")
         results.update(self.identity_answers(end, window_seconds))
-        windows = self.assemble(results, start, end, step, coarse, namespace, workload, owners)
+        chunks = self.assemble_chunks(
+            results, start, end, step, coarse, namespace, workload, owners, shard=shard
+        )
+        windows = [window for chunk in chunks for window in chunk]
         if timelines is not None:
             timelines.update(_timelines(results, windows, coarse))
         return windows
@@ -617,6 +628,7 @@ class PrometheusSource:
             namespace=scope.namespace,
             workload=scope.workload,
             owners=owners,
+            shard=scope.shard,
         )
         return WindowRead(windows=windows)
 
@@ -669,7 +681,7 @@ class PrometheusSource:
         ]
 
     # -- assembly -----------------------------------------------------------------------------------
-    def assemble(
+    def assemble_chunks(
         self,
         results: dict[str, list[dict[str, Any]]],
         start: float,
@@ -680,9 +692,19 @@ class PrometheusSource:
         workload: str | None,
         owners: ExtraOwners | None = None,
         series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
-    ) -> list[WorkloadWindow]:
-        """Windows from the answers; `series_stats` gives a family's statistics already summarised
-        (the incremental reads), in place of its `stat`-labelled rows."""
+        shard: ShardSlice | None = None,
+        pods: PodSeries | None = None,
+    ) -> Iterator[list[WorkloadWindow]]:
+        """Windows from the answers, one chunk of namespaces at a time. `series_stats` gives a family's
+        statistics already summarised (the incremental reads), in place of its `stat`-labelled rows.
+        With a `shard`, only the pods of its namespaces are observed.
+
+        Why chunks: the GPU facts are about GPUs, not namespaces (which pods share a device, which trusted
+        targets disagree about one, the boards no pod holds), so they are worked out once from the
+        device families and the kube-state-metrics inventory and shared by every chunk; with `pods`
+        the pod families' statistics are asked for per chunk, and a chunk's windows (and their
+        statistics) are let go before the next is built. Without `pods` everything is one chunk.
+        """
         inventory = Inventory(extra_owners=owners)
         for name, rows in results.items():
             if name.startswith("ksm:"):
@@ -695,7 +717,6 @@ class PrometheusSource:
         # device stats: (ns, pod) → device id → signal → stats; board-level series have no pod
         devices: dict[Key, dict[str, dict[str, Any]]] = defaultdict(dict)
         boards: dict[tuple[str, str], dict[str, Any]] = {}
-        pod_stats: dict[Key, dict[Signal, SignalStats]] = defaultdict(dict)
         warnings: dict[Key, list[str]] = defaultdict(list)
         for name, rows in results.items():
             kind, _, what = name.partition(":")
@@ -719,14 +740,6 @@ class PrometheusSource:
                             {"labels": label_map, "stats": {}, "xids": set()},
                         )
                     entry["stats"][signal] = summary
-            elif kind == "pod":
-                signal = Signal(what)
-                summarised = (series_stats or {}).get(name)
-                if summarised is None:
-                    summarised = _stats_by_series(rows, POD_KEYS, 1.0, signal)
-                for labels, summary in summarised.items():
-                    label_map = dict(labels)
-                    pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = summary
         for row in results.get("xid", []):
             xid_labels: dict[str, str] = dict(row["metric"])
             if not xid_labels.get("pod"):
@@ -754,12 +767,78 @@ class PrometheusSource:
                     for signal, summary in entry["stats"].items():
                         board_of_device["stats"].setdefault(signal, summary)
         busy_series = _range_by_pod(results.get("range:busy", []))
-        shared = sharers_in_time(devices, _sample_spans(results.get("range:seen", []), busy_series), coarse)
+        spans = _sample_spans(results.get("range:seen", []), busy_series)
+        shared = sharers_in_time(devices, spans, coarse)
         cpu_series = _range_by_pod(results.get("range:cpu", []))
         has_ksm = bool(inventory.pods)
+        workload_stats = self._workload_serving(results, inventory, coarse)
+        trust = gpu_targets.trust_warnings(
+            results, self.config.trusted_gpu_targets, honor_labels_declared=self.config.honor_labels_declared
+        )
+        answer_warnings = sorted(set(self.answer_warnings))
+        self.answer_warnings.clear()
+        for warning in answer_warnings:
+            LOG.warning("Prometheus answered with a warning (partial data): %s", warning)
+        partial = [f"Prometheus: {warning} (partial data)" for warning in answer_warnings]
+        gpu_pods = set(devices) | {k for k, i in inventory.pods.items() if i.gpu_resource}
+        if pods is None:
+            plan: list[frozenset[str] | None] = [None]
+        else:
+            plan = list(namespace_chunks(pods.namespaces, {key[0] for key in gpu_pods}, pods.chunk_series))
+        for chunk in plan:
+            # the pod families' statistics of this chunk's namespaces only
+            chunk_stats = series_stats if pods is None or chunk is None else pods.stats_of(chunk)
+            pod_stats = _pod_stats(results, chunk_stats)
+            keys = {key for key in gpu_pods | set(pod_stats) if chunk is None or key[0] in chunk}
+            observations = self._observe(
+                keys, inventory, devices, boards, pod_stats, shared, busy_series, cpu_series, warnings,
+                has_ksm=has_ksm, requesting=requesting, shard=shard, coarse=coarse,
+            )  # fmt: skip
+            # a pod and its successor on the same GPUs read as one: both are of one workload, one chunk
+            for key, notes in merge_successive_observations(observations, spans, inventory, coarse).items():
+                warnings[key].extend(notes)
+            windows = assemble_windows(
+                inventory,
+                observations,
+                workload_stats,
+                datetime.fromtimestamp(start, tz=UTC),
+                datetime.fromtimestamp(end, tz=UTC),
+                step,
+                "prometheus",
+                dict(warnings),
+                namespace,
+                workload,
+            )
+            if trust:
+                windows = [w.model_copy(update={"warnings": [*w.warnings, *trust]}) for w in windows]
+            windows = [ending_at_newest_sample(w, busy_series, end, coarse) for w in windows]
+            if partial:
+                windows = [w.model_copy(update={"warnings": [*w.warnings, *partial]}) for w in windows]
+            yield windows
+
+    @staticmethod
+    def _observe(
+        keys: set[Key],
+        inventory: Inventory,
+        devices: Mapping[Key, Mapping[str, Mapping[str, Any]]],
+        boards: Mapping[tuple[str, str], Mapping[str, Any]],
+        pod_stats: Mapping[Key, dict[Signal, SignalStats]],
+        shared: Mapping[tuple[Key, str, str], int],
+        busy_series: Mapping[Key, list[tuple[float, float]]],
+        cpu_series: Mapping[Key, list[tuple[float, float]]],
+        warnings: dict[Key, list[str]],
+        *,
+        has_ksm: bool,
+        requesting: set[Key],
+        shard: ShardSlice | None,
+        coarse: float,
+    ) -> dict[Key, PodObservation]:
+        """The pod observations of `keys` (GPU pods the inventory knows, within the shard)."""
         observations: dict[Key, PodObservation] = {}
-        for key in set(devices) | set(pod_stats) | {k for k, i in inventory.pods.items() if i.gpu_resource}:
+        for key in keys:
             if (has_ksm and key not in inventory.pods) or (requesting and key not in requesting):
+                continue
+            if shard is not None and not shard.owns(key[0]):
                 continue
             info = inventory.pods.get(key)
             gpus = []
@@ -800,36 +879,7 @@ class PrometheusSource:
                 oom_killed=info.oom_killed if info else False,
                 gpu_cpu_correlation=correlation,
             )
-        spans = _sample_spans(results.get("range:seen", []), busy_series)
-        for key, notes in merge_successive_observations(observations, spans, inventory, coarse).items():
-            warnings[key].extend(notes)
-        workload_stats = self._workload_serving(results, inventory, coarse)
-        windows = assemble_windows(
-            inventory,
-            observations,
-            workload_stats,
-            datetime.fromtimestamp(start, tz=UTC),
-            datetime.fromtimestamp(end, tz=UTC),
-            step,
-            "prometheus",
-            dict(warnings),
-            namespace,
-            workload,
-        )
-        trust = gpu_targets.trust_warnings(
-            results, self.config.trusted_gpu_targets, honor_labels_declared=self.config.honor_labels_declared
-        )
-        if trust:
-            windows = [w.model_copy(update={"warnings": [*w.warnings, *trust]}) for w in windows]
-        answer_warnings = sorted(set(self.answer_warnings))
-        self.answer_warnings.clear()
-        for warning in answer_warnings:
-            LOG.warning("Prometheus answered with a warning (partial data): %s", warning)
-        windows = [ending_at_newest_sample(w, busy_series, end, coarse) for w in windows]
-        if answer_warnings:
-            partial = [f"Prometheus: {warning} (partial data)" for warning in answer_warnings]
-            windows = [w.model_copy(update={"warnings": [*w.warnings, *partial]}) for w in windows]
-        return windows
+        return observations
 
     @staticmethod
     def _workload_serving(
@@ -852,6 +902,52 @@ class PrometheusSource:
                 if summary is not None:
                     out.setdefault(ref_key, {})[signal] = summary
         return out
+
+
+@dataclass(frozen=True)
+class PodSeries:
+    """The pod families' statistics, asked for one chunk of namespaces at a time (`assemble_chunks`)."""
+
+    #: Namespace → its pods' series: how the namespaces are packed into chunks.
+    namespaces: Mapping[str, int]
+    #: Family name → series labels → statistics, of the pods in these namespaces.
+    stats_of: Callable[[frozenset[str]], Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]]]
+    #: About this many pod series a chunk (a namespace is never split).
+    chunk_series: int
+
+
+def namespace_chunks(weights: Mapping[str, int], also: Iterable[str], size: int) -> Iterator[frozenset[str]]:
+    """Namespaces (those weighed and `also`) packed in name order into chunks of about `size` weight;
+    a namespace heavier than `size` is a chunk of its own."""
+    chunk: list[str] = []
+    weight = 0
+    for name in sorted(set(weights) | set(also)):
+        if chunk and weight + weights.get(name, 1) > size:
+            yield frozenset(chunk)
+            chunk, weight = [], 0
+        chunk.append(name)
+        weight += weights.get(name, 1)
+    if chunk:
+        yield frozenset(chunk)
+
+
+def _pod_stats(
+    results: Mapping[str, list[dict[str, Any]]],
+    series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None,
+) -> dict[Key, dict[Signal, SignalStats]]:
+    """(namespace, pod) → signal → statistics of the pod families: already summarised in
+    `series_stats`, else from their `stat`-labelled rows."""
+    pod_stats: dict[Key, dict[Signal, SignalStats]] = defaultdict(dict)
+    names = dict.fromkeys([*results, *(series_stats or {})])
+    for name in (n for n in names if n.startswith("pod:")):
+        signal = Signal(name.removeprefix("pod:"))
+        summarised = (series_stats or {}).get(name)
+        if summarised is None:
+            summarised = _stats_by_series(results.get(name, []), POD_KEYS, 1.0, signal)
+        for labels, summary in summarised.items():
+            label_map = dict(labels)
+            pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = summary
+    return pod_stats
 
 
 def _gpu_signal(what: str) -> tuple[Signal, float]:
@@ -1116,6 +1212,7 @@ def source_for(cfg: OperatorConfig) -> PrometheusSource:
             extra_matchers=cfg.prometheus_matchers,
             trusted_gpu_targets=cfg.trusted_gpu_targets,
             honor_labels_declared=cfg.gpu_honor_labels,
+            shard=ShardSlice(cfg.shard, cfg.total_shards),
         ),
         step_seconds=cfg.prometheus_step_seconds,
     )

@@ -9,7 +9,7 @@ cycle. This module imports no source, so the actuator can depend on the port alo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -18,6 +18,7 @@ from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.owners import ObjectLink
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 
 #: The controller owner of an object in a namespace, from a source other than the metrics (the
 #: operator passes API reads): kube-state-metrics has no owner series for StatefulSets, Deployments or
@@ -37,10 +38,18 @@ class Scope:
     namespace: str | None = None
     #: A workload within `namespace`, as "Kind/name" (or a bare name): its windows only.
     workload: str | None = None
+    #: A shard's slice: the windows of the namespaces it owns only, read with a namespace matcher.
+    shard: ShardSlice | None = None
 
     def __post_init__(self) -> None:
         if self.workload is not None and self.namespace is None:
             raise ValueError("a workload scope needs its namespace")
+
+    def holds(self, namespace: str) -> bool:
+        """Whether a workload of `namespace` is within the scope."""
+        return (self.namespace is None or namespace == self.namespace) and (
+            self.shard is None or self.shard.owns(namespace)
+        )
 
 
 #: Every workload the source can see.
@@ -84,6 +93,9 @@ class WindowRead:
     """
 
     windows: list[WorkloadWindow] | None
+    #: The windows one chunk of namespaces at a time, assembled as they are taken, when the source
+    #: reads so (`ReadsInChunks`); `windows` is then empty (None while backfilling, as ever).
+    chunks: Iterator[list[WorkloadWindow]] | None = None
     #: What an incremental read did (None for a source that reads whole windows).
     report: CycleReport | None = None
     #: Families read from recorded series, and those read raw (incremental Prometheus only).
@@ -93,6 +105,13 @@ class WindowRead:
     @property
     def complete(self) -> bool:
         return self.windows is not None
+
+    def batches(self) -> Iterator[list[WorkloadWindow]]:
+        """The windows in chunks: the source's own, else all of them as one."""
+        if self.chunks is not None:
+            yield from self.chunks
+        elif self.windows is not None:
+            yield self.windows
 
 
 class WindowSource(Protocol):
@@ -127,9 +146,26 @@ def scoped(windows: list[WorkloadWindow], scope: Scope) -> list[WorkloadWindow]:
     return [
         window
         for window in windows
-        if (scope.namespace is None or window.workload.namespace == scope.namespace)
+        if scope.holds(window.workload.namespace)
         and scope.workload in (None, window.workload.name, f"{window.workload.kind}/{window.workload.name}")
     ]
+
+
+@runtime_checkable
+class ReadsInChunks(Protocol):
+    """A source that can hand the windows of one read over one chunk of namespaces at a time, so its
+    reader never holds them all (`WindowRead.chunks`)."""
+
+    def read_window_chunks(
+        self,
+        window_seconds: float,
+        at: datetime,
+        *,
+        scope: Scope = EVERYWHERE,
+        owners: ExtraOwners | None = None,
+    ) -> WindowRead:
+        """`WindowSource.read_windows`, its windows in `chunks`."""
+        ...
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_rightsizer.adapters.incremental import IncrementalSource
+from gpu_rightsizer.adapters.incremental import CHUNK_PODS, IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusSource, source_for
 from gpu_rightsizer.adapters.recording_rules import Detection, detect
 from gpu_rightsizer.adapters.source import (
@@ -61,8 +61,11 @@ class WindowSources:
         state: StateDir | None = None,
         save_every_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        chunk_pods: int = CHUNK_PODS,
     ) -> None:
         self.make_source = make_source
+        #: About how many pods' windows a chunked read assembles at a time (`read_window_chunks`).
+        self.chunk_pods = chunk_pods
         self.budget_seconds = budget_seconds
         #: A fixed sample step (`--prometheus-step`), else `step_for` the window.
         self.step_seconds = step_seconds
@@ -185,15 +188,20 @@ class WindowSources:
         """The windows of every workload at `end` (None while the window is being backfilled) and
         what the read did. `assembly` goes to the full read's assembly (e.g. `owners`)."""
         source = self.source(window_seconds, end)
-        if (
-            self.recorded_series
-            and end.timestamp() - self._detected_at.get(window_seconds, 0.0) >= REDETECT_SECONDS
-        ):
-            with self._lock:  # rules added (once they cover the window) or gone since the last look
-                self._detect(window_seconds, source, end)
+        self._detect_when_due(window_seconds, source, end)
         windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
         self.save(window_seconds)
         return (windows if source.complete else None), source.report
+
+    def _detect_when_due(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
+        """Look for recording rules again when it is time (rules added once they cover the window,
+        or gone since the last look)."""
+        if (
+            self.recorded_series
+            and at.timestamp() - self._detected_at.get(window_seconds, 0.0) >= REDETECT_SECONDS
+        ):
+            with self._lock:
+                self._detect(window_seconds, source, at)
 
     @property
     def backfilling(self) -> bool:
@@ -212,11 +220,42 @@ class WindowSources:
         owners: ExtraOwners | None = None,
     ) -> WindowRead:
         """`WindowSource.read_windows`: the window's incremental read (no windows while backfilling)."""
-        windows, report = self.fetch(window_seconds, at, namespace=scope.namespace, owners=owners)
+        windows, report = self.fetch(
+            window_seconds, at, namespace=scope.namespace, shard=scope.shard, owners=owners
+        )
         detection = self.detections.get(window_seconds) or Detection()
         return WindowRead(
             windows=None if windows is None else scoped(windows, scope),
             report=report,
+            recorded=tuple(sorted(detection.used)),
+            raw=tuple(sorted(detection.fallback)),
+        )
+
+    def read_window_chunks(
+        self,
+        window_seconds: float,
+        at: datetime,
+        *,
+        scope: Scope = EVERYWHERE,
+        owners: ExtraOwners | None = None,
+    ) -> WindowRead:
+        """`read_windows`, the windows one chunk of namespaces at a time (`IncrementalSource.read_chunks`):
+        the reads happen now, each chunk is assembled as it is taken."""
+        source = self.source(window_seconds, at)
+        self._detect_when_due(window_seconds, source, at)
+        chunks = source.read_chunks(
+            at=at,
+            namespace=scope.namespace,
+            shard=scope.shard,
+            owners=owners,
+            budget_seconds=self.budget_seconds,
+        )
+        self.save(window_seconds)
+        detection = self.detections.get(window_seconds) or Detection()
+        return WindowRead(
+            windows=None if chunks is None else [],
+            chunks=None if chunks is None else (scoped(chunk, scope) for chunk in chunks),
+            report=source.report,
             recorded=tuple(sorted(detection.used)),
             raw=tuple(sorted(detection.fallback)),
         )
@@ -256,4 +295,5 @@ def sources_for(cfg: OperatorConfig) -> WindowSources:
         step_seconds=cfg.prometheus_step_seconds,
         state=StateDir(cfg.state_dir) if cfg.state_dir else None,
         save_every_seconds=cfg.state_save_interval_seconds,
+        chunk_pods=cfg.chunk_pods or CHUNK_PODS,
     )

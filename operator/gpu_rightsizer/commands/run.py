@@ -97,6 +97,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease-seconds", type=int, help="lease duration: a dead leader is replaced after it (default 15)"
     )
     parser.add_argument(
+        "--chunk-pods",
+        help="about how many pods' windows a cycle assembles, analyses and writes at a time, whole "
+        "namespaces (env GPURS_CHUNK_PODS; default 250): fewer hold less memory",
+    )
+    parser.add_argument(
+        "--total-shards",
+        help="recommenders sharing the workloads by namespace hash (env GPURS_TOTAL_SHARDS; default 1)",
+    )
+    parser.add_argument(
+        "--shard",
+        help="this recommender's shard, 0..total-1 (env GPURS_SHARD; default: the ordinal ending POD_NAME "
+        "when sharded, as a StatefulSet names its pods)",
+    )
+    parser.add_argument(
         "--gpu-hour-price",
         metavar="PRICE",
         help="price of one GPU for one hour, for GPU models the price map does not name; turns waste and "

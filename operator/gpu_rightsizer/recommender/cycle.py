@@ -19,7 +19,7 @@ from collections import Counter as Tally
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpu_rightsizer.adapters.capacity import IDLE_FLOOR_LOOKBACK_SECONDS, load_capacity, with_idle_floors
@@ -48,7 +48,7 @@ from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
-from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_batches, scope_of
+from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_chunks, scope_of, shard_of
 from gpu_rightsizer.recommender.writes import (
     refresh_period,
     remove_recommendation,
@@ -251,8 +251,15 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         return 0
     recommendations.extend(restore_missing(ctx, store, recommendations))
     ctx.policies = state.policies
+    shard = shard_of(cfg)
+    # a shard analyses and writes its own namespaces' recommendations only: another shard's, and one
+    # no running shard owns yet (a resize under way), keep the status their last owner wrote
+    others = [stored for stored in recommendations if not shard.owns(stored.ref.namespace)]
+    recommendations = [stored for stored in recommendations if shard.owns(stored.ref.namespace)]
+    counts_policies = shard.shard == 0  # one writer of the policies' statuses, counting every shard's
     refs = [stored.ref for stored in recommendations]
-    state.load(kube, refs, cfg.namespaces if not cfg.all_namespaces else ())
+    listed = [*refs, *(stored.ref for stored in others)] if counts_policies else refs
+    state.load(kube, listed, cfg.namespaces if not cfg.all_namespaces else ())
     source = ctx.source
     unheld = (lambda: source.read_unheld_gpus(end, IDLE_FLOOR_LOOKBACK_SECONDS)) if source else None
     state.capacity = with_idle_floors(load_capacity(kube, capacity_from_metrics(source, end)), unheld)
@@ -266,11 +273,17 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             continue
         if item is not None:
             pending.append(item)
+    for stored in others if counts_policies else []:
+        try:
+            _count_governed(ctx, state, stored.ref)
+        except Exception:
+            metrics.ERRORS.labels("kubernetes").inc()
+            LOG.exception("reading %s for the policies' statuses failed", stored.ref.key)
     marks.append(time.monotonic())
     window_lengths = sorted({item.window_seconds for item in pending})
     backfilling: set[float] = set()
     failures: dict[float, str] = {}
-    batches = fetch_batches(
+    chunked = fetch_chunks(
         ctx.source,
         window_lengths,
         end,
@@ -285,18 +298,12 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
                 with contextlib.suppress(KeyError):  # never published
                     gauge.remove(f"{seconds:g}")
     metrics.WORKLOADS_PENDING.set(sum(1 for item in pending if item.window_seconds in backfilling))
-    updated = 0
-    written: Tally[str] = Tally()
-    work: list[tuple[_Pending, WorkloadWindow]] = []
+    waiting: dict[float, dict[str, _Pending]] = {}
     for item in pending:
-        batch = batches.get(item.window_seconds)
-        if batch is None:  # no metrics for this window this cycle: keep what the status says, and say so
-            if item.window_seconds in failures:
-                say_metrics_failed(store, item.recommendation, failures[item.window_seconds], end)
-            continue
-        window = batch.get(item.ref.key)
-        if window is not None:
-            work.append((item, window))
+        if item.window_seconds in chunked:
+            waiting.setdefault(item.window_seconds, {})[item.ref.key] = item
+        elif item.window_seconds in failures:  # no metrics for this window: keep the status, and say so
+            say_metrics_failed(store, item.recommendation, failures[item.window_seconds], end)
 
     def attempt(job: tuple[_Pending, WorkloadWindow]) -> _Analysed | None:
         try:
@@ -307,29 +314,59 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
             return None
 
     marks.append(time.monotonic())
-    if len(work) > 1:
-        with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
-            results = list(pool.map(attempt, work))
-    else:
-        results = [attempt(job) for job in work]
-    analysed = {done.item.ref.key: done for done in results if done is not None}
-    for done in analysed.values():
-        updated += 1
-        if done.written is not None:
-            written[done.written] += 1
+    tally = _Tally()
+    with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="gpurs-cycle") as pool:
+        for seconds, chunks in chunked.items():
+            items = waiting.get(seconds, {})
+            try:
+                for chunk in chunks:  # assembled, analysed and written a chunk of namespaces at a time
+                    work = [(items[w.workload.key], w) for w in chunk if w.workload.key in items]
+                    del chunk
+                    for done in pool.map(attempt, work) if len(work) > 1 else map(attempt, work):
+                        tally.add(done)
+            except Exception:
+                metrics.ERRORS.labels("metrics_source").inc()
+                LOG.exception(
+                    "assembling the %s windows failed; the rest keep their status", timedelta(seconds=seconds)
+                )
     marks.append(time.monotonic())
-    update_policy_statuses(kube, state.policies, state.governed, state.now)
-    if batches or not pending:
-        metrics.publish_recommendations((done.item.ref, done.analysis) for done in analysed.values())
+    if counts_policies:
+        update_policy_statuses(kube, state.policies, state.governed, state.now)
+    if chunked or not pending:
+        tally.publish()
     ctx.last_cycle = time.monotonic()
     spans = [b - a for a, b in zip(marks, [*marks[1:], ctx.last_cycle], strict=True)]
     LOG.info(
         "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, policies %.1f s",
         *spans,
     )
-    ctx.last_written = sum(written.values())
-    ctx.last_refreshed = written["refresh"]
-    return updated
+    ctx.last_written = sum(tally.written.values())
+    ctx.last_refreshed = tally.written["refresh"]
+    return tally.updated
+
+
+@dataclass
+class _Tally:
+    """What a cycle's analyses add up to, kept as they come: the analyses for the metrics (never the
+    windows they were made from), the writes by reason."""
+
+    analysed: list[tuple[WorkloadRef, Analysis]] = field(default_factory=list)
+    written: Tally[str] = field(default_factory=Tally)
+
+    @property
+    def updated(self) -> int:
+        return len(self.analysed)
+
+    def add(self, done: _Analysed | None) -> None:
+        if done is None:
+            return
+        self.analysed.append((done.item.ref, done.analysis))
+        if done.written is not None:
+            self.written[done.written] += 1
+
+    def publish(self) -> None:
+        """The per-workload and per-namespace figures, as this cycle saw them."""
+        metrics.publish_recommendations(self.analysed)
 
 
 def _prepare(
@@ -340,17 +377,11 @@ def _prepare(
     recommendation: StoredRecommendation,
 ) -> _Pending | None:
     """Read the workload and decide its settings; remove the recommendation of an opted-out one."""
-    kube, ref = ctx.kube, recommendation.ref
-    workload = state.workload(kube, ref)
-    if workload is None:  # the workload is gone; garbage collection removes the recommendation
+    ref = recommendation.ref
+    governed = _count_governed(ctx, state, ref)
+    if governed is None:  # the workload is gone; garbage collection removes the recommendation
         return None
-    metadata = workload.get("metadata") or {}
-    namespace_labels = state.labels_of(kube, ref.namespace)
-    settings = settings_for_workload(
-        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
-    )
-    if not settings.ignored:
-        state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
+    workload, settings = governed
     if not settings.recommends:
         apply = recommendation.status.apply
         if "apply" in recommendation.unreadable or (apply is not None and apply.in_flight):
@@ -362,6 +393,25 @@ def _prepare(
         return None
     seconds = observation_seconds(settings, cfg.window_seconds)
     return _Pending(ref, recommendation, workload, settings, seconds)
+
+
+def _count_governed(
+    ctx: OperatorContext, state: CycleState, ref: WorkloadRef
+) -> tuple[dict[str, Any], EffectiveSettings] | None:
+    """The workload and the settings its policies give it, counted for the policies' statuses (unless
+    it opted out); None when the workload is gone."""
+    kube = ctx.kube
+    workload = state.workload(kube, ref)
+    if workload is None:
+        return None
+    metadata = workload.get("metadata") or {}
+    namespace_labels = state.labels_of(kube, ref.namespace)
+    settings = settings_for_workload(
+        state.policies, namespace_labels, metadata.get("labels") or {}, metadata.get("annotations") or {}
+    )
+    if not settings.ignored:
+        state.governed.append((namespace_labels, dict(metadata.get("labels") or {})))
+    return workload, settings
 
 
 @dataclass

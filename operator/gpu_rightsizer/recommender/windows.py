@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 from gpu_rightsizer.adapters.source import (
     ExtraOwners,
+    ReadsInChunks,
     Scope,
     WindowRead,
     WindowSource,
@@ -17,6 +18,7 @@ from gpu_rightsizer.adapters.source import (
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 from gpu_rightsizer.runtime import metrics
 
 LOG = logging.getLogger(__name__)
@@ -30,8 +32,16 @@ def capacity_from_metrics(source: WindowSource | None, end: datetime) -> Callabl
 
 
 def scope_of(cfg: OperatorConfig) -> Scope:
-    """What the operator watches: one namespace's workloads, or every one's."""
-    return Scope(namespace=cfg.namespaces[0] if len(cfg.namespaces) == 1 else None)
+    """What the operator watches: one namespace's workloads, or every one's; a shard's only when sharded."""
+    return Scope(
+        namespace=cfg.namespaces[0] if len(cfg.namespaces) == 1 else None,
+        shard=shard_of(cfg) if cfg.sharded else None,
+    )
+
+
+def shard_of(cfg: OperatorConfig) -> ShardSlice:
+    """This process's share of the namespaces (all of them unless sharded)."""
+    return ShardSlice(cfg.shard, cfg.total_shards)
 
 
 def publish_read(window_seconds: float, read: WindowRead) -> None:
@@ -66,7 +76,7 @@ def publish_read(window_seconds: float, read: WindowRead) -> None:
         )
 
 
-def fetch_batches(
+def fetch_chunks(
     source: WindowSource | None,
     windows: list[float],
     end: datetime,
@@ -74,8 +84,10 @@ def fetch_batches(
     owners: ExtraOwners | None = None,
     failures: dict[float, str] | None = None,
     backfilling: set[float] | None = None,
-) -> dict[float, dict[str, WorkloadWindow]]:
-    """Window length -> workload key -> window: one read of the source per distinct window length.
+) -> dict[float, Iterator[list[WorkloadWindow]]]:
+    """Window length -> its windows, a chunk of namespaces at a time: one read of the source per
+    distinct window length, done here; a source that reads in chunks (`ReadsInChunks`) assembles
+    each chunk as it is taken, so the cycle never holds every window at once.
 
     A window the source has not seen whole yet (an incremental source backfilling) gives no batch and
     is added to `backfilling`, so its workloads keep their last status. A window whose read fails is
@@ -83,11 +95,14 @@ def fetch_batches(
     """
     if source is None or not windows:
         return {}
-    batches: dict[float, dict[str, WorkloadWindow]] = {}
+    batches: dict[float, Iterator[list[WorkloadWindow]]] = {}
     failed: list[str] = []
     for seconds in windows:
         try:
-            read = source.read_windows(seconds, end, scope=scope, owners=owners)
+            if isinstance(source, ReadsInChunks):
+                read = source.read_window_chunks(seconds, end, scope=scope, owners=owners)
+            else:
+                read = source.read_windows(seconds, end, scope=scope, owners=owners)
             publish_read(seconds, read)
             if read.windows is None:
                 if backfilling is not None:
@@ -106,7 +121,7 @@ def fetch_batches(
                 error,
             )
             continue
-        batches[seconds] = {window.workload.key: window for window in read.windows}
+        batches[seconds] = read.batches()
         metrics.METRICS_SOURCE_UP.labels(_duration_label(seconds)).set(1)
         metrics.METRICS_LAST_SUCCESS.set(time.time())
     if failed:  # one line a person sees per cycle; the per-window lines are at DEBUG

@@ -25,6 +25,7 @@ from gpu_rightsizer.logic.workloads import is_ignored, requests_gpu
 from gpu_rightsizer.model.codes import PolicyMode
 from gpu_rightsizer.model.kinds import POD_OWNERS
 from gpu_rightsizer.recommender import cycle, writes
+from gpu_rightsizer.recommender.windows import shard_of
 from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext, context_of
 
 LOG = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ async def recommender_startup(memo: kopf.Memo, **_: Any) -> None:
     """Walk owners from the watched copies, and start the periodic analysis loop."""
     ctx = context_of(memo)
     ctx.kube.owner_cache = OwnerCache()
+    shard = shard_of(ctx.config)
+    if shard.sharded:
+        ctx.kube.status_field_manager = shard.field_manager
+        LOG.info("recommender %s: analyses the namespaces that hash to %d", shard.describe(), shard.shard)
     ctx.cycle_task = asyncio.create_task(cycle.analysis_loop(ctx))
 
 
@@ -82,6 +87,8 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
         return
     ctx = context_of(memo)
     config = ctx.config
+    if not shard_of(config).owns(str((body.get("metadata") or {}).get("namespace") or "")):
+        return  # another shard's namespace: that shard makes and removes its recommendations
     kube = ctx.kube
     store = RecommendationStore(kube)
     workload = kube.resolve_owner(body)

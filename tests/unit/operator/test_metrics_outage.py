@@ -14,7 +14,7 @@ from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSourc
 from gpu_rightsizer.adapters.source import EVERYWHERE
 from gpu_rightsizer.commands.run import quiet_libraries
 from gpu_rightsizer.crdgen import RECOMMENDATION_COLUMNS
-from gpu_rightsizer.recommender.windows import fetch_batches
+from gpu_rightsizer.recommender.windows import fetch_chunks
 from gpu_rightsizer.runtime import metrics  # noqa: F401  (registers the operator metrics)
 
 URL = "http://prometheus.wrong.svc:9090"
@@ -34,7 +34,7 @@ def test_one_error_line_per_cycle_names_the_url_and_the_value_to_check(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     failures: dict[float, str] = {}
-    batches = fetch_batches(
+    batches = fetch_chunks(
         DownSource(),
         [300.0, 3600.0, 86400.0],
         datetime(2026, 5, 1, tzinfo=UTC),
