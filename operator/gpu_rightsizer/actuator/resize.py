@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import yaml
@@ -32,6 +32,7 @@ from gpu_rightsizer.actuator.gates import (
 )
 from gpu_rightsizer.actuator.inplace import (
     ResizeState,
+    applied_cpu_limit,
     live_pods,
     manifest_advice,
     node_fit,
@@ -57,10 +58,12 @@ from gpu_rightsizer.actuator.writes import (
     WorkloadCase,
     record_from_patch,
 )
+from gpu_rightsizer.adapters.source import rate_window_seconds, step_for
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
+from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action
 from gpu_rightsizer.runtime import metrics
 
@@ -74,6 +77,18 @@ SETTLED_PHASES = frozenset(
 
 #: Key of the recorded patch that makes it an in-place one: pod name -> uid.
 RESIZE_KEY = "resize"
+
+
+def measuring_start(
+    resized_at: datetime, verify_for: timedelta, window: WorkloadWindow | None = None
+) -> datetime:
+    """When the measuring of resized pods starts: one counter range after every pod reported the new
+    size (`rolledOutAt`). The same pods' series go on through a resize, and a CPU or GPU sample at t
+    sums what the counter did over [t - range, t] (`rate_window_seconds`): an earlier sample mixes
+    the old size into the new one (a 1 -> 4 core resize read 30 s later is mostly the old core).
+    The range follows the step of `window` when given, else the step a `verifyFor` window gets."""
+    step = window.step_seconds if window is not None else step_for(verify_for.total_seconds())
+    return resized_at + timedelta(seconds=rate_window_seconds(step))
 
 
 def resize_text(record: ChangeRecord, pods: Mapping[str, str], outcome: ApplyState | None = None) -> str:
@@ -358,11 +373,13 @@ class InPlaceSteps(CheckedWriter):
         waits for at most one `verifyFor`, then the resize is given up and undone."""
         apply = status.apply
         if state == ResizeState.DONE:
-            until = stamp(case.now + case.settings.verify_for)
+            start = measuring_start(case.now, case.settings.verify_for)
+            until = stamp(start + case.settings.verify_for)
             self._write(case, status, {
                 "phase": ChangePhase.ROLLED_OUT.value, "rolledOutAt": stamp(case.now), "verifyAfter": until,
                 "resizeDeferredSince": None,
-                "reason": f"change {record.change_id}: every pod runs at the new size; measuring the same pods until {until}",
+                "reason": f"change {record.change_id}: every pod runs at the new size; measuring the same pods "
+                f"from {stamp(start)} (their first samples taken wholly at the new size) until {until}",
             })  # fmt: skip
             return
         since = parse_time(apply.get("resizeDeferredSince"))
@@ -383,18 +400,19 @@ class InPlaceSteps(CheckedWriter):
         self, case: WorkloadCase, status: RecordState, record: ChangeRecord, names: Mapping[str, str],
         pods: list[Mapping[str, Any]], applied_at: datetime, rolled_out_at: datetime,
     ) -> None:  # fmt: skip
+        verify_for = case.settings.verify_for
+        start = measuring_start(rolled_out_at, verify_for)
         after: dict[str, float] = {}
-        if case.now >= rolled_out_at + case.settings.verify_for:
-            try:
-                window = self.measure(case.ref, rolled_out_at, case.now)
-            except Exception as error:
-                LOG.warning("metrics for verifying %s unavailable: %s", case.ref.key, error)
-                window = None
-            if window is not None:
-                after = signals_from_window(window, [_name(p) for p in pods], target_cpu_limit(record))
+        window = self._read_resized(case, start) if case.now >= start + verify_for else None
+        if window is not None and (coarser := measuring_start(rolled_out_at, verify_for, window)) > start:
+            start = coarser  # the source's counter range is longer (a fixed coarse step): start later
+            window = self._read_resized(case, start) if case.now >= start + verify_for else None
+        if window is not None:
+            limits = {_name(p): cores for p in pods if (cores := applied_cpu_limit(p)) is not None}
+            after = signals_from_window(window, [_name(p) for p in pods], target_cpu_limit(record), limits)
         outcome, reason = verification_outcome(
             VerificationInput(
-                now=case.now, applied_at=applied_at, rolled_out_at=rolled_out_at,
+                now=case.now, applied_at=applied_at, rolled_out_at=start,
                 verify_for=case.settings.verify_for, rollout=None, failure=None, health=pod_health(pods),
                 before=record.baseline, after=after, actions=record.actions,
             )
@@ -415,6 +433,14 @@ class InPlaceSteps(CheckedWriter):
             undo,
             note=str(status.apply.get("manifestAdvice") or ""),
         )
+
+    def _read_resized(self, case: WorkloadCase, start: datetime) -> WorkloadWindow | None:
+        """The workload's window from `start` to now; None when the read failed (logged)."""
+        try:
+            return self.measure(case.ref, start, case.now)
+        except Exception as error:
+            LOG.warning("metrics for verifying %s unavailable: %s", case.ref.key, error)
+            return None
 
     # rollback --------------------------------------------------------------------------------------
 

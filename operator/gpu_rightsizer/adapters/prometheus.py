@@ -30,8 +30,15 @@ from urllib3.util.retry import Retry
 
 from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.capacity import capacity_from_ksm
-from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows, rate_window_seconds
-from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead, step_for
+from gpu_rightsizer.adapters.openmetrics import Inventory, Key, assemble_windows
+from gpu_rightsizer.adapters.source import (
+    EVERYWHERE,
+    ExtraOwners,
+    Scope,
+    WindowRead,
+    rate_window_seconds,
+    step_for,
+)
 from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
