@@ -2,11 +2,13 @@
 
 Kubernetes resizes a running container's CPU and memory in place (the `pods/resize` subresource,
 GA in 1.35). It is the only path for a Job, a CRD trainer (PyTorchJob, ...) or a bare pod, whose
-pod templates are immutable or absent, and an opt-in path for a Deployment or StatefulSet
-(`RESIZE_ANNOTATION`), where a template change would restart every pod. The functions here decide:
+pod templates are immutable or absent. A Deployment or StatefulSet, where a template change would
+restart every pod, takes it for CPU and memory raises its pods take without a restart
+(`resize_fits`), and for every change when annotated `RESIZE_ANNOTATION: InPlace`. The functions
+here decide:
 
-- which workloads take the path (`resizes_in_place`) and which actions it can carry (CPU and
-  memory of one container, raises only: a lower is a shrink, refused automatically);
+- which workloads take the path (`resizes_in_place`, `resize_fits`) and which actions it can
+  carry (CPU and memory of one container, raises only: a lower is a shrink, refused automatically);
 - per pod, whether the resize may be sent (`pod_problems`: the container's `resizePolicy`, the
   node's allocatable CPU) and the body to send (`resize_body`);
 - from the pod's status, how the kubelet answered (`resize_state`): done when
@@ -38,12 +40,13 @@ from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.kinds import IN_PLACE_KINDS
 from gpu_rightsizer.model.result import Action
 
-#: On a Deployment or StatefulSet, `InPlace` asks for CPU changes to be made by resizing the running
-#: pods instead of changing the pod template (which restarts every pod).
+#: On a Deployment or StatefulSet, `InPlace` asks for every change to be made by resizing the running
+#: pods, never by changing the pod template (which restarts every pod): what cannot be resized
+#: without one (a GPU action, a container that restarts on resize) is left out or blocked.
 RESIZE_ANNOTATION = "gpurightsizer.io/resize"
 IN_PLACE = "InPlace"
 
-#: Template workloads that may take the in-place path when their annotation asks for it.
+#: Template workloads whose CPU raises take the in-place path (always when annotated `InPlace`).
 OPT_IN_KINDS = frozenset({"Deployment", "StatefulSet"})
 
 #: Resources the kubelet resizes in place.
@@ -57,12 +60,39 @@ DEFERRED = "Deferred"
 
 
 def resizes_in_place(workload: Mapping[str, Any]) -> bool:
-    """True when the workload's CPU changes are made by resizing its running pods."""
+    """True when the workload's changes are made only by resizing its running pods, whatever they
+    are: its kind has no template to patch, or a Deployment or StatefulSet is annotated `InPlace`."""
     kind = str(workload.get("kind", ""))
     if kind in IN_PLACE_KINDS:
         return True
     annotations = (workload.get("metadata") or {}).get("annotations") or {}
     return kind in OPT_IN_KINDS and annotations.get(RESIZE_ANNOTATION) == IN_PLACE
+
+
+def resize_fits(
+    workload: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    actions: Sequence[Action],
+    settings: EffectiveSettings,
+) -> bool:
+    """True when a Deployment's or StatefulSet's change goes in place: every automatic action is a
+    CPU or memory raise that every running pod takes without a restart (`resizePolicy` NotRequired).
+    A template change would create new pods. Anything else (a GPU, MIG or replica action, a lower,
+    a container that restarts on resize, pods that differ, none running) keeps the template path,
+    where the rollout gates apply."""
+    if str(workload.get("kind", "")) not in OPT_IN_KINDS:
+        return False
+    automatic = [action for action in actions if action.automatic]
+    if not automatic or any(_resizable(action) is not None for action in automatic):
+        return False
+    running = live_pods(pods)
+    try:
+        plan = plan_resize(running, automatic, settings, workload_key="") if running else None
+    except PlanError:
+        return False
+    return plan is not None and not any(
+        restarts(pod, plan.target) or pod_problems(pod, plan.target) for pod in running
+    )
 
 
 def live_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

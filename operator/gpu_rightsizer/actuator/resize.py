@@ -27,10 +27,11 @@ from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
 from gpu_rightsizer.actuator.gates import (
     Availability,
     Verdict,
-    check_availability,
+    disruption_gates,
     rollout_incomplete,
 )
 from gpu_rightsizer.actuator.inplace import (
+    OPT_IN_KINDS,
     ResizeState,
     applied_cpu_limit,
     live_pods,
@@ -39,7 +40,9 @@ from gpu_rightsizer.actuator.inplace import (
     plan_resize,
     pod_problems,
     resize_body,
+    resize_fits,
     resize_state,
+    resizes_in_place,
     restarts,
     worst,
 )
@@ -51,6 +54,7 @@ from gpu_rightsizer.actuator.verify import (
     pod_health,
     signals_from_window,
     target_cpu_limit,
+    template_fingerprint,
     verification_outcome,
 )
 from gpu_rightsizer.actuator.writes import (
@@ -145,6 +149,15 @@ class InPlaceSteps(CheckedWriter):
         else:
             self._maybe_resize(case, status, recent, actions)
 
+    def _takes_resize_path(self, case: WorkloadCase, actions: list[Action]) -> bool:
+        """A new change's path: in place for the in-place kinds and annotated workloads, and for a
+        Deployment's or StatefulSet's CPU raise that its running pods take without a restart."""
+        if resizes_in_place(case.workload):
+            return True
+        if case.workload.get("kind") not in OPT_IN_KINDS or not any(a.automatic for a in actions):
+            return False  # no pod list needed
+        return resize_fits(case.workload, self.kube.owned_pods(case.workload), actions, case.settings)
+
     # gates -----------------------------------------------------------------------------------------
 
     def _resize_gates(
@@ -161,14 +174,16 @@ class InPlaceSteps(CheckedWriter):
         owners = field_conflicts(view, plan.target)
         if owners:
             return Verdict(False, ApplyState.BLOCKED, conflict_reason(owners))
+        if (not_ready := rollout_incomplete(workload)) is not None:
+            return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
         if any(restarts(pod, plan.target) for pod in pods):  # RestartContainer: a restart, gated as one
-            verdict = check_availability(
-                plan, Availability(workload, case.pdbs, case.pods_in_disruption), case.settings
-            )
+            # every pod restarts at once: the floor, PDBs and budget count all of them
+            verdict = disruption_gates(
+                len(pods), [(pod.get("metadata") or {}).get("labels") or {} for pod in pods],
+                Availability(workload, case.pdbs, case.pods_in_disruption), case.settings,
+            )  # fmt: skip
             if verdict is not None:
                 return verdict
-        elif (not_ready := rollout_incomplete(workload)) is not None:
-            return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
         for pod in pods:
             problems = pod_problems(pod, plan.target)
             if problems:
@@ -225,7 +240,8 @@ class InPlaceSteps(CheckedWriter):
             "patch": text, "changeId": plan.change_id, "previous": previous, "policy": settings.policy,
             "reason": f"change {plan.change_id} recorded: resizing {len(pods)} pod(s) in place, {plan.describe()}",
             "appliedAt": stamp(case.now), "verifyAfter": None, "rolledOutAt": None, "lastError": None,
-            "workloadGeneration": (case.workload.get("metadata") or {}).get("generation"), "templateHash": None,
+            "workloadGeneration": (case.workload.get("metadata") or {}).get("generation"),
+            "templateHash": template_fingerprint(case.workload) if case.workload.get("kind") in OPT_IN_KINDS else None,
             "conditions": [], "manifestAdvice": advice, "resizeDeferredSince": None,
             "replicas": len(pods) if any(restarts(p, plan.target) for p in pods) else 0,
         })  # fmt: skip
@@ -335,11 +351,14 @@ class InPlaceSteps(CheckedWriter):
         if self._on_disable_step(case, status, record, undo):
             return
         pods = self._recorded(case, names)
-        if not pods:
-            text = (
-                f"change {record.change_id} ended: the resized pods were replaced or finished "
-                f"(not a regression); {apply.get('manifestAdvice') or ''}"
-            ).rstrip("; ")
+        rollout = apply.get("templateHash") and apply["templateHash"] != template_fingerprint(case.workload)
+        if not pods or rollout:
+            why = (
+                f"the {case.ref.kind}'s pod template was changed since: its rollout replaces the resized pods"
+                if rollout else "the resized pods were replaced or finished"
+            )  # fmt: skip
+            text = f"change {record.change_id} ended: {why} (not a regression); {apply.get('manifestAdvice') or ''}"
+            text = text.rstrip("; ")
             self._settle(case, status, ApplyState.APPLIED, ChangePhase.DONE, text)
             self._event(case, "ChangeEnded", text)
             return

@@ -20,9 +20,10 @@ from gpu_rightsizer.model.observation import Allocation, WorkloadRef, WorkloadWi
 class ResizeCluster(Cluster):
     """The Deployment of test_changes, opted in to in-place resize, with running pods and a kubelet."""
 
-    def __init__(self, replicas: int = 2, node_cpu: str = "64") -> None:
+    def __init__(self, replicas: int = 2, node_cpu: str = "64", *, annotated: bool = True) -> None:
         super().__init__(replicas)
-        self.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "InPlace"
+        if annotated:
+            self.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "InPlace"
         self.node_cpu = node_cpu
         self.kubelet = "apply"  # apply | Infeasible | Deferred
         self.resizes: list[str] = []
@@ -273,3 +274,68 @@ def test_the_resized_pods_are_measured_at_their_new_size_only() -> None:
     )
     assert status["state"] == "Verified", status["reason"]
     assert "CPU saturation p95 98%->97%" in status["reason"]
+
+
+def test_a_deployment_s_cpu_raise_goes_in_place_without_the_annotation() -> None:
+    """Deployments take the in-place path for a CPU raise their pods take without a restart: the
+    template is never patched, the target stays as manifest advice."""
+    cluster = ResizeCluster(annotated=False)
+    driver = Driver(cluster, after=window(0.8, 0.5))
+    started(cluster, driver)
+    assert cluster.cpu() == "1" and "workload" not in cluster.writes
+    assert "new pods start at the old size" in cluster.apply()["manifestAdvice"]
+
+
+def test_a_deployment_whose_container_restarts_on_resize_keeps_the_template_path() -> None:
+    """resizePolicy RestartContainer: resizing every pod at once would restart them all together; the
+    template path rolls them out one by one under the rollout gates."""
+    cluster = ResizeCluster(annotated=False)
+    for pod in cluster.pods:
+        pod["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+        ]
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    assert cluster.cpu() == "4" and cluster.resizes == [] and "workload" in cluster.writes
+
+
+def test_a_person_s_rollout_ends_an_in_place_change_not_a_regression() -> None:
+    """A rollout of the Deployment after the resize (here one that keeps the old size) replaces the
+    resized pods: the change ends at once, before any pod is gone, and is not rolled back."""
+    cluster = ResizeCluster(annotated=False)
+    driver = Driver(cluster, after=window(0.05, 0.5))  # would read as a regression
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    # `kubectl rollout restart`: a new template revision, whose pods start at the manifest's size
+    cluster.workload["spec"]["template"]["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/restartedAt": "now"
+    }
+    cluster._bump()
+    driver.step(T0 + timedelta(minutes=2))
+    status = cluster.apply()
+    assert status["phase"] == "Done" and "ended" in status["reason"], status
+    assert not status.get("rollbacks") and cluster.pod_cpu() == ["4", "4"]
+
+
+def test_a_restarting_resize_of_a_job_obeys_the_pdb_and_counts_every_pod() -> None:
+    """A Job has no rollout, but a RestartContainer resize restarts its pods, all at once: a
+    PodDisruptionBudget over them must allow that many disruptions."""
+    cluster = ResizeCluster(annotated=False)
+    cluster.workload["kind"] = "Job"
+    for pod in cluster.pods:
+        pod["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+        ]
+    pdb = {"metadata": {"name": "workers"}, "spec": {"selector": {"matchLabels": {"app": "trainer"}}},
+           "status": {"disruptionsAllowed": 1}}  # fmt: skip
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0, pdbs=[pdb])
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "PodDisruptionBudget workers allows 1" in status["reason"], status
+    assert cluster.resizes == []
+    pdb["status"]["disruptionsAllowed"] = 2
+    driver.step(T0 + timedelta(minutes=1), pdbs=[pdb])
+    assert cluster.pod_cpu() == ["4", "4"] and cluster.apply()["replicas"] == 2  # counted as restarts
