@@ -45,6 +45,8 @@ from gpu_rightsizer.model.result import Action
 #: without one (a GPU action, a container that restarts on resize) is left out or blocked.
 RESIZE_ANNOTATION = "gpurightsizer.io/resize"
 IN_PLACE = "InPlace"
+#: ... and `Template` keeps every change on the pod template (new pods), as before in-place resize.
+TEMPLATE = "Template"
 
 #: Template workloads whose CPU raises take the in-place path (always when annotated `InPlace`).
 OPT_IN_KINDS = frozenset({"Deployment", "StatefulSet"})
@@ -80,7 +82,8 @@ def resize_fits(
     A template change would create new pods. Anything else (a GPU, MIG or replica action, a lower,
     a container that restarts on resize, pods that differ, none running) keeps the template path,
     where the rollout gates apply."""
-    if str(workload.get("kind", "")) not in OPT_IN_KINDS:
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    if str(workload.get("kind", "")) not in OPT_IN_KINDS or annotations.get(RESIZE_ANNOTATION) == TEMPLATE:
         return False
     automatic = [action for action in actions if action.automatic]
     if not automatic or any(_resizable(action) is not None for action in automatic):

@@ -300,6 +300,15 @@ def test_a_deployment_whose_container_restarts_on_resize_keeps_the_template_path
     assert cluster.cpu() == "4" and cluster.resizes == [] and "workload" in cluster.writes
 
 
+def test_the_template_annotation_keeps_a_deployment_on_the_template_path() -> None:
+    cluster = ResizeCluster(annotated=False)
+    cluster.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "Template"
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    assert cluster.cpu() == "4" and cluster.resizes == []
+
+
 def test_a_person_s_rollout_ends_an_in_place_change_not_a_regression() -> None:
     """A rollout of the Deployment after the resize (here one that keeps the old size) replaces the
     resized pods: the change ends at once, before any pod is gone, and is not rolled back."""
