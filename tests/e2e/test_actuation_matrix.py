@@ -852,7 +852,8 @@ def trainer_pod(
     template["metadata"]["annotations"].update(
         {"sim.gpurightsizer.io/runs": "Forever", **(annotations or {})}
     )
-    template["spec"]["restartPolicy"] = "Never"
+    # the API server allows a RestartContainer resizePolicy only where the pod may restart containers
+    template["spec"]["restartPolicy"] = "OnFailure" if cpu_resize_policy == "RestartContainer" else "Never"
     return dict(template)
 
 
@@ -986,11 +987,11 @@ def deferred_resize(env: Env, case: Case) -> Script:
                if c.get("type", "").startswith("PodResize")]  # fmt: skip
     record = change_record(kube, ns, "job-train")
     case.seen = (
-        f"{state.get('state')}/{state.get('phase')}: {str(state.get('reason'))[:80]}; pod cpu spec/status "
+        f"{state.get('state')}/{state.get('phase')}: {str(state.get('reason'))[-90:]}; pod cpu spec/status "
         f"{sorted({pod_cpu(p) for p in pods.values()})}; resize conditions {pending}"
     )
     case.ok = (
-        "Deferred" in str(waited.get("reason")) and state.get("state") == "Skipped"
+        "deferred" in str(waited.get("reason")) and state.get("state") == "Skipped"
         and state.get("phase") == "Abandoned" and "not resized within verifyFor" in str(state.get("reason"))
         and sorted({pod_cpu(p) for p in pods.values()}) == [("1", "1")] and set(pods) == before
         and not pending and [h.get("outcome") for h in record.get("history") or []][-1:] == ["Abandoned"]

@@ -5,7 +5,8 @@ diagnosis) in namespace `demo`, their live metrics in a real Prometheus, the ope
 and actuator) against it; prints `kubectl get gpurecommendations`, then puts namespace `demo-apply`
 under an Apply policy and shows its CPU-starved trainer being patched and verified (its container
 restarts on a CPU resize, so new pods roll out), and its CPU-starved training Job given more CPU in
-place (pods/resize, no pod restarted), verified on the same pod, with the advice for its next run.
+place (pods/resize, no pod restarted), verified on the same pod, with the advice for its next run
+(in the reason).
 Everything stops on exit or Ctrl-C; `gpu-rightsizer demo --down` cleans up left-over clusters.
 
 Each run has its own cluster name, ports and state folder (`<cache>/gpu-rightsizer/clusters/
@@ -482,5 +483,3 @@ def _show_job_resize(cluster: Any, deadline: float) -> None:
             f"Job pod {pod['metadata']['name']} (not restarted): cpu {asked}, running with {running.get('cpu')}"
         )
     _say(f"Job train-job: {apply.get('state')}: {apply.get('reason')}")
-    if apply.get("manifestAdvice"):
-        _say(f"Job train-job's next run: {apply['manifestAdvice']}")
