@@ -865,9 +865,11 @@ def starved_job(
     **pod_annotations: str,
 ) -> None:
     template = trainer_pod(name, namespace, annotations=pod_annotations, cpu_resize_policy=cpu_resize_policy)
+    # under restartPolicy OnFailure a container restart counts against backoffLimit
+    backoff = 6 if cpu_resize_policy == "RestartContainer" else 0
     create(kube, {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
-        "spec": {"backoffLimit": 0, "template": template},
+        "spec": {"backoffLimit": backoff, "template": template},
     })  # fmt: skip
 
 

@@ -267,6 +267,31 @@ def restarts(pod: Mapping[str, Any], values: Mapping[str, str | None]) -> bool:
     return False
 
 
+#: A Job's `spec.backoffLimit` when unset (Kubernetes' default).
+JOB_BACKOFF_LIMIT = 6
+
+
+def job_backoff_problem(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why restarting the containers of a Job's pods would fail the Job; None when it would not.
+    Under `restartPolicy: OnFailure` every container restart counts against `backoffLimit`, as
+    failed pods do: past the limit the Job fails and its pods are deleted."""
+    if job.get("kind") != "Job":
+        return None
+    limit = int((job.get("spec") or {}).get("backoffLimit", JOB_BACKOFF_LIMIT))
+    listed = list(pods)
+    used = int((job.get("status") or {}).get("failed") or 0) + sum(
+        int(status.get("restartCount") or 0)
+        for pod in listed
+        for status in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+    if used + len(listed) > limit:
+        return (
+            f"a restart of the resized container counts against the Job's backoffLimit {limit} "
+            f"({used} used): restarting {len(listed)} pod(s) would fail the Job"
+        )
+    return None
+
+
 def _cpu_request(pod: Mapping[str, Any], values: Mapping[str, str | None] | None = None) -> float:
     """The pod's CPU request in cores (a container's limit stands in for an absent request, as the
     API server defaults it), with `values` applied over its spec."""

@@ -34,6 +34,7 @@ from gpu_rightsizer.actuator.inplace import (
     OPT_IN_KINDS,
     ResizeState,
     applied_cpu_limit,
+    job_backoff_problem,
     live_pods,
     manifest_advice,
     node_fit,
@@ -184,6 +185,8 @@ class InPlaceSteps(CheckedWriter):
             )  # fmt: skip
             if verdict is not None:
                 return verdict
+            if (backoff := job_backoff_problem(workload, pods)) is not None:
+                return Verdict(False, ApplyState.BLOCKED, backoff)
         for pod in pods:
             problems = pod_problems(pod, plan.target)
             if problems:

@@ -345,6 +345,11 @@ def test_a_restarting_resize_of_a_job_obeys_the_pdb_and_counts_every_pod() -> No
     status = cluster.apply()
     assert status["state"] == "Blocked" and "PodDisruptionBudget workers allows 1" in status["reason"], status
     assert cluster.resizes == []
+    cluster.workload["spec"]["backoffLimit"] = 1  # two restarts would fail the Job
     pdb["status"]["disruptionsAllowed"] = 2
     driver.step(T0 + timedelta(minutes=1), pdbs=[pdb])
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "backoffLimit 1" in status["reason"], status
+    cluster.workload["spec"]["backoffLimit"] = 6
+    driver.step(T0 + timedelta(minutes=2), pdbs=[pdb])
     assert cluster.pod_cpu() == ["4", "4"] and cluster.apply()["replicas"] == 2  # counted as restarts
