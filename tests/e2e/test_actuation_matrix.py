@@ -213,6 +213,9 @@ def own_operator(
 
 
 def trainer(kube: Kube, namespace: str, **options: Any) -> None:
+    """The starved trainer Deployment. Its container restarts on a CPU resize (gpu_deployment's
+    default), so its CPU raise takes the pod-template path these rows test; the in-place rows pass
+    `cpu_resize_policy=None`."""
     create(kube, gpu_deployment("trainer", namespace, scenario="input-cpu-bound", cpu="1", **options))
 
 
@@ -898,21 +901,39 @@ PYTORCHJOB_CRD: dict[str, Any] = {
 }  # fmt: skip
 
 
-def trainer_pod(name: str, namespace: str, *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """The pod spec of the simulated starved trainer (cpu 1, one H100), as gpu_deployment's template."""
-    template = gpu_deployment(name, namespace, scenario="input-cpu-bound", cpu="1")["spec"]["template"]
+def trainer_pod(
+    name: str,
+    namespace: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    cpu_resize_policy: str | None = None,
+) -> dict[str, Any]:
+    """The pod spec of the simulated starved trainer (cpu 1, one H100), as gpu_deployment's template;
+    its CPU resizes without a restart unless `cpu_resize_policy` says otherwise."""
+    template = gpu_deployment(
+        name, namespace, scenario="input-cpu-bound", cpu="1", cpu_resize_policy=cpu_resize_policy
+    )["spec"]["template"]
     template["metadata"]["annotations"].update(
         {"sim.gpurightsizer.io/runs": "Forever", **(annotations or {})}
     )
-    template["spec"]["restartPolicy"] = "Never"
+    # the API server allows a RestartContainer resizePolicy only where the pod may restart containers
+    template["spec"]["restartPolicy"] = "OnFailure" if cpu_resize_policy == "RestartContainer" else "Never"
     return dict(template)
 
 
-def starved_job(kube: Kube, namespace: str, name: str = "train", **pod_annotations: str) -> None:
-    template = trainer_pod(name, namespace, annotations=pod_annotations)
+def starved_job(
+    kube: Kube,
+    namespace: str,
+    name: str = "train",
+    cpu_resize_policy: str | None = None,
+    **pod_annotations: str,
+) -> None:
+    template = trainer_pod(name, namespace, annotations=pod_annotations, cpu_resize_policy=cpu_resize_policy)
+    # under restartPolicy OnFailure a container restart counts against backoffLimit
+    backoff = 6 if cpu_resize_policy == "RestartContainer" else 0
     create(kube, {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
-        "spec": {"backoffLimit": 0, "template": template},
+        "spec": {"backoffLimit": backoff, "template": template},
     })  # fmt: skip
 
 
@@ -983,8 +1004,8 @@ def in_place_case(kind: str) -> Callable[[Env, Case], Script]:
                 kube.get_json("pytorchjob", "-n", ns, "train")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
                 ["spec"]["containers"][0]["resources"]["limits"]["cpu"]
             )  # fmt: skip
-        else:
-            trainer(kube, ns, annotations={"gpurightsizer.io/resize": "InPlace"})
+        else:  # no annotation: a CPU raise its pod takes without a restart goes in place
+            trainer(kube, ns, cpu_resize_policy=None)
             record, template = "deployment-trainer", lambda: template_cpu(kube, ns)[0]
         state, before, pods, cpus, cpu_in_template = yield from resized_and_verified(
             kube, ns, record, template
@@ -1014,6 +1035,61 @@ def infeasible_resize(env: Env, case: Case) -> Script:
         state.get("state") == "Blocked" and "Infeasible" in str(state.get("reason")) and cpus == [("1", "1")]
         and set(pods) == before and [h.get("outcome") for h in record.get("history") or []][-1:] == ["Abandoned"]
     )  # fmt: skip
+
+
+def deferred_resize(env: Env, case: Case) -> Script:
+    """The kubelet defers the resize (the node has no room now): the actuator waits one verifyFor
+    (30 s), then gives up cleanly: the pod is resized back, its conditions cleared, nothing retried."""
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns)
+    starved_job(kube, ns, **{"sim.gpurightsizer.io/resize": "Deferred"})
+    yield from until(lambda: "deferred" in str(apply_status(kube, ns, "job-train").get("reason")), 480,
+                     "the resize to be deferred")  # fmt: skip
+    waited = apply_status(kube, ns, "job-train")
+    state, before, _, _, _ = yield from resized_and_verified(kube, ns, "job-train", lambda: "")
+    yield from hold(15)
+    pods = workload_pods(kube, ns)
+    pending = [c.get("type") for p in pods.values() for c in p["status"].get("conditions") or []
+               if c.get("type", "").startswith("PodResize")]  # fmt: skip
+    record = change_record(kube, ns, "job-train")
+    case.seen = (
+        f"{state.get('state')}/{state.get('phase')}: {str(state.get('reason'))[-90:]}; pod cpu spec/status "
+        f"{sorted({pod_cpu(p) for p in pods.values()})}; resize conditions {pending}"
+    )
+    case.ok = (
+        "deferred" in str(waited.get("reason")) and state.get("state") == "Skipped"
+        and state.get("phase") == "Abandoned" and "not resized within verifyFor" in str(state.get("reason"))
+        and sorted({pod_cpu(p) for p in pods.values()}) == [("1", "1")] and set(pods) == before
+        and not pending and [h.get("outcome") for h in record.get("history") or []][-1:] == ["Abandoned"]
+    )  # fmt: skip
+
+
+def restarting_resize(env: Env, case: Case) -> Script:
+    """A container that restarts on a CPU resize (resizePolicy RestartContainer): the resize counts as
+    a restart of the Job's only pod, so the replica floor blocks it; once the policy allows a single
+    replica to restart, the same pod is resized, restarted once, and counted as a pod in disruption."""
+    kube, ns = env.kube, case.namespace
+    policy(kube, ns, allowSingleReplica=False)
+    starved_job(kube, ns, cpu_resize_policy="RestartContainer")
+    state, before, pods, cpus, _ = yield from resized_and_verified(kube, ns, "job-train", lambda: "")
+    blocked = f"{state.get('state')}: {str(state.get('reason'))[:40]}, cpu {cpus}"
+    was_blocked = (
+        state.get("state") == "Blocked"
+        and "replica floor" in str(state.get("reason"))
+        and cpus == [("1", "1")]
+    )
+    policy(kube, ns, allowSingleReplica=True)
+    yield from until(lambda: in_phase(kube, ns, "RolledOut", name="job-train"), 300, "the resize to be done")
+    pods = workload_pods(kube, ns)
+    restarts = [
+        int((p["status"].get("containerStatuses") or [{}])[0].get("restartCount") or 0) for p in pods.values()
+    ]
+    counted = change_record(kube, ns, "job-train").get("replicas")
+    cpus = sorted({pod_cpu(p) for p in pods.values()})
+    case.seen = f"{blocked}; then pod cpu {cpus}, restarts {restarts}, pods in disruption {counted}"
+    case.ok = (
+        was_blocked and set(pods) == before and cpus == [("4", "4")] and restarts == [1] and counted == 1
+    )
 
 
 def crash_during_resize_rollback(env: Env, case: Case) -> Script:
@@ -1055,8 +1131,10 @@ def in_place_cases() -> list[Case]:
     return [
         Case("in-place Job", "Verified; same pods, cpu raised in spec and status; Job template 1; next-run note", in_place_case("Job")),
         Case("in-place PyTorchJob", "Verified; same pod, cpu raised; PyTorchJob template 1; next-run note", in_place_case("PyTorchJob")),
-        Case("in-place Deployment", "Verified; same pod, cpu raised; template 1; manifest advice", in_place_case("Deployment")),
+        Case("in-place Deployment", "no annotation: Verified; same pod, cpu raised; template 1; manifest advice", in_place_case("Deployment")),
         Case("in-place Infeasible", "Blocked: Infeasible, resized back to 1, same pod", infeasible_resize),
+        Case("in-place Deferred", "waits one verifyFor, then Skipped/Abandoned: resized back to 1, conditions cleared", deferred_resize),
+        Case("in-place RestartContainer", "Blocked: replica floor; allowed: same pod raised, 1 restart, 1 pod in disruption", restarting_resize),
         Case("SIGKILL during in-place rollback", "rollback intent recorded; resumed: RolledBack, cpu 1, same pod", crash_during_resize_rollback, shared_operator=False),
     ]  # fmt: skip
 

@@ -78,6 +78,7 @@ def test_two_demos_side_by_side_print_recommendations_and_verify_a_change(
     assert "InputPipelineCPUBound" in stdout
     assert "CONFIDENCE" in stdout  # the -o wide table
     assert "Verified: change" in stderr, stderr[-4000:]
+    assert "Job train-job: Verified" in stderr, stderr[-4000:]  # resized in place
     assert "tearing down" in stderr
     assert "WORKLOAD" in beside_stdout.splitlines()[0]
     assert "Apply policy" not in beside_stderr  # --no-apply

@@ -24,10 +24,17 @@ def gpu_deployment(
     product: str | None = "NVIDIA-H100-80GB-HBM3",
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
+    cpu_resize_policy: str | None = "RestartContainer",
 ) -> dict[str, Any]:
-    """A Deployment whose pods ask for GPUs and land on a fake node of the given GPU product."""
+    """A Deployment whose pods ask for GPUs and land on a fake node of the given GPU product.
+
+    `cpu_resize_policy` is the container's `resizePolicy` for CPU. RestartContainer (the default
+    here) makes a CPU raise take the pod-template path, with its rollouts and rollbacks, which most
+    tests exercise; NotRequired (Kubernetes' default, also when None leaves the field out) lets the
+    actuator resize the running pods in place."""
     selector = {"app": name}
     node_selector = {"nvidia.com/gpu.product": product} if product else {}
+    resize = [{"resourceName": "cpu", "restartPolicy": cpu_resize_policy}] if cpu_resize_policy else []
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -49,6 +56,7 @@ def gpu_deployment(
                                 "requests": {"cpu": cpu, "memory": memory, gpu_resource: str(gpus)},
                                 "limits": {"cpu": cpu, "memory": memory, gpu_resource: str(gpus)},
                             },
+                            **({"resizePolicy": resize} if resize else {}),
                         }
                     ],
                 },

@@ -295,6 +295,17 @@ def check_availability(plan: ChangePlan, facts: Availability, settings: Effectiv
             "(set spec.safety.allowRecreate to allow it)",
         )  # fmt: skip
     replicas = int(current_value(workload, REPLICAS_PATH) or "1") if is_scalable(kind) else 1
+    # a rolling update restarts one pod at a time
+    labels = dig(pod_template(workload), ("metadata", "labels")) or {}
+    return disruption_gates(replicas, [labels], facts, settings)
+
+
+def disruption_gates(
+    replicas: int, at_once: Sequence[Mapping[str, str]], facts: Availability, settings: EffectiveSettings
+) -> Verdict | None:
+    """The gates of a change that restarts pods of a `replicas`-pod workload: the replica floor, every
+    PodDisruptionBudget over the pods restarted at once (`at_once`: their labels) allowing that many
+    disruptions now, and the policy's disruption budget."""
     if replicas < 2 and not settings.allow_single_replica:
         return Verdict(
             False,
@@ -302,14 +313,16 @@ def check_availability(plan: ChangePlan, facts: Availability, settings: Effectiv
             f"replica floor: the change restarts the only pod of a {replicas}-replica workload "
             "(set spec.safety.allowSingleReplica to allow it)",
         )
-    labels = dig(pod_template(workload), ("metadata", "labels")) or {}
     for pdb in facts.pdbs:
-        if not label_selector_matches((pdb.get("spec") or {}).get("selector"), labels):
-            continue
+        selector = (pdb.get("spec") or {}).get("selector")
+        covered = sum(1 for labels in at_once if label_selector_matches(selector, labels))
         allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
-        if allowed < 1:
+        if covered and allowed < covered:
             name = (pdb.get("metadata") or {}).get("name")
-            return Verdict(False, ApplyState.BLOCKED, f"PodDisruptionBudget {name} allows no disruption now")
+            what = (
+                "no disruption" if allowed < 1 else f"{allowed} disruption(s), {covered} pods restart at once"
+            )
+            return Verdict(False, ApplyState.BLOCKED, f"PodDisruptionBudget {name} allows {what} now")
     if facts.pods_in_disruption + replicas > settings.max_pods_in_disruption:
         return Verdict(
             False,

@@ -2,11 +2,13 @@
 
 Kubernetes resizes a running container's CPU and memory in place (the `pods/resize` subresource,
 GA in 1.35). It is the only path for a Job, a CRD trainer (PyTorchJob, ...) or a bare pod, whose
-pod templates are immutable or absent, and an opt-in path for a Deployment or StatefulSet
-(`RESIZE_ANNOTATION`), where a template change would restart every pod. The functions here decide:
+pod templates are immutable or absent. A Deployment or StatefulSet, where a template change would
+restart every pod, takes it for CPU and memory raises its pods take without a restart
+(`resize_fits`), and for every change when annotated `RESIZE_ANNOTATION: InPlace`. The functions
+here decide:
 
-- which workloads take the path (`resizes_in_place`) and which actions it can carry (CPU and
-  memory of one container, raises only: a lower is a shrink, refused automatically);
+- which workloads take the path (`resizes_in_place`, `resize_fits`) and which actions it can
+  carry (CPU and memory of one container, raises only: a lower is a shrink, refused automatically);
 - per pod, whether the resize may be sent (`pod_problems`: the container's `resizePolicy`, the
   node's allocatable CPU) and the body to send (`resize_body`);
 - from the pod's status, how the kubelet answered (`resize_state`): done when
@@ -38,12 +40,15 @@ from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.kinds import IN_PLACE_KINDS
 from gpu_rightsizer.model.result import Action
 
-#: On a Deployment or StatefulSet, `InPlace` asks for CPU changes to be made by resizing the running
-#: pods instead of changing the pod template (which restarts every pod).
+#: On a Deployment or StatefulSet, `InPlace` asks for every change to be made by resizing the running
+#: pods, never by changing the pod template (which restarts every pod): what cannot be resized
+#: without one (a GPU action, a container that restarts on resize) is left out or blocked.
 RESIZE_ANNOTATION = "gpurightsizer.io/resize"
 IN_PLACE = "InPlace"
+#: ... and `Template` keeps every change on the pod template (new pods), as before in-place resize.
+TEMPLATE = "Template"
 
-#: Template workloads that may take the in-place path when their annotation asks for it.
+#: Template workloads whose CPU raises take the in-place path (always when annotated `InPlace`).
 OPT_IN_KINDS = frozenset({"Deployment", "StatefulSet"})
 
 #: Resources the kubelet resizes in place.
@@ -57,12 +62,40 @@ DEFERRED = "Deferred"
 
 
 def resizes_in_place(workload: Mapping[str, Any]) -> bool:
-    """True when the workload's CPU changes are made by resizing its running pods."""
+    """True when the workload's changes are made only by resizing its running pods, whatever they
+    are: its kind has no template to patch, or a Deployment or StatefulSet is annotated `InPlace`."""
     kind = str(workload.get("kind", ""))
     if kind in IN_PLACE_KINDS:
         return True
     annotations = (workload.get("metadata") or {}).get("annotations") or {}
     return kind in OPT_IN_KINDS and annotations.get(RESIZE_ANNOTATION) == IN_PLACE
+
+
+def resize_fits(
+    workload: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    actions: Sequence[Action],
+    settings: EffectiveSettings,
+) -> bool:
+    """True when a Deployment's or StatefulSet's change goes in place: every automatic action is a
+    CPU or memory raise that every running pod takes without a restart (`resizePolicy` NotRequired).
+    A template change would create new pods. Anything else (a GPU, MIG or replica action, a lower,
+    a container that restarts on resize, pods that differ, none running) keeps the template path,
+    where the rollout gates apply."""
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    if str(workload.get("kind", "")) not in OPT_IN_KINDS or annotations.get(RESIZE_ANNOTATION) == TEMPLATE:
+        return False
+    automatic = [action for action in actions if action.automatic]
+    if not automatic or any(_resizable(action) is not None for action in automatic):
+        return False
+    running = live_pods(pods)
+    try:
+        plan = plan_resize(running, automatic, settings, workload_key="") if running else None
+    except PlanError:
+        return False
+    return plan is not None and not any(
+        restarts(pod, plan.target) or pod_problems(pod, plan.target) for pod in running
+    )
 
 
 def live_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -194,6 +227,27 @@ def _status_value(pod: Mapping[str, Any], path: str) -> str | None:
     return None if value is None else str(value)
 
 
+def applied_cpu_limit(pod: Mapping[str, Any]) -> float | None:
+    """The CPU the pod runs with, as the kubelet reports it (`status.containerStatuses[].resources`):
+    the sum of its containers' limits, else of their requests; None unless every container reports
+    one (what its usage is compared with after an in-place resize)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    if not statuses:
+        return None
+    for section in ("limits", "requests"):
+        amounts = [
+            _amount(
+                str(value)
+                if (value := ((s.get("resources") or {}).get(section) or {}).get("cpu")) is not None
+                else None
+            )
+            for s in statuses
+        ]
+        if all(a is not None and a > 0 for a in amounts):
+            return sum(a for a in amounts if a is not None)
+    return None
+
+
 def restart_policy(pod: Mapping[str, Any], container: str, resource: str) -> str:
     """The container's `resizePolicy` for a resource (`NotRequired` when unset, as in Kubernetes)."""
     spec = _container((pod.get("spec") or {}).get("containers"), container) or {}
@@ -211,6 +265,31 @@ def restarts(pod: Mapping[str, Any], values: Mapping[str, str | None]) -> bool:
         if match and restart_policy(pod, match["container"], match["resource"]) == "RestartContainer":
             return True
     return False
+
+
+#: A Job's `spec.backoffLimit` when unset (Kubernetes' default).
+JOB_BACKOFF_LIMIT = 6
+
+
+def job_backoff_problem(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why restarting the containers of a Job's pods would fail the Job; None when it would not.
+    Under `restartPolicy: OnFailure` every container restart counts against `backoffLimit`, as
+    failed pods do: past the limit the Job fails and its pods are deleted."""
+    if job.get("kind") != "Job":
+        return None
+    limit = int((job.get("spec") or {}).get("backoffLimit", JOB_BACKOFF_LIMIT))
+    listed = list(pods)
+    used = int((job.get("status") or {}).get("failed") or 0) + sum(
+        int(status.get("restartCount") or 0)
+        for pod in listed
+        for status in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+    if used + len(listed) > limit:
+        return (
+            f"a restart of the resized container counts against the Job's backoffLimit {limit} "
+            f"({used} used): restarting {len(listed)} pod(s) would fail the Job"
+        )
+    return None
 
 
 def _cpu_request(pod: Mapping[str, Any], values: Mapping[str, str | None] | None = None) -> float:

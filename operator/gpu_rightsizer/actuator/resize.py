@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import yaml
@@ -27,18 +27,23 @@ from gpu_rightsizer.actuator.fields import conflict_reason, field_conflicts
 from gpu_rightsizer.actuator.gates import (
     Availability,
     Verdict,
-    check_availability,
+    disruption_gates,
     rollout_incomplete,
 )
 from gpu_rightsizer.actuator.inplace import (
+    OPT_IN_KINDS,
     ResizeState,
+    applied_cpu_limit,
+    job_backoff_problem,
     live_pods,
     manifest_advice,
     node_fit,
     plan_resize,
     pod_problems,
     resize_body,
+    resize_fits,
     resize_state,
+    resizes_in_place,
     restarts,
     worst,
 )
@@ -50,6 +55,7 @@ from gpu_rightsizer.actuator.verify import (
     pod_health,
     signals_from_window,
     target_cpu_limit,
+    template_fingerprint,
     verification_outcome,
 )
 from gpu_rightsizer.actuator.writes import (
@@ -57,10 +63,12 @@ from gpu_rightsizer.actuator.writes import (
     WorkloadCase,
     record_from_patch,
 )
+from gpu_rightsizer.adapters.source import rate_window_seconds, step_for
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
+from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action
 from gpu_rightsizer.runtime import metrics
 
@@ -74,6 +82,18 @@ SETTLED_PHASES = frozenset(
 
 #: Key of the recorded patch that makes it an in-place one: pod name -> uid.
 RESIZE_KEY = "resize"
+
+
+def measuring_start(
+    resized_at: datetime, verify_for: timedelta, window: WorkloadWindow | None = None
+) -> datetime:
+    """When the measuring of resized pods starts: one counter range after every pod reported the new
+    size (`rolledOutAt`). The same pods' series go on through a resize, and a CPU or GPU sample at t
+    sums what the counter did over [t - range, t] (`rate_window_seconds`): an earlier sample mixes
+    the old size into the new one (a 1 -> 4 core resize read 30 s later is mostly the old core).
+    The range follows the step of `window` when given, else the step a `verifyFor` window gets."""
+    step = window.step_seconds if window is not None else step_for(verify_for.total_seconds())
+    return resized_at + timedelta(seconds=rate_window_seconds(step))
 
 
 def resize_text(record: ChangeRecord, pods: Mapping[str, str], outcome: ApplyState | None = None) -> str:
@@ -130,6 +150,15 @@ class InPlaceSteps(CheckedWriter):
         else:
             self._maybe_resize(case, status, recent, actions)
 
+    def _takes_resize_path(self, case: WorkloadCase, actions: list[Action]) -> bool:
+        """A new change's path: in place for the in-place kinds and annotated workloads, and for a
+        Deployment's or StatefulSet's CPU raise that its running pods take without a restart."""
+        if resizes_in_place(case.workload):
+            return True
+        if case.workload.get("kind") not in OPT_IN_KINDS or not any(a.automatic for a in actions):
+            return False  # no pod list needed
+        return resize_fits(case.workload, self.kube.owned_pods(case.workload), actions, case.settings)
+
     # gates -----------------------------------------------------------------------------------------
 
     def _resize_gates(
@@ -146,14 +175,18 @@ class InPlaceSteps(CheckedWriter):
         owners = field_conflicts(view, plan.target)
         if owners:
             return Verdict(False, ApplyState.BLOCKED, conflict_reason(owners))
+        if (not_ready := rollout_incomplete(workload)) is not None:
+            return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
         if any(restarts(pod, plan.target) for pod in pods):  # RestartContainer: a restart, gated as one
-            verdict = check_availability(
-                plan, Availability(workload, case.pdbs, case.pods_in_disruption), case.settings
-            )
+            # every pod restarts at once: the floor, PDBs and budget count all of them
+            verdict = disruption_gates(
+                len(pods), [(pod.get("metadata") or {}).get("labels") or {} for pod in pods],
+                Availability(workload, case.pdbs, case.pods_in_disruption), case.settings,
+            )  # fmt: skip
             if verdict is not None:
                 return verdict
-        elif (not_ready := rollout_incomplete(workload)) is not None:
-            return Verdict(False, ApplyState.BLOCKED, f"not fully rolled out and healthy: {not_ready}")
+            if (backoff := job_backoff_problem(workload, pods)) is not None:
+                return Verdict(False, ApplyState.BLOCKED, backoff)
         for pod in pods:
             problems = pod_problems(pod, plan.target)
             if problems:
@@ -210,7 +243,8 @@ class InPlaceSteps(CheckedWriter):
             "patch": text, "changeId": plan.change_id, "previous": previous, "policy": settings.policy,
             "reason": f"change {plan.change_id} recorded: resizing {len(pods)} pod(s) in place, {plan.describe()}",
             "appliedAt": stamp(case.now), "verifyAfter": None, "rolledOutAt": None, "lastError": None,
-            "workloadGeneration": (case.workload.get("metadata") or {}).get("generation"), "templateHash": None,
+            "workloadGeneration": (case.workload.get("metadata") or {}).get("generation"),
+            "templateHash": template_fingerprint(case.workload) if case.workload.get("kind") in OPT_IN_KINDS else None,
             "conditions": [], "manifestAdvice": advice, "resizeDeferredSince": None,
             "replicas": len(pods) if any(restarts(p, plan.target) for p in pods) else 0,
         })  # fmt: skip
@@ -320,11 +354,14 @@ class InPlaceSteps(CheckedWriter):
         if self._on_disable_step(case, status, record, undo):
             return
         pods = self._recorded(case, names)
-        if not pods:
-            text = (
-                f"change {record.change_id} ended: the resized pods were replaced or finished "
-                f"(not a regression); {apply.get('manifestAdvice') or ''}"
-            ).rstrip("; ")
+        rollout = apply.get("templateHash") and apply["templateHash"] != template_fingerprint(case.workload)
+        if not pods or rollout:
+            why = (
+                f"the {case.ref.kind}'s pod template was changed since: its rollout replaces the resized pods"
+                if rollout else "the resized pods were replaced or finished"
+            )  # fmt: skip
+            text = f"change {record.change_id} ended: {why} (not a regression); {apply.get('manifestAdvice') or ''}"
+            text = text.rstrip("; ")
             self._settle(case, status, ApplyState.APPLIED, ChangePhase.DONE, text)
             self._event(case, "ChangeEnded", text)
             return
@@ -358,11 +395,13 @@ class InPlaceSteps(CheckedWriter):
         waits for at most one `verifyFor`, then the resize is given up and undone."""
         apply = status.apply
         if state == ResizeState.DONE:
-            until = stamp(case.now + case.settings.verify_for)
+            start = measuring_start(case.now, case.settings.verify_for)
+            until = stamp(start + case.settings.verify_for)
             self._write(case, status, {
                 "phase": ChangePhase.ROLLED_OUT.value, "rolledOutAt": stamp(case.now), "verifyAfter": until,
                 "resizeDeferredSince": None,
-                "reason": f"change {record.change_id}: every pod runs at the new size; measuring the same pods until {until}",
+                "reason": f"change {record.change_id}: every pod runs at the new size; measuring the same pods "
+                f"from {stamp(start)} (their first samples taken wholly at the new size) until {until}",
             })  # fmt: skip
             return
         since = parse_time(apply.get("resizeDeferredSince"))
@@ -383,18 +422,19 @@ class InPlaceSteps(CheckedWriter):
         self, case: WorkloadCase, status: RecordState, record: ChangeRecord, names: Mapping[str, str],
         pods: list[Mapping[str, Any]], applied_at: datetime, rolled_out_at: datetime,
     ) -> None:  # fmt: skip
+        verify_for = case.settings.verify_for
+        start = measuring_start(rolled_out_at, verify_for)
         after: dict[str, float] = {}
-        if case.now >= rolled_out_at + case.settings.verify_for:
-            try:
-                window = self.measure(case.ref, rolled_out_at, case.now)
-            except Exception as error:
-                LOG.warning("metrics for verifying %s unavailable: %s", case.ref.key, error)
-                window = None
-            if window is not None:
-                after = signals_from_window(window, [_name(p) for p in pods], target_cpu_limit(record))
+        window = self._read_resized(case, start) if case.now >= start + verify_for else None
+        if window is not None and (coarser := measuring_start(rolled_out_at, verify_for, window)) > start:
+            start = coarser  # the source's counter range is longer (a fixed coarse step): start later
+            window = self._read_resized(case, start) if case.now >= start + verify_for else None
+        if window is not None:
+            limits = {_name(p): cores for p in pods if (cores := applied_cpu_limit(p)) is not None}
+            after = signals_from_window(window, [_name(p) for p in pods], target_cpu_limit(record), limits)
         outcome, reason = verification_outcome(
             VerificationInput(
-                now=case.now, applied_at=applied_at, rolled_out_at=rolled_out_at,
+                now=case.now, applied_at=applied_at, rolled_out_at=start,
                 verify_for=case.settings.verify_for, rollout=None, failure=None, health=pod_health(pods),
                 before=record.baseline, after=after, actions=record.actions,
             )
@@ -415,6 +455,14 @@ class InPlaceSteps(CheckedWriter):
             undo,
             note=str(status.apply.get("manifestAdvice") or ""),
         )
+
+    def _read_resized(self, case: WorkloadCase, start: datetime) -> WorkloadWindow | None:
+        """The workload's window from `start` to now; None when the read failed (logged)."""
+        try:
+            return self.measure(case.ref, start, case.now)
+        except Exception as error:
+            LOG.warning("metrics for verifying %s unavailable: %s", case.ref.key, error)
+            return None
 
     # rollback --------------------------------------------------------------------------------------
 

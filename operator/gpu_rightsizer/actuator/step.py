@@ -37,7 +37,6 @@ from gpu_rightsizer.actuator.gates import (
     rollout_failure,
     rollout_incomplete,
 )
-from gpu_rightsizer.actuator.inplace import resizes_in_place
 from gpu_rightsizer.actuator.legacy import converted_apply
 from gpu_rightsizer.actuator.plan import (
     ChangePlan,
@@ -155,7 +154,7 @@ class Actuator(InPlaceSteps):
             in_place = (
                 resized_pods(status.apply.get("patch")) is not None
                 if phase in IN_FLIGHT
-                else resizes_in_place(case.workload)
+                else self._takes_resize_path(case, published_actions(case.recommendation))
             )
             if found is not None and status.spec.get("workloadUid") != case.uid:
                 self._rebind(case, status, phase)

@@ -49,20 +49,25 @@ def target_cpu_limit(record: ChangeRecord) -> float | None:
 
 
 def signals_from_window(
-    window: WorkloadWindow, pods: Iterable[str] | None = None, cpu_limit_cores: float | None = None
+    window: WorkloadWindow,
+    pods: Iterable[str] | None = None,
+    cpu_limit_cores: float | None = None,
+    pod_cpu_limits: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """The figures compared before and after a change: GPU busy p95 (worst GPU) and CPU saturation
     p95 (usage over limit, worst pod); only the given pods when `pods` is set. Missing figures are
     left out rather than guessed. `cpu_limit_cores` overrides the window's limit: right after a CPU
     change the window still holds the old pods' limit, and the new pods' usage over the old limit
-    reads as a rise in saturation (4 cores used over a 1-core limit: 392 %)."""
+    reads as a rise in saturation (4 cores used over a 1-core limit: 392 %). `pod_cpu_limits` (pod
+    name -> cores) overrides both for the pods it names: the size each pod runs with."""
     wanted = set(pods) if pods is not None else None
     busy: list[float] = []
     saturation: list[float] = []
-    limit = cpu_limit_cores or window.allocation.cpu_limit_cores or window.allocation.cpu_request_cores
+    default = cpu_limit_cores or window.allocation.cpu_limit_cores or window.allocation.cpu_request_cores
     for pod in window.pods:
         if wanted is not None and pod.name not in wanted:
             continue
+        limit = (pod_cpu_limits or {}).get(pod.name) or default
         for gpu in pod.gpus:
             stats = gpu.stats.get(Signal.GR_ENGINE_ACTIVE) or gpu.stats.get(Signal.GPU_UTIL)
             if stats is not None and stats.samples > 0 and math.isfinite(stats.p95):

@@ -37,7 +37,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gpu_rightsizer.adapters.openmetrics import rate_window_seconds
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
@@ -56,7 +55,7 @@ from gpu_rightsizer.adapters.prometheus import (
     serving_exprs,
     summary_from_figures,
 )
-from gpu_rightsizer.adapters.source import CycleReport
+from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
 from gpu_rightsizer.logic.streaming import (
     DEFAULT_SLOTS,

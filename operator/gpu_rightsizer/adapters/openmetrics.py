@@ -25,7 +25,13 @@ from pathlib import Path
 from gpu_rightsizer.adapters import exposition, gpu_targets
 from gpu_rightsizer.adapters.capacity import capacity_from_file, unheld_gpus_from_file
 from gpu_rightsizer.adapters.exposition import ParsedSample, ReadLimits
-from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead
+from gpu_rightsizer.adapters.source import (
+    EVERYWHERE,
+    ExtraOwners,
+    Scope,
+    WindowRead,
+    rate_window_seconds,
+)
 from gpu_rightsizer.config import TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
@@ -393,17 +399,6 @@ class SeriesCollector:
 
 
 # --- counter rates: the Prometheus source's window, on raw samples --------------------------------------
-#: The shortest rate window: rate()/deriv() need several samples even at fine steps (Prometheus'
-#: documentation: a range of at least 4 × the scrape interval; 3 × step at steps of 60 s and over).
-RATE_WINDOW_MIN_SECONDS = 180.0
-
-
-def rate_window_seconds(step_seconds: float) -> float:
-    """Range of every counter's rate()/deriv() at `step_seconds`: max(3 × step, 180 s), on every path
-    (the Prometheus source's queries, the incremental reads, the recording rules and the file reader)."""
-    return max(3 * step_seconds, RATE_WINDOW_MIN_SECONDS)
-
-
 def without_stale_repeats(samples: Iterable[Sample], window_seconds: float) -> Samples:
     """A counter's clean samples without the repeats of a value that had not been refreshed.
 

@@ -34,11 +34,17 @@ from gpu_rightsizer.adapters.openmetrics import (
     Inventory,
     Key,
     assemble_windows,
-    rate_window_seconds,
     replaced_note,
     successions,
 )
-from gpu_rightsizer.adapters.source import EVERYWHERE, ExtraOwners, Scope, WindowRead, step_for
+from gpu_rightsizer.adapters.source import (
+    EVERYWHERE,
+    ExtraOwners,
+    Scope,
+    WindowRead,
+    rate_window_seconds,
+    step_for,
+)
 from gpu_rightsizer.config import OperatorConfig, TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpu_rightsizer.adapters.incremental import Family, default_families
-from gpu_rightsizer.adapters.openmetrics import rate_window_seconds
 from gpu_rightsizer.adapters.prometheus import PrometheusSource, PrometheusSourceError, _duration
+from gpu_rightsizer.adapters.source import rate_window_seconds
 from gpu_rightsizer.model.observation import Signal
 
 LOG = logging.getLogger(__name__)

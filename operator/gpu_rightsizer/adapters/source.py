@@ -31,6 +31,19 @@ def step_for(window_seconds: float) -> float:
     return max(1.0, min(60.0, window_seconds / 60.0))
 
 
+#: The shortest rate window: rate()/deriv() need several samples even at fine steps (Prometheus'
+#: documentation: a range of at least 4 × the scrape interval; 3 × step at steps of 60 s and over).
+RATE_WINDOW_MIN_SECONDS = 180.0
+
+
+def rate_window_seconds(step_seconds: float) -> float:
+    """Range of every counter's rate()/deriv() at `step_seconds`: max(3 × step, 180 s), on every path
+    (the Prometheus source's queries, the incremental reads, the recording rules and the file reader).
+    A sample at t sums what the counter did over [t - range, t]: the actuator's in-place verification
+    starts that far after a resize, so no sample reaches back before it."""
+    return max(3 * step_seconds, RATE_WINDOW_MIN_SECONDS)
+
+
 @dataclass(frozen=True)
 class Scope:
     """Which workloads a read is for: all of them, one namespace's, or one workload's."""

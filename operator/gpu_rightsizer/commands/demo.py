@@ -3,7 +3,10 @@
 A local cluster (real control plane, fake GPU nodes), simulated GPU workloads (one per common
 diagnosis) in namespace `demo`, their live metrics in a real Prometheus, the operator (recommender
 and actuator) against it; prints `kubectl get gpurecommendations`, then puts namespace `demo-apply`
-under an Apply policy and shows its CPU-starved trainer being patched and verified.
+under an Apply policy and shows its CPU-starved trainer being patched and verified (its container
+restarts on a CPU resize, so new pods roll out), and its CPU-starved training Job given more CPU in
+place (pods/resize, no pod restarted), verified on the same pod, with the advice for its next run
+(in the reason).
 Everything stops on exit or Ctrl-C; `gpu-rightsizer demo --down` cleans up left-over clusters.
 
 Each run has its own cluster name, ports and state folder (`<cache>/gpu-rightsizer/clusters/
@@ -92,6 +95,27 @@ def deployment(
             },
         },
     }  # fmt: skip
+
+
+def restarting_on_resize(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment with containers that restart when their CPU is resized (`resizePolicy`
+    RestartContainer): its CPU change rolls out new pods through the pod template, under the
+    rollout gates, instead of resizing the running pods in place."""
+    for container in manifest["spec"]["template"]["spec"]["containers"]:
+        container["resizePolicy"] = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
+    return manifest
+
+
+def training_job(name: str, namespace: str) -> dict[str, Any]:
+    """A long-running CPU-starved training Job (its pod template is immutable: resized in place)."""
+    template = deployment(
+        name, namespace, "input-cpu-bound", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "1", 1
+    )
+    pod = template["spec"]["template"]
+    pod["metadata"]["annotations"]["sim.gpurightsizer.io/runs"] = "Forever"
+    pod["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"backoffLimit": 0, "template": pod}}  # fmt: skip
 
 
 def apply_policy(namespace: str) -> dict[str, Any]:
@@ -272,10 +296,19 @@ def run(args: argparse.Namespace) -> int:
         )
         workloads = [deployment(name, "demo", *rest) for name, *rest in DEMO_WORKLOADS]  # type: ignore[arg-type]
         workloads.append(
-            deployment(
-                "trainer", "demo-apply", "input-cpu-bound", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "1", 1
+            restarting_on_resize(
+                deployment(
+                    "trainer",
+                    "demo-apply",
+                    "input-cpu-bound",
+                    "NVIDIA-H100-80GB-HBM3",
+                    "nvidia.com/gpu",
+                    "1",
+                    1,
+                )
             )
         )
+        workloads.append(training_job("train-job", "demo-apply"))
         import yaml
 
         cluster.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(workloads))
@@ -396,6 +429,7 @@ def _show_apply(cluster: Any, alive: Callable[[], None], deadline: float, window
     )
     cpu = limits["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
     _say(f"trainer CPU limit is now {cpu}; waiting for a full window of the new pods to re-diagnose")
+    _show_job_resize(cluster, deadline)
     from gpu_rightsizer.config import parse_duration
 
     def rediagnosed() -> bool:
@@ -416,3 +450,36 @@ def _show_apply(cluster: Any, alive: Callable[[], None], deadline: float, window
     except TimeoutError as error:
         _say(str(error))
     print(cluster.kubectl("get", "gpurecommendations", "-n", "demo-apply", "-o", "wide").stdout, flush=True)
+
+
+def _show_job_resize(cluster: Any, deadline: float) -> None:
+    """The training Job's change: its running pod resized in place, the manifest advice for its next run."""
+
+    def settled() -> dict[str, Any] | None:
+        rec = json.loads(
+            cluster.kubectl(
+                "get", "gpurecommendation", "-n", "demo-apply", "job-train-job", "-o", "json"
+            ).stdout
+        )
+        apply: dict[str, Any] = (rec.get("status") or {}).get("apply") or {}
+        return apply if apply.get("state") in ("Verified", "RolledBack", "Blocked") else None
+
+    try:
+        apply = _wait(
+            settled, timeout=max(30.0, deadline - time.monotonic()), what="the Job's in-place change"
+        )
+    except TimeoutError as error:
+        _say(str(error))
+        return
+    pods = json.loads(
+        cluster.kubectl("get", "pods", "-n", "demo-apply", "-l", "job-name=train-job", "-o", "json").stdout
+    )
+    for pod in pods["items"]:
+        asked = pod["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+        running = ((pod["status"].get("containerStatuses") or [{}])[0].get("resources") or {}).get(
+            "limits", {}
+        )
+        _say(
+            f"Job pod {pod['metadata']['name']} (not restarted): cpu {asked}, running with {running.get('cpu')}"
+        )
+    _say(f"Job train-job: {apply.get('state')}: {apply.get('reason')}")

@@ -782,6 +782,14 @@ _COUNTER_FIELDS = ("cpu", "periods", "throttled", "fs_read", "fs_write", "net_rx
 _COUNTER_TOTALS: OrderedDict[tuple[str, str, int, str, str, float], tuple[float, list[tuple[float, ...]]]] = (
     OrderedDict()
 )
+#: Per pod: the (scenario, context) its totals were integrated with, and its latest read (time,
+#: totals). When the pod's resources change (live mode: an in-place resize), its counters go on from
+#: that read at the new rates, as a container's counters do; without it the current grid cell would
+#: be re-integrated at the new rates and the counter would jump (a 1 -> 4 core resize 50 s into a
+#: cell reads as 150 extra CPU seconds).
+_COUNTER_INPUTS: dict[
+    tuple[str, str, int, str, str, float], tuple[tuple[Scenario, PodContext], float, tuple[float, ...]]
+] = {}
 
 
 def _counter_rates(scenario: Scenario, ctx: PodContext, t: float) -> tuple[float, ...]:
@@ -809,6 +817,10 @@ def counter_totals(scenario: Scenario, ctx: PodContext, t: float) -> dict[str, f
     key = (scenario.name, scenario.namespace, scenario.seed, ctx.namespace, ctx.pod, ctx.started_at)
     grid = _COUNTER_GRID_SECONDS
     entry = _COUNTER_TOTALS.get(key)
+    inputs = _COUNTER_INPUTS.get(key)
+    if entry is not None and inputs is not None and inputs[0] != (scenario, ctx) and inputs[1] <= t:
+        entry = (inputs[1], [inputs[2]])  # resized: integrate on from the last read
+        _COUNTER_TOTALS[key] = entry
     if entry is None:
         origin = ctx.started_at
         base = tuple(0.0 for _ in _COUNTER_FIELDS)
@@ -819,7 +831,7 @@ def counter_totals(scenario: Scenario, ctx: PodContext, t: float) -> dict[str, f
         entry = (origin, [base])
         _COUNTER_TOTALS[key] = entry
         while len(_COUNTER_TOTALS) > _COUNTER_CACHE_PODS:
-            _COUNTER_TOTALS.popitem(last=False)
+            _COUNTER_INPUTS.pop(_COUNTER_TOTALS.popitem(last=False)[0], None)
     else:
         _COUNTER_TOTALS.move_to_end(key)
     origin, totals = entry
@@ -843,10 +855,10 @@ def counter_totals(scenario: Scenario, ctx: PodContext, t: float) -> dict[str, f
         )
     rates = _counter_rates(scenario, ctx, origin + (steps + 0.5) * grid)
     partial = elapsed - steps * grid
-    return {
-        name: total + max(0.0, rate) * partial
-        for name, total, rate in zip(_COUNTER_FIELDS, totals[steps], rates, strict=True)
-    }
+    values = tuple(max(0.0, rate) * partial + total for total, rate in zip(totals[steps], rates, strict=True))
+    if inputs is None or inputs[1] <= t:
+        _COUNTER_INPUTS[key] = ((scenario, ctx), t, values)
+    return dict(zip(_COUNTER_FIELDS, values, strict=True))
 
 
 def _cadvisor_series(scenario: Scenario, ctx: PodContext, t: float, lv: Levels) -> list[SeriesSample]:

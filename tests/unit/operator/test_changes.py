@@ -220,6 +220,10 @@ class Cluster:
             for i in range(int(self.workload["spec"]["replicas"]))
         ]  # fmt: skip
 
+    def owned_pods(self, workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Unscheduled pods (no node): nothing to resize in place, so CPU changes take the template."""
+        return self.pods_of(workload)
+
     def list_workloads(self, kind: str, namespaces: tuple[str, ...] = ()) -> dict[tuple[str, str], Any]:
         rs = {
             "metadata": {

@@ -455,6 +455,9 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
         def list_pdbs(self, namespace: str) -> list[dict[str, Any]]:
             return []
 
+        def owned_pods(self, workload: dict[str, Any]) -> list[dict[str, Any]]:
+            return []  # no pods to resize in place: the template path
+
     apply_policy = policy("a", "team-a")
     apply_policy["spec"].update(mode="Apply", actions=["cpu"], safety={"maxStaleness": "20m"})
     kube = ActingKube(cluster(apply_policy))

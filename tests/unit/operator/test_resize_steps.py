@@ -6,21 +6,24 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tests.unit.operator.test_changes import T0, Cluster, Driver, window
 
 from gpu_rightsizer.actuator.inplace import RESIZE_ANNOTATION
 from gpu_rightsizer.actuator.writes import LeadershipLostError
+from gpu_rightsizer.adapters.source import rate_window_seconds
+from gpu_rightsizer.model.observation import Allocation, WorkloadRef, WorkloadWindow
 
 
 class ResizeCluster(Cluster):
     """The Deployment of test_changes, opted in to in-place resize, with running pods and a kubelet."""
 
-    def __init__(self, replicas: int = 2, node_cpu: str = "64") -> None:
+    def __init__(self, replicas: int = 2, node_cpu: str = "64", *, annotated: bool = True) -> None:
         super().__init__(replicas)
-        self.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "InPlace"
+        if annotated:
+            self.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "InPlace"
         self.node_cpu = node_cpu
         self.kubelet = "apply"  # apply | Infeasible | Deferred
         self.resizes: list[str] = []
@@ -99,9 +102,9 @@ def test_pods_are_resized_in_place_and_verified_on_the_same_pods() -> None:
     cluster.run_kubelet()
     driver.step(T0 + timedelta(minutes=1))
     assert cluster.apply()["phase"] == "RolledOut"
-    driver.step(T0 + timedelta(minutes=5))
-    assert cluster.apply()["phase"] == "RolledOut"  # still measuring
     driver.step(T0 + timedelta(minutes=12))
+    assert cluster.apply()["phase"] == "RolledOut"  # still measuring: from 3 min after the resize
+    driver.step(T0 + timedelta(minutes=15))
     status = cluster.apply()
     assert status["state"] == "Verified", status["reason"]
     assert "GPU busy p95 30%->80%" in status["reason"] and "manifest" in status["reason"]
@@ -168,12 +171,12 @@ def test_a_crash_during_an_in_place_rollback_resumes_to_rolled_back() -> None:
 
     cluster.resize_pod = crash_after_first  # type: ignore[method-assign]
     with contextlib.suppress(LeadershipLostError):
-        driver.step(T0 + timedelta(minutes=12))
+        driver.step(T0 + timedelta(minutes=15))
     assert cluster.apply()["phase"] == "RollbackIntentRecorded"
     assert cluster.pod_cpu() == ["1", "4"]  # half done
     cluster.resize_pod = real  # type: ignore[method-assign]
     driver.leader = True
-    driver.step(T0 + timedelta(minutes=13))
+    driver.step(T0 + timedelta(minutes=16))
     status = cluster.apply()
     assert status["state"] == "RolledBack" and status["phase"] == "RolledBack", status
     assert cluster.pod_cpu() == ["1", "1"] and status["rollbacks"] == 1
@@ -233,3 +236,120 @@ def test_a_gitops_owner_of_the_template_cpu_blocks_the_resize() -> None:
     status = cluster.apply()
     assert status["state"] == "Blocked" and "'argocd-controller'" in status["reason"], status
     assert cluster.resizes == []
+
+
+def test_the_resized_pods_are_measured_at_their_new_size_only() -> None:
+    """The same pods' series go on through a resize, so verification reads only samples whose counter
+    range starts after every pod reported the new size, and compares each pod's usage with the CPU it
+    runs with now (all its containers, as the kubelet reports them), never with the old or a partial
+    limit. Here main goes 1 -> 4 beside a 2-core sidecar: 5.8 of 6 cores used is 97 %, not the 145 %
+    that 5.8 over main's 4 alone would read (a regression from the baseline's 98 %)."""
+    cluster = ResizeCluster()
+    for pod in cluster.pods:
+        sidecar = {"name": "sidecar", "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "2"}}}
+        pod["spec"]["containers"].append(copy.deepcopy(sidecar))
+        pod["status"]["containerStatuses"].append({"restartCount": 0, **copy.deepcopy(sidecar)})
+    driver = Driver(cluster, after=window(0.8, 5.8))
+    driver.before = window(0.3, 2.94).model_copy(update={"allocation": Allocation(cpu_limit_cores=3.0)})
+    reads: list[tuple[datetime, datetime]] = []
+    measure = driver.actuator.measure
+
+    def recorded(ref: WorkloadRef, start: datetime, end: datetime) -> WorkloadWindow | None:
+        reads.append((start, end))
+        return measure(ref, start, end)
+
+    driver.actuator.measure = recorded
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    assert cluster.apply()["phase"] == "RolledOut"
+    reported = datetime.fromisoformat(cluster.apply()["rolledOutAt"].replace("Z", "+00:00"))
+    reads.clear()
+    driver.step(T0 + timedelta(minutes=12))  # verifyFor (10 min) after the report, not after the range
+    assert cluster.apply()["phase"] == "RolledOut" and reads == []
+    driver.step(T0 + timedelta(minutes=15))
+    status = cluster.apply()
+    assert reads and all(
+        start >= reported + timedelta(seconds=rate_window_seconds(60.0)) for start, _ in reads
+    )
+    assert status["state"] == "Verified", status["reason"]
+    assert "CPU saturation p95 98%->97%" in status["reason"]
+
+
+def test_a_deployment_s_cpu_raise_goes_in_place_without_the_annotation() -> None:
+    """Deployments take the in-place path for a CPU raise their pods take without a restart: the
+    template is never patched, the target stays as manifest advice."""
+    cluster = ResizeCluster(annotated=False)
+    driver = Driver(cluster, after=window(0.8, 0.5))
+    started(cluster, driver)
+    assert cluster.cpu() == "1" and "workload" not in cluster.writes
+    assert "new pods start at the old size" in cluster.apply()["manifestAdvice"]
+
+
+def test_a_deployment_whose_container_restarts_on_resize_keeps_the_template_path() -> None:
+    """resizePolicy RestartContainer: resizing every pod at once would restart them all together; the
+    template path rolls them out one by one under the rollout gates."""
+    cluster = ResizeCluster(annotated=False)
+    for pod in cluster.pods:
+        pod["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+        ]
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    assert cluster.cpu() == "4" and cluster.resizes == [] and "workload" in cluster.writes
+
+
+def test_the_template_annotation_keeps_a_deployment_on_the_template_path() -> None:
+    cluster = ResizeCluster(annotated=False)
+    cluster.workload["metadata"]["annotations"][RESIZE_ANNOTATION] = "Template"
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0)
+    assert cluster.cpu() == "4" and cluster.resizes == []
+
+
+def test_a_person_s_rollout_ends_an_in_place_change_not_a_regression() -> None:
+    """A rollout of the Deployment after the resize (here one that keeps the old size) replaces the
+    resized pods: the change ends at once, before any pod is gone, and is not rolled back."""
+    cluster = ResizeCluster(annotated=False)
+    driver = Driver(cluster, after=window(0.05, 0.5))  # would read as a regression
+    started(cluster, driver)
+    cluster.run_kubelet()
+    driver.step(T0 + timedelta(minutes=1))
+    # `kubectl rollout restart`: a new template revision, whose pods start at the manifest's size
+    cluster.workload["spec"]["template"]["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/restartedAt": "now"
+    }
+    cluster._bump()
+    driver.step(T0 + timedelta(minutes=2))
+    status = cluster.apply()
+    assert status["phase"] == "Done" and "ended" in status["reason"], status
+    assert not status.get("rollbacks") and cluster.pod_cpu() == ["4", "4"]
+
+
+def test_a_restarting_resize_of_a_job_obeys_the_pdb_and_counts_every_pod() -> None:
+    """A Job has no rollout, but a RestartContainer resize restarts its pods, all at once: a
+    PodDisruptionBudget over them must allow that many disruptions."""
+    cluster = ResizeCluster(annotated=False)
+    cluster.workload["kind"] = "Job"
+    for pod in cluster.pods:
+        pod["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+        ]
+    pdb = {"metadata": {"name": "workers"}, "spec": {"selector": {"matchLabels": {"app": "trainer"}}},
+           "status": {"disruptionsAllowed": 1}}  # fmt: skip
+    driver = Driver(cluster)
+    cluster.publish()
+    driver.step(T0, pdbs=[pdb])
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "PodDisruptionBudget workers allows 1" in status["reason"], status
+    assert cluster.resizes == []
+    cluster.workload["spec"]["backoffLimit"] = 1  # two restarts would fail the Job
+    pdb["status"]["disruptionsAllowed"] = 2
+    driver.step(T0 + timedelta(minutes=1), pdbs=[pdb])
+    status = cluster.apply()
+    assert status["state"] == "Blocked" and "backoffLimit 1" in status["reason"], status
+    cluster.workload["spec"]["backoffLimit"] = 6
+    driver.step(T0 + timedelta(minutes=2), pdbs=[pdb])
+    assert cluster.pod_cpu() == ["4", "4"] and cluster.apply()["replicas"] == 2  # counted as restarts

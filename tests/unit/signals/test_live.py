@@ -122,6 +122,28 @@ def test_an_in_place_resize_counts_only_once_the_pod_status_reports_it() -> None
     assert resized("8") == 8.0
 
 
+def test_a_resized_pod_s_cpu_counter_goes_on_at_the_new_rate_without_a_jump() -> None:
+    """A resize 50 s into the simulator's 60 s integration cell: the CPU counter goes on from its last
+    value at the new rate (a real container's counter does); re-integrating the cell at the new rate
+    would add ~150 CPU seconds at once, which a rate() over the resize reads as more cores than the
+    pod has."""
+
+    def cpu_total(cpu: str, at: float) -> float:
+        pods = simulated_pods([_pod("trainer-5d8f-r", "input-cpu-bound", cpu=cpu)], {})
+        return next(
+            v
+            for name, labels, v, _ in series_at(pods, at)
+            if name == mn.CADVISOR_CPU_USAGE and labels.get("container") == "main"
+        )
+
+    start = (NOW - timedelta(hours=2)).timestamp()
+    before = cpu_total("1", start + 3600 + 50)
+    after = cpu_total("4", start + 3600 + 55)
+    later = cpu_total("4", start + 3600 + 125)
+    assert 0 < after - before <= 4 * 5 + 1e-6  # at most 4 cores over 5 s
+    assert 3.0 * 70 < later - after <= 4 * 70 + 1e-6  # the new rate from then on
+
+
 def test_mig_pods_get_their_slice() -> None:
     pods = simulated_pods([_pod("trainer-5d8f-a", "oversized", gpu="nvidia.com/mig-2g.20gb")], {})
     assert pods[0].scenario.mig_profile == "2g.20gb"

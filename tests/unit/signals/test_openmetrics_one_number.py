@@ -18,11 +18,11 @@ import pytest
 
 from gpu_rightsizer.adapters.exposition import ParsedSample
 from gpu_rightsizer.adapters.openmetrics import (
-    rate_window_seconds,
     window_counter_rates,
     windows_from_samples,
 )
 from gpu_rightsizer.adapters.prometheus import _sample_spans, sharers_in_time
+from gpu_rightsizer.adapters.source import rate_window_seconds
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 START = 1_767_225_600.0
