@@ -63,12 +63,13 @@ def test_gpu_deployment_runs_on_fake_h100_and_gets_a_recommendation(kube: Kube, 
 
     table = kube.kubectl("get", "gpurecommendations", "-A").stdout.splitlines()
     header = table[0].split()
-    for column in ("WORKLOAD", "DIAGNOSIS", "ACTION", "GPU", "BUSY", "SAVINGS", "STATE", "AGE"):
+    for column in ("WORKLOAD", "DIAGNOSIS", "ACTION", "GPU", "BUSY", "SAVINGS", "STATE", "LAST-ANALYSED"):
         assert column in header, table[0]
+    assert "AGE" not in header, table[0]  # freshness is LAST-ANALYSED; the creation time is in -o wide
     row = next(line for line in table[1:] if line.startswith(namespace))
     assert "Deployment/trainer" in row and "InsufficientData" in row
     wide = kube.kubectl("get", "gpurecommendations", "-A", "-o", "wide").stdout.splitlines()[0]
-    assert "CONFIDENCE" in wide and "WINDOW" in wide
+    assert "CONFIDENCE" in wide and "WINDOW" in wide and "AGE" in wide
 
 
 def test_api_server_rejects_an_invalid_policy_naming_the_field(kube: Kube) -> None:
