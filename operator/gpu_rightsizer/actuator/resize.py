@@ -48,7 +48,7 @@ from gpu_rightsizer.actuator.inplace import (
     worst,
 )
 from gpu_rightsizer.actuator.plan import CHANGE_ANNOTATION, ChangePlan
-from gpu_rightsizer.actuator.record import ChangeRecord, rollback_problems
+from gpu_rightsizer.actuator.record import ChangeRecord, record_from_patch, rollback_problems
 from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
@@ -58,11 +58,7 @@ from gpu_rightsizer.actuator.verify import (
     template_fingerprint,
     verification_outcome,
 )
-from gpu_rightsizer.actuator.writes import (
-    RecordState,
-    WorkloadCase,
-    record_from_patch,
-)
+from gpu_rightsizer.actuator.writes import RecordState, WorkloadCase
 from gpu_rightsizer.adapters.source import rate_window_seconds, step_for
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState

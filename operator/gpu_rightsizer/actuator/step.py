@@ -47,6 +47,7 @@ from gpu_rightsizer.actuator.plan import (
 )
 from gpu_rightsizer.actuator.record import (
     ChangeRecord,
+    record_from_patch,
     record_on,
     rollback_plan,
     rollback_problems,
@@ -64,7 +65,7 @@ from gpu_rightsizer.actuator.verify import (
     template_fingerprint,
     verification_outcome,
 )
-from gpu_rightsizer.actuator.writes import RecordState, WorkloadCase, record_from_patch
+from gpu_rightsizer.actuator.writes import RecordState, WorkloadCase
 from gpu_rightsizer.adapters.kube import ApiError
 from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState

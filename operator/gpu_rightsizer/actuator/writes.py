@@ -23,11 +23,9 @@ from gpu_rightsizer.actuator.plan import (
 from gpu_rightsizer.actuator.record import (
     ChangeRecord,
     describe,
+    record_from_patch,
     record_on,
     rollback_plan,
-)
-from gpu_rightsizer.actuator.record import (
-    record_from_patch as record_from_patch,  # noqa: PLC0414 (re-exported: the step and resize.py import it here)
 )
 from gpu_rightsizer.actuator.verify import (
     pod_health,

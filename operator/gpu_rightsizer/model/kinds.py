@@ -149,8 +149,6 @@ KINDS: dict[str, WorkloadKind] = {
 BUILT_IN: dict[str, WorkloadKind] = {name: k for name, k in KINDS.items() if k.built_in}
 #: Kinds that own pods: watched for the owner cache, listed once per cycle.
 POD_OWNERS: tuple[WorkloadKind, ...] = tuple(k for k in KINDS.values() if k.owns_pods)
-#: Kinds with spec.replicas (an HPA's targets; the actuator may set replicas).
-SCALABLE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.scalable)
 #: Kinds whose pods the actuator resizes in place (never through a template).
 IN_PLACE_KINDS: frozenset[str] = frozenset(name for name, k in KINDS.items() if k.resized_in_place)
 #: Kinds the actuator may patch.

@@ -44,7 +44,7 @@ from gpu_rightsizer.model.codes import SharingStrategy
 from gpu_rightsizer.model.crd import (
     GPURightsizingPolicy,
 )
-from gpu_rightsizer.model.kinds import POD_OWNERS, SCALABLE_KINDS
+from gpu_rightsizer.model.kinds import POD_OWNERS, is_scalable
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
@@ -199,7 +199,7 @@ class CycleState:
             except Exception as error:
                 metrics.ERRORS.labels("kubernetes").inc()
                 LOG.warning("listing %s objects failed; reading them one by one: %s", kind, error)
-        if any(ref.kind in SCALABLE_KINDS for ref in refs):
+        if any(is_scalable(ref.kind) for ref in refs):
             try:
                 self.hpas = kube.list_hpas(namespaces)
             except Exception as error:
@@ -438,7 +438,7 @@ def _analyse_and_write(
     never makes the actuator's freshness gate call it stale.
     """
     ref, settings = item.ref, item.settings
-    hpa = state.hpa_of(kube, ref) if ref.kind in SCALABLE_KINDS else None
+    hpa = state.hpa_of(kube, ref) if is_scalable(ref.kind) else None
     window = with_hpa(window, hpa)
     uid = str((item.workload.get("metadata") or {}).get("uid", ""))
     try:
