@@ -227,27 +227,6 @@ def _status_value(pod: Mapping[str, Any], path: str) -> str | None:
     return None if value is None else str(value)
 
 
-def applied_cpu_limit(pod: Mapping[str, Any]) -> float | None:
-    """The CPU the pod runs with, as the kubelet reports it (`status.containerStatuses[].resources`):
-    the sum of its containers' limits, else of their requests; None unless every container reports
-    one (what its usage is compared with after an in-place resize)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    if not statuses:
-        return None
-    for section in ("limits", "requests"):
-        amounts = [
-            _amount(
-                str(value)
-                if (value := ((s.get("resources") or {}).get(section) or {}).get("cpu")) is not None
-                else None
-            )
-            for s in statuses
-        ]
-        if all(a is not None and a > 0 for a in amounts):
-            return sum(a for a in amounts if a is not None)
-    return None
-
-
 def restart_policy(pod: Mapping[str, Any], container: str, resource: str) -> str:
     """The container's `resizePolicy` for a resource (`NotRequired` when unset, as in Kubernetes)."""
     spec = _container((pod.get("spec") or {}).get("containers"), container) or {}

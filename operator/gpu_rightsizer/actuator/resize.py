@@ -33,7 +33,6 @@ from gpu_rightsizer.actuator.gates import (
 from gpu_rightsizer.actuator.inplace import (
     OPT_IN_KINDS,
     ResizeState,
-    applied_cpu_limit,
     job_backoff_problem,
     live_pods,
     manifest_advice,
@@ -53,8 +52,7 @@ from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
     pod_health,
-    signals_from_window,
-    target_cpu_limit,
+    signals_of_pods,
     template_fingerprint,
     verification_outcome,
 )
@@ -426,8 +424,7 @@ class InPlaceSteps(CheckedWriter):
             start = coarser  # the source's counter range is longer (a fixed coarse step): start later
             window = self._read_resized(case, start) if case.now >= start + verify_for else None
         if window is not None:
-            limits = {_name(p): cores for p in pods if (cores := applied_cpu_limit(p)) is not None}
-            after = signals_from_window(window, [_name(p) for p in pods], target_cpu_limit(record), limits)
+            after = signals_of_pods(window, pods)
         outcome, reason = verification_outcome(
             VerificationInput(
                 now=case.now, applied_at=applied_at, rolled_out_at=start,
