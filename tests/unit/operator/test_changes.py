@@ -316,6 +316,15 @@ def applied(cluster: Cluster, driver: Driver) -> None:
     assert cluster.cpu() == "4" and cluster.apply()["phase"] == "Applied"
 
 
+def verified(cluster: Cluster, driver: Driver) -> dict[str, Any]:
+    """Steps a rolled-out change through its verification (10 min of `verifyFor`); its Verified status."""
+    driver.step(T0 + timedelta(minutes=1))
+    driver.step(T0 + timedelta(minutes=15))
+    status = cluster.apply()
+    assert status["state"] == "Verified", status["reason"]
+    return status
+
+
 # --------------------------------------------------------------------------------------------------
 # C1: nothing is applied without passing every gate at the moment it is sent
 # --------------------------------------------------------------------------------------------------
@@ -531,10 +540,7 @@ def test_the_new_pods_of_a_two_container_template_are_measured_against_both_cont
     assert [c["resources"]["limits"]["cpu"] for c in new_pods[0]["spec"]["containers"]] == ["4", "2"]
     driver.after = window(0.8, 5.8, pods=tuple(p["metadata"]["name"] for p in new_pods))
     cluster.roll_out()
-    driver.step(T0 + timedelta(minutes=1))
-    driver.step(T0 + timedelta(minutes=15))
-    status = cluster.apply()
-    assert status["state"] == "Verified", status["reason"]
+    status = verified(cluster, driver)
     assert "CPU saturation p95 98%->97%" in status["reason"]
     assert status["history"][-1]["after"]["cpuSaturationP95"] == round(5.8 / 6, 4)
 

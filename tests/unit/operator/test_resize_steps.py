@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from tests.unit.operator.test_changes import T0, Cluster, Driver, window
+from tests.unit.operator.test_changes import T0, Cluster, Driver, verified, window
 
 from gpu_rightsizer.actuator.inplace import RESIZE_ANNOTATION
 from gpu_rightsizer.actuator.writes import LeadershipLostError
@@ -289,11 +289,7 @@ def test_a_resized_pod_is_measured_as_the_template_path_and_the_baseline_measure
     driver = Driver(cluster, after=window(0.8, 3.8))
     started(cluster, driver)
     cluster.run_kubelet()
-    driver.step(T0 + timedelta(minutes=1))
-    driver.step(T0 + timedelta(minutes=15))
-    status = cluster.apply()
-    assert status["state"] == "Verified", status["reason"]
-    assert "CPU saturation p95 98%->95%" in status["reason"]
+    assert "CPU saturation p95 98%->95%" in verified(cluster, driver)["reason"]
 
 
 def test_a_deployment_s_cpu_raise_goes_in_place_without_the_annotation() -> None:
