@@ -5,6 +5,8 @@ dcgm-exporter (`testcluster.prometheus`: target labels namespace=gpu-operator,
 service=nvidia-dcgm-exporter, honor_labels false), and a tenant's own target (namespace `tenant`,
 honor_labels false). The tenant serves the victim's DCGM series with the victim's `exported_*` labels,
 GPU UUID and hostname, plus `vgpu="0"`, at 2 % busy and 1.5 GiB of memory: the attack of review H-C.
+The tenant also serves the node agent's per-process CPU series for the victim (a loader pinned at one
+core), next to a trusted agent target's own.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gpu_rightsizer.adapters.gpu_targets import CLAIMS, RELABELLED, trust_warnin
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource, read_prometheus
 from gpu_rightsizer.config import DEFAULT_TRUSTED_GPU_TARGETS
 from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import Signal
 from tests.e2e.conftest import Kube, _wait_http, start_simulator
 from tests.e2e.test_actuation_e2e import create, promql, running_pods
 from tests.e2e.workloads import gpu_deployment
@@ -46,6 +49,9 @@ SPOOFED_VALUES = {
     mn.DCGM_FB_USED: 1536.0,
 }
 _TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
+#: The node agent's pod as service discovery names it, and the trusted target that matches it.
+AGENT_TARGET = {"namespace": "gpurs", "pod": "gpurs-agent-x1", "container": "agent"}
+TRUSTED_AGENT = ('namespace="gpurs"', 'pod=~"gpurs-agent-.*"')
 
 
 @dataclass
@@ -95,11 +101,17 @@ class TenantTarget:
         self.text = "\n".join(sorted(set(lines))) + "\n"
         return len(lines)
 
+    def serve_process_cpu_of(self, namespace: str, pod: str, busiest_cores: float, pinned: int) -> None:
+        """Serve the agent's per-process CPU series for `namespace/pod`'s container `main`."""
+        labels = f'namespace="{namespace}",pod="{pod}",container="main"'
+        self.text = f"{mn.AGENT_PROCESS_CPU_MAX}{{{labels}}} {busiest_cores}\n{mn.AGENT_PROCESSES_PINNED}{{{labels}}} {pinned}\n"
+
 
 @dataclass
 class SpoofedMetrics:
     url: str
     tenant: TenantTarget
+    agent: TenantTarget
 
 
 @pytest.fixture(scope="session")
@@ -109,28 +121,34 @@ def spoofed_metrics(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
     workdir = tmp_path_factory.mktemp("spoofed-metrics")
     simulator, port = start_simulator(kube, workdir)
-    tenant = TenantTarget(free_port())
+    tenant, agent = TenantTarget(free_port()), TenantTarget(free_port())
     tenant.start()
+    agent.start()
     prometheus = PrometheusServer(
         workdir / "prometheus",
         scrape_targets=[f"127.0.0.1:{port}"],
         scrape_interval="2s",
         extra_scrape_configs=[
             {
-                "job_name": "tenant/app",
+                "job_name": job,
                 "scrape_interval": "2s",
                 "honor_labels": False,
-                "static_configs": [{"targets": [f"127.0.0.1:{tenant.port}"], "labels": TENANT_TARGET}],
+                "static_configs": [{"targets": [f"127.0.0.1:{target.port}"], "labels": labels}],
             }
+            for job, target, labels in (
+                ("tenant/app", tenant, TENANT_TARGET),
+                ("gpurs/agent", agent, AGENT_TARGET),
+            )
         ],
     )
     try:
         _wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60, process=simulator.process)
         prometheus.workdir.mkdir(parents=True, exist_ok=True)
         prometheus.start()
-        yield SpoofedMetrics(prometheus.url, tenant)
+        yield SpoofedMetrics(prometheus.url, tenant, agent)
     finally:
         prometheus.stop()
+        agent.stop()
         tenant.stop()
         simulator.stop()
 
@@ -201,6 +219,58 @@ def test_a_tenant_series_with_another_pods_labels_does_not_replace_its_figures(
     assert attack_landed, "the tenant's copies never reached the trainer's figures: the test proves nothing"
     assert len(trusted_reads) >= 5, trusted_reads
     assert all(replaced == [] for replaced in trusted_reads), trusted_reads
+
+
+def _process_cpu(
+    url: str, namespace: str, trusted: tuple[tuple[str, ...], ...] | None
+) -> tuple[float | None, float | None] | None:
+    """The trainer's busiest-process cores and pinned processes, window maxima (None: no window for the
+    trainer yet; a None figure: not 5 samples of it)."""
+    windows = read_prometheus(
+        PrometheusConfig(url, trusted_gpu_targets=trusted),
+        window_seconds=60,
+        step_seconds=2,
+        namespace=namespace,
+        at=datetime.now(tz=UTC),
+    )
+    window = next((w for w in windows if w.workload.name == "trainer"), None)
+    if window is None or not window.pods:
+        return None
+    stats = window.pods[0].stats
+    busiest, pinned = (stats.get(s) for s in (Signal.PROCESS_CPU_MAX_CORES, Signal.PROCESSES_PINNED))
+    figures = [found.max if found is not None and found.samples >= 5 else None for found in (busiest, pinned)]
+    return figures[0], figures[1]
+
+
+def test_a_tenant_copy_of_the_agents_cpu_series_does_not_decide_a_loaders_cpu(
+    kube: Kube, spoofed_metrics: SpoofedMetrics
+) -> None:
+    """The agent reports a fed loader (0.3 core, nothing pinned); the tenant serves the same pod's
+    series with a loader pinned at one core, which would call for more CPU."""
+    namespace = kube.create_namespace("spoof-cpu")
+    create(kube, gpu_deployment("trainer", namespace, scenario="healthy"))
+    [pod] = kube.wait_for(
+        lambda: running_pods(kube, namespace, "trainer"), timeout=90, what="a Running trainer"
+    )
+    name = pod["metadata"]["name"]
+    spoofed_metrics.agent.serve_process_cpu_of(namespace, name, 0.3, 0)
+    spoofed_metrics.tenant.serve_process_cpu_of(namespace, name, 1.0, 3)
+    trusted = (*DEFAULT_TRUSTED_GPU_TARGETS, TRUSTED_AGENT)
+    everyone: set[tuple[float | None, float | None]] = set()
+    trusted_reads: list[tuple[float | None, float | None]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (everyone and len(trusted_reads) >= 5):
+        time.sleep(1)
+        read = _process_cpu(spoofed_metrics.url, namespace, None)
+        if read is not None and None not in read:
+            everyone.add(read)
+        read = _process_cpu(spoofed_metrics.url, namespace, trusted)
+        if read is not None and None not in read:
+            trusted_reads.append(read)
+    assert (1.0, 3.0) in everyone, f"the tenant's copies never reached the trainer's figures: {everyone}"
+    assert len(trusted_reads) >= 5 and set(trusted_reads) == {(0.3, 0.0)}, trusted_reads
+    # the GPU Operator's exporter alone serves no agent series: the trainer has none, not the tenant's
+    assert _process_cpu(spoofed_metrics.url, namespace, DEFAULT_TRUSTED_GPU_TARGETS) == (None, None)
 
 
 def test_series_that_set_their_own_target_labels_are_found_on_a_real_prometheus(tmp_path: Path) -> None:

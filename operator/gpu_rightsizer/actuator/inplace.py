@@ -37,19 +37,17 @@ from gpu_rightsizer.actuator.plan import (
 from gpu_rightsizer.logic.policy import EffectiveSettings
 from gpu_rightsizer.logic.workloads import QuantityError, parse_quantity
 from gpu_rightsizer.model.codes import ActionType
-from gpu_rightsizer.model.kinds import IN_PLACE_KINDS
+from gpu_rightsizer.model.kinds import IN_PLACE_KINDS, KINDS, offers_in_place_resize
 from gpu_rightsizer.model.result import Action
 
-#: On a Deployment or StatefulSet, `InPlace` asks for every change to be made by resizing the running
-#: pods, never by changing the pod template (which restarts every pod): what cannot be resized
-#: without one (a GPU action, a container that restarts on resize) is left out or blocked.
+#: On a kind that offers in-place resize (`resize_opt_in` in the kinds table: Deployment, StatefulSet),
+#: `InPlace` asks for every change to be made by resizing the running pods, never by changing the pod
+#: template (which restarts every pod): what cannot be resized without one (a GPU action, a container
+#: that restarts on resize) is left out or blocked.
 RESIZE_ANNOTATION = "gpurightsizer.io/resize"
 IN_PLACE = "InPlace"
 #: ... and `Template` keeps every change on the pod template (new pods), as before in-place resize.
 TEMPLATE = "Template"
-
-#: Template workloads whose CPU raises take the in-place path (always when annotated `InPlace`).
-OPT_IN_KINDS = frozenset({"Deployment", "StatefulSet"})
 
 #: Resources the kubelet resizes in place.
 RESIZABLE = frozenset({"cpu", "memory"})
@@ -61,14 +59,42 @@ INFEASIBLE = "Infeasible"
 DEFERRED = "Deferred"
 
 
+def resize_paths_table() -> str:
+    """docs/in-place-resize.md's "Which workloads" table, from the kinds table (written there by
+    hack/gen-docs-tables.py, checked by the docs tests): which path each kind's changes take."""
+    only = ", ".join(k.kind for k in KINDS.values() if k.resized_in_place)
+    opt_in = ", ".join(k.kind for k in KINDS.values() if k.resize_opt_in)
+    template = ", ".join(k.kind for k in KINDS.values() if k.patchable and not k.resize_opt_in)
+    rows = [
+        (only, "in place only (`resized_in_place` in `model/kinds.py`)"),
+        (
+            f"{opt_in}: a CPU or memory raise that every running pod takes without a restart",
+            "in place (`resize_opt_in` in `model/kinds.py`, `resize_fits` in `actuator/inplace.py`): "
+            "the template is not patched",
+        ),
+        (
+            f"{opt_in} annotated `{RESIZE_ANNOTATION}: {IN_PLACE}`",
+            "in place only, whatever the change: the template is never patched",
+        ),
+        (
+            f"{opt_in} annotated `{RESIZE_ANNOTATION}: {TEMPLATE}`",
+            "the pod template, as before in-place resize",
+        ),
+        (f"{opt_in} otherwise; {template}", "the pod template, as before"),
+    ]
+    return "| Workload | Path |\n|---|---|\n" + "".join(
+        f"| {workload} | {path} |\n" for workload, path in rows
+    )
+
+
 def resizes_in_place(workload: Mapping[str, Any]) -> bool:
     """True when the workload's changes are made only by resizing its running pods, whatever they
-    are: its kind has no template to patch, or a Deployment or StatefulSet is annotated `InPlace`."""
+    are: its kind has no template to patch, or offers in-place resize and is annotated `InPlace`."""
     kind = str(workload.get("kind", ""))
     if kind in IN_PLACE_KINDS:
         return True
     annotations = (workload.get("metadata") or {}).get("annotations") or {}
-    return kind in OPT_IN_KINDS and annotations.get(RESIZE_ANNOTATION) == IN_PLACE
+    return offers_in_place_resize(kind) and annotations.get(RESIZE_ANNOTATION) == IN_PLACE
 
 
 def resize_fits(
@@ -83,7 +109,10 @@ def resize_fits(
     a container that restarts on resize, pods that differ, none running) keeps the template path,
     where the rollout gates apply."""
     annotations = (workload.get("metadata") or {}).get("annotations") or {}
-    if str(workload.get("kind", "")) not in OPT_IN_KINDS or annotations.get(RESIZE_ANNOTATION) == TEMPLATE:
+    if (
+        not offers_in_place_resize(str(workload.get("kind", "")))
+        or annotations.get(RESIZE_ANNOTATION) == TEMPLATE
+    ):
         return False
     automatic = [action for action in actions if action.automatic]
     if not automatic or any(_resizable(action) is not None for action in automatic):
@@ -225,27 +254,6 @@ def _status_value(pod: Mapping[str, Any], path: str) -> str | None:
     container = _container((pod.get("status") or {}).get("containerStatuses"), match["container"]) or {}
     value = ((container.get("resources") or {}).get(match["section"]) or {}).get(match["resource"])
     return None if value is None else str(value)
-
-
-def applied_cpu_limit(pod: Mapping[str, Any]) -> float | None:
-    """The CPU the pod runs with, as the kubelet reports it (`status.containerStatuses[].resources`):
-    the sum of its containers' limits, else of their requests; None unless every container reports
-    one (what its usage is compared with after an in-place resize)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    if not statuses:
-        return None
-    for section in ("limits", "requests"):
-        amounts = [
-            _amount(
-                str(value)
-                if (value := ((s.get("resources") or {}).get(section) or {}).get("cpu")) is not None
-                else None
-            )
-            for s in statuses
-        ]
-        if all(a is not None and a > 0 for a in amounts):
-            return sum(a for a in amounts if a is not None)
-    return None
 
 
 def restart_policy(pod: Mapping[str, Any], container: str, resource: str) -> str:
@@ -450,7 +458,7 @@ def manifest_advice(kind: str, name: str, plan: ChangePlan) -> str:
             f" (now {plan.previous.get(path) or 'unset'})"
         )
     what = "; ".join(parts)
-    if kind in OPT_IN_KINDS:
+    if offers_in_place_resize(kind):
         return (
             f"resized in place; set {what} in the {kind} {name} manifest, or new pods start at the old size"
         )

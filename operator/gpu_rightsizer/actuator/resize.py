@@ -31,9 +31,7 @@ from gpu_rightsizer.actuator.gates import (
     rollout_incomplete,
 )
 from gpu_rightsizer.actuator.inplace import (
-    OPT_IN_KINDS,
     ResizeState,
-    applied_cpu_limit,
     job_backoff_problem,
     live_pods,
     manifest_advice,
@@ -53,8 +51,7 @@ from gpu_rightsizer.actuator.verify import (
     Outcome,
     VerificationInput,
     pod_health,
-    signals_from_window,
-    target_cpu_limit,
+    signals_of_pods,
     template_fingerprint,
     verification_outcome,
 )
@@ -64,6 +61,7 @@ from gpu_rightsizer.logic.owners import managed_by_parent
 from gpu_rightsizer.model.codes import ApplyState
 from gpu_rightsizer.model.crd import ChangePhase, OnDisableAction
 from gpu_rightsizer.model.k8s import parse_time, stamp
+from gpu_rightsizer.model.kinds import offers_in_place_resize
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.result import Action
 from gpu_rightsizer.runtime import metrics
@@ -151,7 +149,9 @@ class InPlaceSteps(CheckedWriter):
         Deployment's or StatefulSet's CPU raise that its running pods take without a restart."""
         if resizes_in_place(case.workload):
             return True
-        if case.workload.get("kind") not in OPT_IN_KINDS or not any(a.automatic for a in actions):
+        if not offers_in_place_resize(str(case.workload.get("kind", ""))) or not any(
+            a.automatic for a in actions
+        ):
             return False  # no pod list needed
         return resize_fits(case.workload, self.kube.owned_pods(case.workload), actions, case.settings)
 
@@ -240,7 +240,7 @@ class InPlaceSteps(CheckedWriter):
             "reason": f"change {plan.change_id} recorded: resizing {len(pods)} pod(s) in place, {plan.describe()}",
             "appliedAt": stamp(case.now), "verifyAfter": None, "rolledOutAt": None, "lastError": None,
             "workloadGeneration": (case.workload.get("metadata") or {}).get("generation"),
-            "templateHash": template_fingerprint(case.workload) if case.workload.get("kind") in OPT_IN_KINDS else None,
+            "templateHash": template_fingerprint(case.workload) if offers_in_place_resize(str(case.workload.get("kind", ""))) else None,
             "conditions": [], "manifestAdvice": advice, "resizeDeferredSince": None,
             "replicas": len(pods) if any(restarts(p, plan.target) for p in pods) else 0,
         })  # fmt: skip
@@ -426,8 +426,7 @@ class InPlaceSteps(CheckedWriter):
             start = coarser  # the source's counter range is longer (a fixed coarse step): start later
             window = self._read_resized(case, start) if case.now >= start + verify_for else None
         if window is not None:
-            limits = {_name(p): cores for p in pods if (cores := applied_cpu_limit(p)) is not None}
-            after = signals_from_window(window, [_name(p) for p in pods], target_cpu_limit(record), limits)
+            after = signals_of_pods(window, pods)
         outcome, reason = verification_outcome(
             VerificationInput(
                 now=case.now, applied_at=applied_at, rolled_out_at=start,

@@ -60,8 +60,7 @@ from gpu_rightsizer.actuator.verify import (
     new_revision_pods,
     pod_health,
     reads_exhausted,
-    signals_from_window,
-    target_cpu_limit,
+    signals_of_pods,
     template_fingerprint,
     verification_outcome,
 )
@@ -369,7 +368,7 @@ class Actuator(InPlaceSteps):
         after: dict[str, float] = {}
         read_error: str | None = None
         if rolled_out_at is not None and case.now >= rolled_out_at + case.settings.verify_for:
-            after, read_error = self._measure_new_pods(case, rolled_out_at, new_pods, record)
+            after, read_error = self._measure_new_pods(case, rolled_out_at, new_pods)
         rollout = rollout_incomplete(case.workload)
         if apply.get("workloadGeneration") is not None and rollout is None:
             observed = (case.workload.get("status") or {}).get("observedGeneration")
@@ -408,7 +407,7 @@ class Actuator(InPlaceSteps):
         self._conclude(case, status, record, outcome, reason, after, undo)
 
     def _measure_new_pods(
-        self, case: WorkloadCase, since: datetime, pods: list[Mapping[str, Any]], record: ChangeRecord
+        self, case: WorkloadCase, since: datetime, pods: list[Mapping[str, Any]]
     ) -> tuple[dict[str, float], str | None]:
         """The new pods' figures since the rollout, or ({}, why) when this read gave none."""
         names = [str((p.get("metadata") or {}).get("name")) for p in pods]
@@ -423,7 +422,7 @@ class Actuator(InPlaceSteps):
             return {}, "no series for this workload"
         if any(name in warning for warning in mine.warnings for name in names):
             return {}, "a new pod without its series"  # no figures rather than partial ones
-        figures = signals_from_window(mine, names, target_cpu_limit(record))
+        figures = signals_of_pods(mine, pods)
         return (figures, None) if figures else ({}, "no figures for the new pods")
 
     def _resume_rollback(self, case: WorkloadCase, status: RecordState) -> None:

@@ -15,10 +15,8 @@ from typing import Any
 from gpu_rightsizer.actuator.fields import FIELD_MANAGER
 from gpu_rightsizer.actuator.gates import human_duration, workload_condition
 from gpu_rightsizer.actuator.plan import ChangePlan, pod_template
-from gpu_rightsizer.actuator.record import ChangeRecord, change_landed
-from gpu_rightsizer.logic.workloads import (
-    parse_quantity,
-)
+from gpu_rightsizer.actuator.record import change_landed
+from gpu_rightsizer.logic.workloads import pod_cpu_cores
 from gpu_rightsizer.model.codes import ActionType
 from gpu_rightsizer.model.kinds import KINDS, Rollout
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
@@ -38,36 +36,54 @@ BUSY_KEY = "gpuBusyP95"
 CPU_SATURATION_KEY = "cpuSaturationP95"
 
 
-def target_cpu_limit(record: ChangeRecord) -> float | None:
-    """The pod's CPU limit after the change (summed over containers), when the change set one."""
-    limits = [
-        parse_quantity(value)
-        for path, value in record.target.items()
-        if value is not None and path.endswith("resources.limits[cpu]")
+def running_cpu_cores(pod: Mapping[str, Any]) -> float | None:
+    """The CPU a pod runs with, summed over every container as its allocation counts it (limits, else
+    requests: `workloads.pod_cpu_cores`); each container as the kubelet reports it applied
+    (`status.containerStatuses[].resources`), else as the pod's spec sets it.
+
+    What verification proves is that the pods run with the recorded target and how they fare at it.
+    A pod's CPU use is the sum over its containers, and the baseline divides it by the sum of their
+    limits; over the changed container's limit alone, a pod with a sidecar would read more saturated
+    after the change than it is (a good change rolled back as a regression). The kubelet's report,
+    not the spec: after an in-place resize the spec holds the target before the pod runs with it."""
+    reported = {
+        status.get("name"): status.get("resources")
+        for status in (pod.get("status") or {}).get("containerStatuses") or []
+        if status.get("resources")
+    }
+    containers = [
+        {**container, "resources": reported.get(container.get("name")) or container.get("resources") or {}}
+        for container in (pod.get("spec") or {}).get("containers") or []
     ]
-    return sum(limits) if limits else None
+    return pod_cpu_cores({"containers": containers})
+
+
+def signals_of_pods(window: WorkloadWindow, pods: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The figures of these pods after a change (both paths: new revision, resized in place), each
+    pod's CPU use against the CPU it runs with (`running_cpu_cores`)."""
+    cores = {str((pod.get("metadata") or {}).get("name")): running_cpu_cores(pod) for pod in pods}
+    return signals_from_window(window, list(cores), cores)
 
 
 def signals_from_window(
     window: WorkloadWindow,
     pods: Iterable[str] | None = None,
-    cpu_limit_cores: float | None = None,
-    pod_cpu_limits: Mapping[str, float] | None = None,
+    cpu_by_pod: Mapping[str, float | None] | None = None,
 ) -> dict[str, float]:
     """The figures compared before and after a change: GPU busy p95 (worst GPU) and CPU saturation
     p95 (usage over limit, worst pod); only the given pods when `pods` is set. Missing figures are
-    left out rather than guessed. `cpu_limit_cores` overrides the window's limit: right after a CPU
-    change the window still holds the old pods' limit, and the new pods' usage over the old limit
-    reads as a rise in saturation (4 cores used over a 1-core limit: 392 %). `pod_cpu_limits` (pod
-    name -> cores) overrides both for the pods it names: the size each pod runs with."""
+    left out rather than guessed. `cpu_by_pod` (pod name -> cores) replaces the window's limit:
+    right after a CPU change the window still holds the old pods' limit, and the new pods' usage over
+    the old limit reads as a rise in saturation (4 cores used over a 1-core limit: 392 %); a pod it
+    gives no figure has no saturation figure."""
     wanted = set(pods) if pods is not None else None
     busy: list[float] = []
     saturation: list[float] = []
-    default = cpu_limit_cores or window.allocation.cpu_limit_cores or window.allocation.cpu_request_cores
+    default = window.allocation.cpu_limit_cores or window.allocation.cpu_request_cores
     for pod in window.pods:
         if wanted is not None and pod.name not in wanted:
             continue
-        limit = (pod_cpu_limits or {}).get(pod.name) or default
+        limit = default if cpu_by_pod is None else cpu_by_pod.get(pod.name)
         for gpu in pod.gpus:
             stats = gpu.stats.get(Signal.GR_ENGINE_ACTIVE) or gpu.stats.get(Signal.GPU_UTIL)
             if stats is not None and stats.samples > 0 and math.isfinite(stats.p95):

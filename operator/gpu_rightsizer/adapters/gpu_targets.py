@@ -7,6 +7,9 @@ labels and GPU UUID, would otherwise give that pod its figures. What a series ca
 `honor_labels: false` are its *target labels*: `namespace`, `pod`, `service`, `job` and `instance`,
 set by Prometheus from service discovery (a series label of the same name is renamed `exported_*`).
 
+The node agent's per-container CPU series (`AGENT_CONTAINER_METRICS`) name their pod the same way and
+follow the same rule: what is said below of DCGM selectors holds for them too.
+
 So every PromQL selector of a DCGM metric is limited to the trusted targets' matchers
 (`restrict_to_trusted`: one place, applied to every query the Prometheus source sends, which the
 incremental reads use too), and two checks run on each read:
@@ -47,6 +50,18 @@ _DCGM_NAMES = tuple(
         reverse=True,
     )
 )
+#: The node agent's per-container series (`agent/process_cpu.py`). They name their pod with labels of
+#: their own, like a DCGM series, and decide the CPU rules (a loader pinned at one core, or not): a
+#: tenant's copy could make a starved loader look fed, or a fed one starved. Same rule as GPU series.
+AGENT_CONTAINER_METRICS = (mn.AGENT_PROCESS_CPU_MAX, mn.AGENT_PROCESSES_PINNED)
+#: Every metric believed only from the trusted targets, longest first (a name is never matched
+#: inside a longer one).
+TRUSTED_ONLY_METRICS = tuple(sorted({*_DCGM_NAMES, *AGENT_CONTAINER_METRICS}, key=len, reverse=True))
+
+
+def selects_trusted_only(query: str) -> bool:
+    """Whether `query` reads a series believed only from the trusted targets (a DCGM or agent series)."""
+    return any(name in query for name in TRUSTED_ONLY_METRICS)
 
 
 #: `prometheus.add_matchers`: (query, matchers, metric names) → the query with the matchers added to
@@ -57,14 +72,15 @@ AddMatchers = Callable[[str, Sequence[str], Sequence[str]], str]
 def restrict_to_trusted(
     query: str, targets: Sequence[TrustedTarget] | None, add_matchers: AddMatchers
 ) -> str:
-    """`query` with every DCGM selector limited to the trusted targets (one copy of the query per
-    target, joined by `or`: where two targets give the same result labels, the first one's is kept).
+    """`query` with every selector of a trusted-only metric (DCGM, the agent's per-container series)
+    limited to the trusted targets (one copy of the query per target, joined by `or`: where two
+    targets give the same result labels, the first one's is kept).
 
-    None or an empty list leaves the query as it is; so does a query without a DCGM selector."""
-    if not targets or not any(name in query for name in _DCGM_NAMES):
+    None or an empty list leaves the query as it is; so does a query without such a selector."""
+    if not targets or not selects_trusted_only(query):
         return query
     copies = dict.fromkeys(  # a query that selects every target on purpose comes back unchanged
-        add_matchers(query, target, _DCGM_NAMES).replace(
+        add_matchers(query, target, TRUSTED_ONLY_METRICS).replace(
             '{__name__=~"DCGM_', "{" + ",".join(target) + ',__name__=~"DCGM_'
         )
         for target in targets
@@ -159,8 +175,8 @@ def trust_warnings(
     out = []
     if not targets:
         out.append(
-            "GPU series are read from every scrape target (trusted GPU targets: any): a pod's GPU figures "
-            "rest on labels any target can serve; no automatic action"
+            "GPU and agent series are read from every scrape target (trusted GPU targets: any): a pod's "
+            "GPU and per-process CPU figures rest on labels any target can serve; no automatic action"
         )
     if honor_labels_declared:
         out.append(

@@ -315,6 +315,10 @@ _DEVICE_METRICS: frozenset[str] = frozenset(
     }
 )
 
+#: Series kept only from the trusted targets when those are given (`gpu_targets`): the device series
+#: and the node agent's per-container series.
+_TRUSTED_ONLY_METRICS: frozenset[str] = _DEVICE_METRICS | frozenset(gpu_targets.AGENT_CONTAINER_METRICS)
+
 
 class SeriesCollector:
     """Sorts raw samples into pods, devices and the inventory."""
@@ -1012,7 +1016,7 @@ def _windows(
     timelines: dict[str, Timeline] | None = None,
 ) -> list[WorkloadWindow]:
     """Workload windows from one pass over the samples; only those inside the window are kept, and
-    GPU samples only from the trusted targets when those are given (`gpu_targets`). A `timelines`
+    GPU and agent samples only from the trusted targets when those are given (`gpu_targets`). A `timelines`
     dict is filled with each workload's plotted series (`timelines_of`)."""
     end = at.timestamp() if at is not None else newest
     start = max(exposition.TIMESTAMP_MIN, end - window_seconds) if window_seconds is not None else oldest
@@ -1022,10 +1026,11 @@ def _windows(
     for name, labels, value, stamp in read_samples():
         ts = stamp if stamp is not None else now
         if start <= ts <= end:
-            if trusted_gpu_targets and name in _DEVICE_METRICS:
+            if trusted_gpu_targets and name in _TRUSTED_ONLY_METRICS:
                 if not gpu_targets.served_by_trusted(labels, trusted_gpu_targets):
                     continue
-                identity, pod = device_key(labels), mn.first_label(labels, mn.POD_LABELS)
+                identity = device_key(labels) if name in _DEVICE_METRICS else None
+                pod = mn.first_label(labels, mn.POD_LABELS)
                 if identity and pod:
                     namespace_of = mn.first_label(labels, mn.NAMESPACE_LABELS) or ""
                     claims.add(gpu_targets.claim_of(labels, identity[0], namespace_of, pod))
@@ -1139,8 +1144,8 @@ def read_openmetrics(
     """Workload windows from an OpenMetrics (or Prometheus text) file, plain or gzipped.
 
     Streamed in two passes (`exposition.scan`, then `exposition.samples`): memory follows the samples
-    inside the window, not the file's size. `trusted_gpu_targets` keeps only the GPU series of those
-    targets, for files whose series carry their target labels (a `/federate` dump). A `timelines`
+    inside the window, not the file's size. `trusted_gpu_targets` keeps only the GPU and agent series of
+    those targets, for files whose series carry their target labels (a `/federate` dump). A `timelines`
     dict is filled with each workload's plotted series, for the HTML report.
     """
     bounds = limits or ReadLimits()

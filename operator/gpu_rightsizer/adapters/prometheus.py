@@ -257,9 +257,10 @@ _SELECTED_NAMES: tuple[str, ...] = tuple(
         reverse=True,
     )
 )
-_CADVISOR_NAMES: tuple[str, ...] = tuple(
-    n for n in _SELECTED_NAMES if n.startswith(("container_", "gpu_rightsizer_container_"))
-)
+#: cAdvisor's names, whose `namespace` is the container's (kubelet is scraped with honor_labels). Not
+#: the agent's: a PodMonitor scrape sets its `namespace` to the agent's own (the pod's is
+#: `exported_namespace`), so a namespace matcher on its selectors would drop every series.
+_CADVISOR_NAMES: tuple[str, ...] = tuple(n for n in _SELECTED_NAMES if n.startswith("container_"))
 #: GPU pods as kube-state-metrics sees them: a container requests an NVIDIA GPU, MIG slice or share
 #: (`nvidia_com_gpu`, `nvidia_com_mig_1g_10gb`, or the unsanitised names of newer releases).
 GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).*"}}'

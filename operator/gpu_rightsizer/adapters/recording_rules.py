@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.incremental import Family, default_families
 from gpu_rightsizer.adapters.prometheus import PrometheusSource, PrometheusSourceError, _duration
 from gpu_rightsizer.adapters.source import rate_window_seconds
@@ -172,9 +173,10 @@ def detect(
     wanted = {family.name: family.query(None) for family in default_families(step_seconds)}
     candidates: list[RecordingRule] = []
     for rule in rules:
-        if rule.family.startswith("gpu:") and source.config.trusted_gpu_targets is not None:
+        if source.config.trusted_gpu_targets is not None and gpu_targets.selects_trusted_only(rule.expr):
             detection.fallback[rule.family] = (
-                "recorded GPU series mix every scrape target's; they are read raw from the trusted targets"
+                "recorded GPU and agent series mix every scrape target's; they are read raw from the "
+                "trusted targets"
             )
         elif wanted.get(rule.family) != rule.expr:
             detection.fallback[rule.family] = (

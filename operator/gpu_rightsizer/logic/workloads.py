@@ -108,6 +108,12 @@ def _container_sum(pod_spec: Mapping[str, Any], section: str, resource: str) -> 
     return total if seen else None
 
 
+def pod_cpu_cores(pod_spec: Mapping[str, Any]) -> float | None:
+    """A pod's CPU as its allocation gives it (`cpu_limit_cores`, else `cpu_request_cores`): the CPU
+    limits of its containers summed, else their requests; what CPU use is measured against."""
+    return _container_sum(pod_spec, "limits", "cpu") or _container_sum(pod_spec, "requests", "cpu")
+
+
 def allocation_from_pod_spec(
     pod_spec: Mapping[str, Any],
     *,

@@ -61,6 +61,10 @@ class WorkloadKind:
     #: Its pods can be given more CPU only by resizing them in place (`pods/resize`): no pod template
     #: the actuator may patch (a Job's is immutable; a trainer's belongs to its operator).
     resized_in_place: bool = False
+    #: Patched through its pod template, but a CPU or memory raise its running pods take without a
+    #: restart is made by resizing them in place (a template change would restart every pod), and so
+    #: is every change when the workload is annotated `gpurightsizer.io/resize: InPlace`.
+    resize_opt_in: bool = False
     #: The status field counting replicas that serve (a Deployment's availableReplicas waits out
     #: minReadySeconds; the others report readyReplicas).
     ready_status: str = "readyReplicas"
@@ -113,10 +117,10 @@ KINDS: dict[str, WorkloadKind] = {
         _built_in("Deployment", "apps/v1", "deployments", "Deployment", "deployment", template_path=_TEMPLATE,
                   scalable=True, owns_pods=True, patchable=True, rollout=Rollout.DEPLOYMENT,
                   revision_label="pod-template-hash", ready_status="availableReplicas", pausable=True,
-                  recreate_strategy=True, revision_sets="ReplicaSet"),
+                  recreate_strategy=True, revision_sets="ReplicaSet", resize_opt_in=True),
         _built_in("StatefulSet", "apps/v1", "statefulsets", "StatefulSet", "stateful_set", template_path=_TEMPLATE,
                   scalable=True, owns_pods=True, patchable=True, rollout=Rollout.STATEFULSET,
-                  revision_label="controller-revision-hash", replaces_stuck_pods=True),
+                  revision_label="controller-revision-hash", replaces_stuck_pods=True, resize_opt_in=True),
         _built_in("DaemonSet", "apps/v1", "daemonsets", "DaemonSet", "daemon_set", template_path=_TEMPLATE,
                   owns_pods=True, revision_label="controller-revision-hash"),
         _built_in("Job", "batch/v1", "jobs", "Job (also Kueue-managed Jobs: Kueue suspends, never owns them)",
@@ -159,6 +163,12 @@ def is_scalable(name: str) -> bool:
     """Whether the kind has spec.replicas (read from the table at call time, like every check below)."""
     row = KINDS.get(name)
     return row is not None and row.scalable
+
+
+def offers_in_place_resize(name: str) -> bool:
+    """Whether the kind's pod-template changes may go in place instead (its `resize_opt_in`)."""
+    row = KINDS.get(name)
+    return row is not None and row.resize_opt_in
 
 
 def patch_template_path(name: str) -> tuple[str, ...] | None:

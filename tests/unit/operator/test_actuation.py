@@ -4,6 +4,7 @@ the change record and regression checks."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,8 +41,9 @@ from gpu_rightsizer.actuator.verify import (
     new_revision_pods,
     pod_health,
     regression,
+    running_cpu_cores,
     signals_from_window,
-    target_cpu_limit,
+    signals_of_pods,
     verification_outcome,
 )
 from gpu_rightsizer.logic.policy import effective_settings
@@ -613,33 +615,71 @@ def test_signals_from_window_and_pod_filter() -> None:
     assert signals_from_window(window(0.4, 1.9), pods=["other"]) == {}
 
 
+def sized_pod(
+    name: str, spec_cpu: Mapping[str, str | None], reported_cpu: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """A pod with one container per entry (limit = request = cores; None: no CPU set) and, when
+    `reported_cpu` is given, the kubelet's report of what each of those containers runs with."""
+
+    def resources(cores: str | None) -> dict[str, Any]:
+        return {} if cores is None else {"limits": {"cpu": cores}, "requests": {"cpu": cores}}
+
+    return {
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": c, "resources": resources(v)} for c, v in spec_cpu.items()]},
+        "status": {
+            "containerStatuses": [
+                {"name": c, "resources": resources(v)} for c, v in (reported_cpu or {}).items()
+            ]
+        },
+    }
+
+
 def test_verification_measures_new_pods_against_the_new_cpu_limit() -> None:
     """Right after 2 -> 8 cores the window may still carry the old 2-core limit: the new pods' 7.8
     cores over it would read as 390 % saturation and roll a good change back."""
-    record = ChangeRecord(
-        change_id="c-1",
-        at=NOW,
-        target={
-            "containers[main].resources.limits[cpu]": "8",
-            "containers[main].resources.requests[cpu]": "8",
-        },
-        previous={
-            "containers[main].resources.limits[cpu]": "2",
-            "containers[main].resources.requests[cpu]": "2",
-        },
-        actions=(ActionType.CPU,),
-        baseline={"gpuBusyP95": 0.2, "cpuSaturationP95": 0.98},
-    )
-    assert target_cpu_limit(record) == 8.0
-    after = signals_from_window(window(0.8, 7.8), cpu_limit_cores=target_cpu_limit(record))
+    baseline = {"gpuBusyP95": 0.2, "cpuSaturationP95": 0.98}
+    after = signals_of_pods(window(0.8, 7.8), [sized_pod("p-1", {"main": "8"})])
     assert after["cpuSaturationP95"] == pytest.approx(0.975)
-    assert regression(record.baseline, after, PodHealth(), record.actions) is None
+    assert regression(baseline, after, PodHealth(), (ActionType.CPU,)) is None
     stale = signals_from_window(window(0.8, 7.8))  # the old limit (2 cores) from the window
-    assert regression(record.baseline, stale, PodHealth(), record.actions) is not None
-    no_cpu_change = ChangeRecord(
-        change_id="c-2", at=NOW, target={"replicas": "3"}, previous={"replicas": "2"}
+    assert regression(baseline, stale, PodHealth(), (ActionType.CPU,)) is not None
+
+
+def test_a_two_container_pod_is_measured_against_every_container() -> None:
+    """main 2 -> 8 beside a 2-core sidecar: the pod's CPU use (both containers) is measured against
+    both containers' 10 cores, as the baseline is, not against main's 8 (9.8 / 8 = 122 %)."""
+    new_pod = sized_pod("p-1", {"main": "8", "sidecar": "2"})
+    assert running_cpu_cores(new_pod) == 10.0
+    assert signals_of_pods(window(0.8, 9.8), [new_pod])["cpuSaturationP95"] == pytest.approx(0.98)
+
+
+def test_the_kubelets_report_is_what_a_pod_runs_with() -> None:
+    """After an in-place resize the spec says 8 before the kubelet runs main at 8: its report decides,
+    container by container (the sidecar it does not report is read from the spec)."""
+    pending = sized_pod("p-1", {"main": "8", "sidecar": "2"}, reported_cpu={"main": "2"})
+    assert running_cpu_cores(pending) == 4.0
+    assert (
+        running_cpu_cores(sized_pod("p-1", {"main": "8", "sidecar": "2"}, {"main": "8", "sidecar": "2"}))
+        == 10.0
     )
-    assert target_cpu_limit(no_cpu_change) is None
+
+
+def test_a_container_without_a_limit_is_counted_as_the_baseline_counts_it() -> None:
+    """The baseline's allocation sums the limits that are set (a sidecar with only a request adds
+    none) and falls back to requests only when no container has a limit: so does the measurement."""
+    with_request_only = sized_pod("p-1", {"main": "4"})
+    with_request_only["spec"]["containers"].append(
+        {"name": "sidecar", "resources": {"requests": {"cpu": "1"}}}
+    )
+    assert running_cpu_cores(with_request_only) == 4.0
+    requests_only = sized_pod("p-1", {})
+    requests_only["spec"]["containers"] = [
+        {"name": n, "resources": {"requests": {"cpu": "1"}}} for n in ("main", "sidecar")
+    ]
+    assert running_cpu_cores(requests_only) == 2.0
+    assert running_cpu_cores(sized_pod("p-1", {"main": None})) is None
+    assert "cpuSaturationP95" not in signals_of_pods(window(0.8, 1.0), [sized_pod("p-1", {"main": None})])
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,7 @@ class Cluster:
             {
                 "metadata": {"name": f"trainer-{self.revision}-{i}", "uid": f"p{i}",
                              "labels": {"app": "trainer", "pod-template-hash": f"h{self.revision}"}},
+                "spec": copy.deepcopy(self.workload["spec"]["template"]["spec"]),
                 "status": copy.deepcopy(self.pod_state),
             }
             for i in range(int(self.workload["spec"]["replicas"]))
@@ -313,6 +314,15 @@ def applied(cluster: Cluster, driver: Driver) -> None:
     cluster.publish()
     driver.step(T0)
     assert cluster.cpu() == "4" and cluster.apply()["phase"] == "Applied"
+
+
+def verified(cluster: Cluster, driver: Driver) -> dict[str, Any]:
+    """Steps a rolled-out change through its verification (10 min of `verifyFor`); its Verified status."""
+    driver.step(T0 + timedelta(minutes=1))
+    driver.step(T0 + timedelta(minutes=15))
+    status = cluster.apply()
+    assert status["state"] == "Verified", status["reason"]
+    return status
 
 
 # --------------------------------------------------------------------------------------------------
@@ -514,6 +524,25 @@ def test_verification_waits_for_the_rollout_and_measures_only_new_pods() -> None
     driver2.step(T0 + timedelta(minutes=15))
     assert cluster2.apply()["state"] == "Verified", cluster2.apply()["reason"]
     assert cluster2.apply()["history"][-1]["after"]["gpuBusyP95"] == 0.6
+
+
+def test_the_new_pods_of_a_two_container_template_are_measured_against_both_containers() -> None:
+    """main 1 -> 4 beside a 2-core sidecar: the new pods' 5.8 cores (both containers) are 97 % of the
+    6 cores they run with, as the baseline's 2.94 of 3 cores is 98 %; over main's 4 alone they would
+    read 145 %, a regression, and a good change would be rolled back."""
+    cluster = Cluster()
+    sidecar = {"name": "sidecar", "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "2"}}}
+    cluster.workload["spec"]["template"]["spec"]["containers"].append(sidecar)
+    driver = Driver(cluster)
+    driver.before = window(0.3, 2.94).model_copy(update={"allocation": Allocation(cpu_limit_cores=3.0)})
+    applied(cluster, driver)
+    new_pods = cluster.pods_of(cluster.workload)
+    assert [c["resources"]["limits"]["cpu"] for c in new_pods[0]["spec"]["containers"]] == ["4", "2"]
+    driver.after = window(0.8, 5.8, pods=tuple(p["metadata"]["name"] for p in new_pods))
+    cluster.roll_out()
+    status = verified(cluster, driver)
+    assert "CPU saturation p95 98%->97%" in status["reason"]
+    assert status["history"][-1]["after"]["cpuSaturationP95"] == round(5.8 / 6, 4)
 
 
 def test_pods_that_never_pull_their_image_are_rolled_back_within_minutes() -> None:

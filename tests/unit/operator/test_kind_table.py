@@ -10,7 +10,19 @@ from typing import Any
 
 import pytest
 
-from gpu_rightsizer.actuator import checks, fields, gates, loop, plan, record, step, verify, writes
+from gpu_rightsizer.actuator import (
+    checks,
+    fields,
+    gates,
+    inplace,
+    loop,
+    plan,
+    record,
+    resize,
+    step,
+    verify,
+    writes,
+)
 from gpu_rightsizer.actuator.gates import Availability, check_availability, rollout_incomplete
 from gpu_rightsizer.actuator.plan import PlanError, plan_change, workload_patch
 from gpu_rightsizer.actuator.verify import new_revision_pods
@@ -92,13 +104,14 @@ def test_a_kind_registered_in_the_table_flows_through_plan_gates_and_verificatio
     assert fields._managed_key_paths(POOL.kind, "containers[main].resources.limits[cpu]") is not None
 
 
-def test_the_actuators_pure_modules_name_no_kind() -> None:
+def test_the_actuators_modules_name_no_kind() -> None:
     """Kind names in the code (not the docstrings) of the actuator's modules would be kind knowledge
-    outside the table. plan.py keeps one: the refusal text for a Job's immutable template. (The
-    in-place modules, inplace.py and resize.py, are not covered here.)"""
+    outside the table. plan.py keeps one: the refusal text for a Job's immutable template; the
+    in-place modules keep a Job's backoffLimit and a ReplicaSet's template path, borrowed to read a
+    pod or a Job as a template. Which kinds resize in place, or may, is asked of the table."""
     names = set(KINDS)
     found: dict[str, list[str]] = {}
-    for module in (fields, gates, verify, plan, step, writes, checks, record, loop):
+    for module in (fields, gates, verify, plan, step, writes, checks, record, loop, inplace, resize):
         tree = ast.parse(Path(str(module.__file__)).read_text())
         docstrings = {
             id(node.body[0].value)
@@ -113,4 +126,46 @@ def test_the_actuators_pure_modules_name_no_kind() -> None:
         ]
         if literals:
             found[Path(str(module.__file__)).name] = literals
-    assert found == {"plan.py": ["Job"]}
+    assert found == {
+        "plan.py": ["Job"],
+        "inplace.py": ["ReplicaSet", "Job"],
+        "resize.py": ["Job", "ReplicaSet"],
+    }
+
+
+def test_a_kind_that_offers_in_place_resize_is_one_column_of_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-place path asks the table whether a template kind's changes may go in place: a pool
+    whose row says so is resized in place when annotated `InPlace`, its CPU raise that fits goes in
+    place, and its manifest advice is a template kind's; the same row without the column is not."""
+    from dataclasses import replace
+
+    from gpu_rightsizer.model.kinds import offers_in_place_resize
+
+    annotated = {
+        **pool(),
+        "metadata": {**pool()["metadata"], "annotations": {inplace.RESIZE_ANNOTATION: "InPlace"}},
+    }
+    monkeypatch.setitem(KINDS, POOL.kind, POOL)
+    assert not offers_in_place_resize(POOL.kind) and not inplace.resizes_in_place(annotated)
+    monkeypatch.setitem(KINDS, POOL.kind, replace(POOL, resize_opt_in=True))
+    assert offers_in_place_resize(POOL.kind) and inplace.resizes_in_place(annotated)
+    running = {
+        "metadata": {"name": "llm-0"},
+        "spec": {"nodeName": "n1", "containers": pool()["spec"]["template"]["spec"]["containers"]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "main", "ready": True}]},
+    }
+    assert inplace.resize_fits(pool(), [running], [CPU], settings())
+    assert offers_in_place_resize("Deployment") and offers_in_place_resize("StatefulSet")
+    assert not offers_in_place_resize("CronJob") and not offers_in_place_resize("Unknown")
+
+
+def test_the_in_place_paths_table_in_the_docs_is_generated_from_the_kinds_table() -> None:
+    from gpu_rightsizer.actuator.inplace import resize_paths_table
+
+    table = resize_paths_table()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "in-place-resize.md").read_text()
+    assert table in doc, "docs/in-place-resize.md is stale: run hack/gen-docs-tables.py"
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
+    in_place_only, opt_in = list(rows)[:2]
+    assert set(in_place_only.split(", ")) == {k for k, row in KINDS.items() if row.resized_in_place}
+    assert set(opt_in.split(":")[0].split(", ")) == {k for k, row in KINDS.items() if row.resize_opt_in}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from tests.unit.operator.test_changes import T0, Cluster, Driver, window
+from tests.unit.operator.test_changes import T0, Cluster, Driver, verified, window
 
 from gpu_rightsizer.actuator.inplace import RESIZE_ANNOTATION
 from gpu_rightsizer.actuator.writes import LeadershipLostError
@@ -274,6 +274,22 @@ def test_the_resized_pods_are_measured_at_their_new_size_only() -> None:
     )
     assert status["state"] == "Verified", status["reason"]
     assert "CPU saturation p95 98%->97%" in status["reason"]
+
+
+def test_a_resized_pod_is_measured_as_the_template_path_and_the_baseline_measure_it() -> None:
+    """main 1 -> 4 beside a sidecar with a 1-core request and no limit: the baseline's allocation
+    counts the limits that are set (main's 1 core: 0.98 used is 98 %), so after the resize 3.8 cores
+    are 95 % of main's 4, the figure the template path gives too; not 76 % of limits and requests
+    mixed (4 + 1), which would hide a rise in saturation."""
+    cluster = ResizeCluster()
+    for pod in cluster.pods:
+        sidecar = {"name": "sidecar", "resources": {"requests": {"cpu": "1"}}}
+        pod["spec"]["containers"].append(copy.deepcopy(sidecar))
+        pod["status"]["containerStatuses"].append({"restartCount": 0, **copy.deepcopy(sidecar)})
+    driver = Driver(cluster, after=window(0.8, 3.8))
+    started(cluster, driver)
+    cluster.run_kubelet()
+    assert "CPU saturation p95 98%->95%" in verified(cluster, driver)["reason"]
 
 
 def test_a_deployment_s_cpu_raise_goes_in_place_without_the_annotation() -> None:

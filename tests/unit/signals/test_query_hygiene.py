@@ -82,7 +82,8 @@ def test_busiest_process_is_the_largest_of_the_containers_and_pinned_their_sum()
         assert (
             "and on (namespace, pod) (max by (namespace, pod) (kube_pod_container_resource_requests" in query
         )
-        assert 'namespace=~"ml\\\\-team"' in query
+        # the agent's `namespace` is its own under a PodMonitor scrape: the join alone scopes it
+        assert "namespace=~" not in query.split(" and on (namespace, pod) ")[0], query[:300]
     for query in pinned:
         assert "sum by (namespace, pod) (label_replace(" in query, query[:300]
 

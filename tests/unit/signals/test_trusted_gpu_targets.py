@@ -33,6 +33,7 @@ from gpu_rightsizer.config import (
     parse_trusted_targets,
 )
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
+from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal, WorkloadWindow
 
 DCGM = DEFAULT_TRUSTED_GPU_TARGETS[0]
@@ -69,11 +70,35 @@ def test_every_dcgm_selector_of_every_family_is_limited_to_the_trusted_targets()
         assert restricted.count(",".join(DCGM)) == restricted.count(",".join(AGENT))
 
 
-def test_queries_without_gpu_series_and_unset_targets_are_left_alone() -> None:
+#: The node agent's per-container series, and a selector of one: the name, optionally with its braces.
+AGENT_METRICS = (mn.AGENT_PROCESS_CPU_MAX, mn.AGENT_PROCESSES_PINNED)
+_AGENT_SELECTOR = re.compile(r"(?<![\w:\"|])(" + "|".join(AGENT_METRICS) + r")(?![\w:])(\{[^}]*\})?")
+
+
+def test_every_agent_container_selector_is_limited_to_the_trusted_targets() -> None:
+    """A tenant's copy of the agent's per-process CPU series could make a starved loader look fed (or
+    a fed one starved): they are read from the trusted targets only, like GPU series."""
+    queries = [family.query(None) for family in default_families(60.0)]
+    agent_queries = [q for q in queries if _AGENT_SELECTOR.search(q)]
+    assert len(agent_queries) == len(AGENT_METRICS)
+    for query in agent_queries:
+        restricted = gpu_targets.restrict_to_trusted(query, (DCGM, AGENT), add_matchers)
+        selectors = [m.group(0) for m in _AGENT_SELECTOR.finditer(restricted)]
+        assert len(selectors) == 2 * len(_AGENT_SELECTOR.findall(query)) > 0
+        for selector in selectors:
+            assert ",".join(DCGM) in selector or ",".join(AGENT) in selector, selector
+    source = PrometheusSource(PrometheusConfig(url="http://prometheus:9090", trusted_gpu_targets=(AGENT,)))
+    assert source._scoped(f'max by (pod) ({mn.AGENT_PROCESS_CPU_MAX}{{container!=""}})') == (
+        f'max by (pod) ({mn.AGENT_PROCESS_CPU_MAX}{{container!="",{",".join(AGENT)}}})'
+    )
+
+
+def test_queries_without_trusted_only_series_and_unset_targets_are_left_alone() -> None:
     pod_queries = [f.query(None) for f in default_families(60.0) if f.name.startswith("pod:")]
-    for query in pod_queries:
-        if "DCGM_" not in query:
-            assert gpu_targets.restrict_to_trusted(query, (DCGM,), add_matchers) == query
+    untouched = [q for q in pod_queries if "DCGM_" not in q and not _AGENT_SELECTOR.search(q)]
+    assert untouched and len(untouched) < len(pod_queries)
+    for query in untouched:
+        assert gpu_targets.restrict_to_trusted(query, (DCGM,), add_matchers) == query
     gpu = default_families(60.0)[0].query(None)
     assert gpu_targets.restrict_to_trusted(gpu, None, add_matchers) == gpu
     assert gpu_targets.restrict_to_trusted(gpu, (), add_matchers) == gpu
@@ -248,6 +273,32 @@ def test_a_file_gpu_two_trusted_targets_disagree_on_is_refused(tmp_path: Path) -
     assert [g.uuid for g in _trainer(agreeing, (DCGM, ('namespace="gpurs"',))).pods[0].gpus] == ["GPU-1"]
 
 
+def test_a_file_keeps_only_the_trusted_targets_agent_series(tmp_path: Path) -> None:
+    """A tenant serving the trainer's per-process CPU series (a loader pinned at one core) is not read
+    with trusted targets; the agent's own series is."""
+    path = _dump(tmp_path, (DCGM_TARGET, 'exported_namespace="ml",exported_pod="trainer-0"', "GPU-1", 0.5))
+    victim = 'exported_namespace="ml",exported_pod="trainer-0",exported_container="main"'
+    lines = path.read_text().removesuffix("# EOF\n").splitlines()
+    for name, agent_value, tenant_value in (
+        (mn.AGENT_PROCESS_CPU_MAX, 0.3, 1.0),
+        (mn.AGENT_PROCESSES_PINNED, 0.0, 3.0),
+    ):
+        lines.append(f"# TYPE {name} gauge")
+        for i in range(40):
+            lines.append(f"{name}{{{AGENT_TARGET},{victim}}} {agent_value} {T0 + 60 * i}")
+            lines.append(f"{name}{{{TENANT_TARGET},{victim}}} {tenant_value} {T0 + 60 * i}")
+    path.write_text("\n".join(lines) + "\n# EOF\n")
+
+    def cpu(targets: tuple[tuple[str, ...], ...] | None) -> tuple[float, float]:
+        stats = _trainer(path, targets).pods[0].stats
+        return stats[Signal.PROCESS_CPU_MAX_CORES].max, stats[Signal.PROCESSES_PINNED].max
+
+    assert cpu(None) == (1.0, 3.0)  # every target believed: the tenant's copy decides
+    assert cpu((DCGM, AGENT)) == (0.3, 0.0)
+    only_dcgm = _trainer(path, (DCGM,)).pods[0].stats
+    assert Signal.PROCESS_CPU_MAX_CORES not in only_dcgm and Signal.PROCESSES_PINNED not in only_dcgm
+
+
 def test_served_by_trusted_matches_like_promql() -> None:
     targets = (('namespace="gpu-operator"', 'pod=~"dcgm-.*"'), ('job!="x"', 'service!~"a|b"'))
     assert gpu_targets.served_by_trusted({"namespace": "gpu-operator", "pod": "dcgm-1", "job": "x"}, targets)
@@ -258,9 +309,12 @@ def test_served_by_trusted_matches_like_promql() -> None:
     assert not gpu_targets.served_by_trusted({"job": "y", "service": "a"}, targets)
 
 
-def test_recorded_gpu_series_are_not_used_with_trusted_targets() -> None:
-    rules = [rule for rule in recording_rules() if rule.family.startswith("gpu:")]
-    assert rules
+def test_recorded_gpu_and_agent_series_are_not_used_with_trusted_targets() -> None:
+    agent_families = {f"pod:{s.value}" for s in (Signal.PROCESS_CPU_MAX_CORES, Signal.PROCESSES_PINNED)}
+    rules = [
+        rule for rule in recording_rules() if rule.family.startswith("gpu:") or rule.family in agent_families
+    ]
+    assert agent_families <= {rule.family for rule in rules}
     source = PrometheusSource(PrometheusConfig(url="http://p:9090", trusted_gpu_targets=(DCGM,)))
     detection = detect(source, now=T0, window_seconds=3600, step_seconds=60, rules=rules)
     assert detection.used == {}
