@@ -44,6 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from gpu_rightsizer.adapters.incremental import Family, IncrementalReader, default_families
+from gpu_rightsizer.adapters.prom_answers import RangeSeries, matrix_of
 from gpu_rightsizer.adapters.prometheus import GPU_KEYS, POD_KEYS
 from gpu_rightsizer.config import parse_duration
 from gpu_rightsizer.model import metric_names as mn
@@ -189,7 +190,7 @@ class FakePrometheus:
                 self.by_family[family].append((replica, renamed, values))
         self.series = sum(len(rows) for rows in self.by_family.values())
 
-    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         first = round((start - self.grid_start) / self.step)
         last = round((end - self.grid_start) / self.step)
         ratio = what in RATIO_FAMILIES
@@ -209,7 +210,7 @@ class FakePrometheus:
                 points.append([self.grid_start + index * self.step, repr(value)])
             if points:
                 rows.append({"metric": dict(labels), "values": points})
-        return rows
+        return matrix_of(rows)
 
 
 def reader_for(fake: FakePrometheus, window: float, step: float) -> IncrementalReader:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -37,6 +37,7 @@ from gpu_rightsizer.adapters.openmetrics import (
     replaced_note,
     successions,
 )
+from gpu_rightsizer.adapters.prom_answers import RangeSeries, decode_matrix
 from gpu_rightsizer.adapters.source import (
     EVERYWHERE,
     ExtraOwners,
@@ -61,6 +62,7 @@ from gpu_rightsizer.model.observation import (
 from gpu_rightsizer.model.shards import ShardSlice
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 LOG = logging.getLogger(__name__)
 
 #: Keys that identify one device series after label folding.
@@ -378,9 +380,18 @@ class PrometheusSource:
 
     # -- transport ----------------------------------------------------------------------------------
     def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
+        result = self._send(what, send)
+        if not isinstance(result, list) or not all(isinstance(r, dict) and "metric" in r for r in result):
+            raise PrometheusSourceError(
+                f"{self.config.url} returned something that is not a PromQL vector ({what})"
+            )
+        return result
+
+    def _send(self, what: str, send: Callable[[], T]) -> T:
+        """`send()`'s answer; every way it fails as a `PrometheusSourceError` a person can act on."""
         self.queries_sent += 1
         try:
-            result = send()
+            return send()
         except requests.exceptions.JSONDecodeError as error:
             raise PrometheusSourceError(
                 f"{self.config.url} did not answer like Prometheus ({what}): the answer is not JSON: {error}"
@@ -399,11 +410,6 @@ class PrometheusSource:
             raise PrometheusSourceError(
                 f"{self.config.url} did not answer like Prometheus ({what}): {error}"
             ) from error
-        if not isinstance(result, list) or not all(isinstance(r, dict) and "metric" in r for r in result):
-            raise PrometheusSourceError(
-                f"{self.config.url} returned something that is not a PromQL vector ({what})"
-            )
-        return result
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
         """An instant query at `at` (with the configured extra matchers)."""
@@ -450,6 +456,34 @@ class PrometheusSource:
                 step=_duration(step),
             ),
         )
+
+    def range_series(self, what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        """A range query's series, their samples kept as the answer's bytes (`prom_answers`).
+
+        The request is prometheus-api-client's `custom_query_range`, sent on its session (same
+        parameters, retries, authentication and errors); only the decoding differs: its JSON decoding
+        holds every sample as Python objects, several times the answer's size."""
+        query = self._scoped(query)
+        client = self.client
+
+        def send() -> list[RangeSeries]:
+            response = client._session.request(
+                method=client._method,
+                url=f"{client.url}/api/v1/query_range",
+                params={"query": query, "start": round(start), "end": round(end), "step": _duration(step)},
+                verify=client._session.verify,
+                headers=client.headers,
+                auth=client.auth,
+                cert=client._session.cert,
+                timeout=client._timeout,
+            )
+            if response.status_code != 200:
+                raise PrometheusApiClientException(
+                    f"HTTP Status Code {response.status_code} ({response.content!r})"
+                )
+            return decode_matrix(response.content)
+
+        return self._send(what, send)
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The recording-rule groups Prometheus evaluates (`/api/v1/rules?type=record`, as answered).

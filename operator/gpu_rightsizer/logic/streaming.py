@@ -43,7 +43,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from ddsketch.mapping import LogarithmicMapping
@@ -206,6 +206,14 @@ class SeriesWindow:
 
         Returns how many samples were kept.
         """
+        return self._add(sorted(samples))
+
+    def add_series(self, times: Sequence[float], values: Sequence[float]) -> int:
+        """`add` for samples already in time order, as two parallel sequences (e.g. the typed arrays
+        of a decoded range answer), so no (time, value) tuple is built per sample."""
+        return self._add(zip(times, values, strict=True))
+
+    def _add(self, ordered: Iterable[Sample]) -> int:
         sums, counts = self._sums, self._counts
         sizes = len(sums), len(counts)
         floor = self._shape.activity_floor
@@ -214,7 +222,7 @@ class SeriesWindow:
         stride = self._shape.record
         first_index = 0 if math.isnan(sums[ORIGIN]) else self._first_index()
         kept = 0
-        for time, value in sorted(samples):
+        for time, value in ordered:
             last_time = sums[LAST_TIME]
             if is_missing(value) or time <= last_time:  # NaN compares False: nothing added yet
                 continue
