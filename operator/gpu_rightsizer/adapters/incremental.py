@@ -87,6 +87,14 @@ Labels = tuple[tuple[str, str], ...]
 #: Label sets shared before the table is started afresh (about a hundred thousand pods and devices).
 MAX_SHARED_LABEL_SETS = 200_000
 SeriesId = tuple[str, Labels]
+#: The signals whose sawtooth score a rule reads (the GPU's busy series, `figures.busy_sawtooth`): only
+#: their windows keep the steps between samples it is computed from.
+SAWTOOTH_SIGNALS = frozenset({Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL}) & mn.RATIO_SIGNALS
+#: Signals no rule reads (the full read still shows them, e.g. `analyze`): the streaming windows leave
+#: them out, which is a tenth of a fleet's series.
+UNREAD_SIGNALS = frozenset(
+    {Signal.FS_WRITE_BYTES_PER_S, Signal.NET_TX_BYTES_PER_S, Signal.PROCESSES_PINNED, Signal.POWER_WATTS}
+)
 
 
 class RangeQuery(Protocol):
@@ -549,7 +557,7 @@ class IncrementalReader:
             decoded = [(row.metric, *samples(row)) for row in rows]
         except AnswerError as error:
             raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
-        sawtooth_floor = DEFAULT_SAWTOOTH_FLOOR if family.signal in mn.RATIO_SIGNALS else None
+        sawtooth_floor = DEFAULT_SAWTOOTH_FLOOR if family.signal in SAWTOOTH_SIGNALS else None
         kept = 0
         for labels, times, values in decoded:
             identity = shared_labels((key, labels[key]) for key in family.keys if labels.get(key))
@@ -724,8 +732,9 @@ def _row_value(row: dict[str, Any]) -> float:
 
 
 def _source_families(step_seconds: float, recorded: Mapping[str, str] | None) -> list[Family]:
-    """`default_families` and the XID codes: every family an `IncrementalSource` reads."""
-    families = default_families(step_seconds, recorded)
+    """`default_families` but those no rule reads, and the XID codes: every family an
+    `IncrementalSource` reads."""
+    families = [f for f in default_families(step_seconds, recorded) if f.signal not in UNREAD_SIGNALS]
     xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
     families.append(
         Family(

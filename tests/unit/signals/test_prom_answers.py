@@ -140,12 +140,12 @@ def test_a_garbage_answer_changes_no_window_and_is_reported() -> None:
     # the next interval: one good series, then one whose sample is not a number
     answers.append(
         matrix_of(
-            good(NOW + 60.0, NOW + 120.0, "p-1")
-            + [
+            [
+                *good(NOW + 60.0, NOW + 120.0, "p-1"),
                 {
                     "metric": {"namespace": "ml", "pod": "p-0"},
                     "values": [[NOW + 60.0, "0.7"], [NOW + 120, "x"]],
-                }
+                },
             ]
         )
     )
