@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, samples
+from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, SamplePairs, samples
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
@@ -658,7 +658,7 @@ class CoarseSeries:
     def rows(self, name: str) -> list[dict[str, Any]]:
         """The points of one series name as PromQL matrix rows."""
         return [
-            {"metric": dict(identity), "values": list(zip(flat[::2], flat[1::2], strict=True))}
+            {"metric": dict(identity), "values": SamplePairs(array("d", flat))}
             for (series, identity), flat in self.points.items()
             if series == name
         ]

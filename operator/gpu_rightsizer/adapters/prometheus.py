@@ -37,7 +37,7 @@ from gpu_rightsizer.adapters.openmetrics import (
     replaced_note,
     successions,
 )
-from gpu_rightsizer.adapters.prom_answers import RangeSeries, decode_matrix
+from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, SamplePairs, decode_matrix
 from gpu_rightsizer.adapters.source import (
     EVERYWHERE,
     ExtraOwners,
@@ -864,8 +864,8 @@ class PrometheusSource:
         boards: Mapping[tuple[str, str], Mapping[str, Any]],
         pod_stats: Mapping[Key, dict[Signal, SignalStats]],
         shared: Mapping[tuple[Key, str, str], int],
-        busy_series: Mapping[Key, list[tuple[float, float]]],
-        cpu_series: Mapping[Key, list[tuple[float, float]]],
+        busy_series: Mapping[Key, Sequence[tuple[float, float]]],
+        cpu_series: Mapping[Key, Sequence[tuple[float, float]]],
         warnings: dict[Key, list[str]],
         *,
         has_ksm: bool,
@@ -927,7 +927,7 @@ class PrometheusSource:
     ) -> dict[str, dict[Signal, SignalStats]]:
         out: dict[str, dict[Signal, SignalStats]] = {}
         for signal in (Signal.REQUESTS_PER_S, Signal.QUEUE_LENGTH, Signal.QUEUE_TIME_MS):
-            per_workload: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
+            per_workload: dict[str, list[Sequence[tuple[float, float]]]] = defaultdict(list)
             for key, samples in _range_by_pod(results.get(f"range:{signal.value}", [])).items():
                 per_workload[inventory.workload_of(*key).key].append(samples)
             for ref_key, parts in per_workload.items():
@@ -1062,7 +1062,10 @@ def summary_from_figures(values: Mapping[str, float], scale: float, signal: Sign
 
 
 def ending_at_newest_sample(
-    window: WorkloadWindow, busy_series: Mapping[Key, list[tuple[float, float]]], end: float, coarse: float
+    window: WorkloadWindow,
+    busy_series: Mapping[Key, Sequence[tuple[float, float]]],
+    end: float,
+    coarse: float,
 ) -> WorkloadWindow:
     """The window ends at its newest GPU busy point when that lies clearly before the query time.
 
@@ -1081,7 +1084,7 @@ def ending_at_newest_sample(
 
 
 def _sample_spans(
-    seen: list[dict[str, Any]], busy: Mapping[Key, list[tuple[float, float]]]
+    seen: list[dict[str, Any]], busy: Mapping[Key, Sequence[tuple[float, float]]]
 ) -> dict[Key, tuple[float, float]]:
     """(first, last) sample time of each pod's GPU series.
 
@@ -1211,8 +1214,8 @@ def _timelines(
         keys = [(window.workload.namespace, pod.name) for pod in window.pods]
 
         def of(
-            series: dict[Key, list[tuple[float, float]]], keys: list[Key] = keys
-        ) -> list[list[tuple[float, float]]]:
+            series: Mapping[Key, Sequence[tuple[float, float]]], keys: list[Key] = keys
+        ) -> list[Sequence[tuple[float, float]]]:
             return [series[key] for key in keys if key in series]
 
         out[window.workload.key] = timeline_of(
@@ -1225,15 +1228,17 @@ def _timelines(
     return out
 
 
-def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, float]]]:
-    out: dict[Key, list[tuple[float, float]]] = {}
+def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, SamplePairs]:
+    """Each pod's series of a range answer, as flat arrays (the incremental reads' are already)."""
+    out: dict[Key, SamplePairs] = {}
     for row in rows:
         labels = row.get("metric", {})
         if not labels.get("pod"):
             continue
+        values = row.get("values", [])
         try:
-            samples = [(float(t), float(v)) for t, v in row.get("values", [])]
-        except (TypeError, ValueError) as error:
+            samples = values if isinstance(values, SamplePairs) else SamplePairs.of(values)
+        except AnswerError as error:
             raise PrometheusSourceError(f"malformed range answer from Prometheus: {error}") from error
         out[(labels.get("namespace", ""), labels["pod"])] = samples
     return out

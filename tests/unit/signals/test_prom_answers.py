@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpu_rightsizer.adapters.incremental import Family, IncrementalReader
-from gpu_rightsizer.adapters.prom_answers import AnswerError, decode_matrix, matrix_of, samples
+from gpu_rightsizer.adapters.prom_answers import AnswerError, SamplePairs, decode_matrix, matrix_of, samples
 from gpu_rightsizer.model.observation import Signal
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "prometheus"
@@ -153,3 +153,18 @@ def test_a_garbage_answer_changes_no_window_and_is_reported() -> None:
     assert report.chunks_failed == 1 and "not a number" in report.errors[0]
     assert {key: window.figures(NOW) for key, window in reader.store.series.items()} == before
     assert reader.last_end == NOW  # the interval is asked for again next cycle
+
+
+def test_sample_pairs_read_like_the_list_of_tuples_they_replace() -> None:
+    pairs = [[1767225600, "0.5"], [1767225660, "NaN"], [1767225720, "+Inf"]]
+    old = [(float(t), float(v)) for t, v in pairs]
+    compact = SamplePairs.of(pairs)
+    assert len(compact) == 3 and compact[0] == old[0] and compact[-1] == old[-1]
+    assert [t for t, _ in compact] == [t for t, _ in old] and compact[2:] == old[2:]
+    assert math.isnan(compact[1][1])
+    assert SamplePairs.of([]) == [] and not SamplePairs.of([])
+    with pytest.raises(IndexError):
+        compact[3]
+    for garbage in ([[1, "x"]], [[1, "2", 3]], [[1]], [["soon", "1"]]):
+        with pytest.raises(AnswerError, match="malformed samples"):
+            SamplePairs.of(garbage)
