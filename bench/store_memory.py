@@ -43,7 +43,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gpu_rightsizer.adapters.incremental import Family, IncrementalReader, default_families
+from gpu_rightsizer.adapters.incremental import IncrementalReader, _source_families
+from gpu_rightsizer.adapters.prom_answers import RangeSeries, matrix_of
 from gpu_rightsizer.adapters.prometheus import GPU_KEYS, POD_KEYS
 from gpu_rightsizer.config import parse_duration
 from gpu_rightsizer.model import metric_names as mn
@@ -189,7 +190,7 @@ class FakePrometheus:
                 self.by_family[family].append((replica, renamed, values))
         self.series = sum(len(rows) for rows in self.by_family.values())
 
-    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         first = round((start - self.grid_start) / self.step)
         last = round((end - self.grid_start) / self.step)
         ratio = what in RATIO_FAMILIES
@@ -209,15 +210,14 @@ class FakePrometheus:
                 points.append([self.grid_start + index * self.step, repr(value)])
             if points:
                 rows.append({"metric": dict(labels), "values": points})
-        return rows
+        return matrix_of(rows)
 
 
 def reader_for(fake: FakePrometheus, window: float, step: float) -> IncrementalReader:
-    """The operator's reader with its families (`IncrementalSource` adds the XID family the same way)."""
-    families = default_families(step)
-    xid_keys = (*GPU_KEYS, mn.XID_CODE_LABEL)
-    families.append(Family(name="xid", expression="xid", signal=Signal.GR_ENGINE_ACTIVE, keys=xid_keys))
-    return IncrementalReader(fake, window_seconds=window, step_seconds=step, families=families)
+    """The operator's reader with the families an `IncrementalSource` reads (the fake answers by name)."""
+    return IncrementalReader(
+        fake, window_seconds=window, step_seconds=step, families=_source_families(step, None)
+    )
 
 
 def feed(reader: IncrementalReader, cycles: int, step: float) -> float:

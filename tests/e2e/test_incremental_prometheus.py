@@ -12,11 +12,11 @@ import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
 from gpu_rightsizer.adapters.incremental import IncrementalSource
+from gpu_rightsizer.adapters.prom_answers import RangeSeries
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.logic.streaming import RELATIVE_ACCURACY
@@ -57,9 +57,9 @@ class Recording(PrometheusSource):
         super().__init__(config)
         self.spans: list[tuple[str, float, float]] = []
 
-    def range(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def range_series(self, what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         self.spans.append((what, start, end))
-        return super().range(what, query, start, end, step)
+        return super().range_series(what, query, start, end, step)
 
 
 def test_incremental_read_gives_the_full_reads_diagnoses(prometheus_url: str) -> None:

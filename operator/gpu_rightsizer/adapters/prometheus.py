@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -37,6 +37,7 @@ from gpu_rightsizer.adapters.openmetrics import (
     replaced_note,
     successions,
 )
+from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, SamplePairs, decode_matrix
 from gpu_rightsizer.adapters.source import (
     EVERYWHERE,
     ExtraOwners,
@@ -61,6 +62,7 @@ from gpu_rightsizer.model.observation import (
 from gpu_rightsizer.model.shards import ShardSlice
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 LOG = logging.getLogger(__name__)
 
 #: Keys that identify one device series after label folding.
@@ -379,9 +381,18 @@ class PrometheusSource:
 
     # -- transport ----------------------------------------------------------------------------------
     def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
+        result = self._send(what, send)
+        if not isinstance(result, list) or not all(isinstance(r, dict) and "metric" in r for r in result):
+            raise PrometheusSourceError(
+                f"{self.config.url} returned something that is not a PromQL vector ({what})"
+            )
+        return result
+
+    def _send(self, what: str, send: Callable[[], T]) -> T:
+        """`send()`'s answer; every way it fails as a `PrometheusSourceError` a person can act on."""
         self.queries_sent += 1
         try:
-            result = send()
+            return send()
         except requests.exceptions.JSONDecodeError as error:
             raise PrometheusSourceError(
                 f"{self.config.url} did not answer like Prometheus ({what}): the answer is not JSON: {error}"
@@ -400,11 +411,6 @@ class PrometheusSource:
             raise PrometheusSourceError(
                 f"{self.config.url} did not answer like Prometheus ({what}): {error}"
             ) from error
-        if not isinstance(result, list) or not all(isinstance(r, dict) and "metric" in r for r in result):
-            raise PrometheusSourceError(
-                f"{self.config.url} returned something that is not a PromQL vector ({what})"
-            )
-        return result
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
         """An instant query at `at` (with the configured extra matchers)."""
@@ -451,6 +457,34 @@ class PrometheusSource:
                 step=_duration(step),
             ),
         )
+
+    def range_series(self, what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        """A range query's series, their samples kept as the answer's bytes (`prom_answers`).
+
+        The request is prometheus-api-client's `custom_query_range`, sent on its session (same
+        parameters, retries, authentication and errors); only the decoding differs: its JSON decoding
+        holds every sample as Python objects, several times the answer's size."""
+        query = self._scoped(query)
+        client = self.client
+
+        def send() -> list[RangeSeries]:
+            response = client._session.request(
+                method=client._method,
+                url=f"{client.url}/api/v1/query_range",
+                params={"query": query, "start": round(start), "end": round(end), "step": _duration(step)},
+                verify=client._session.verify,
+                headers=client.headers,
+                auth=client.auth,
+                cert=client._session.cert,
+                timeout=client._timeout,
+            )
+            if response.status_code != 200:
+                raise PrometheusApiClientException(
+                    f"HTTP Status Code {response.status_code} ({response.content!r})"
+                )
+            return decode_matrix(response.content)
+
+        return self._send(what, send)
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The recording-rule groups Prometheus evaluates (`/api/v1/rules?type=record`, as answered).
@@ -831,8 +865,8 @@ class PrometheusSource:
         boards: Mapping[tuple[str, str], Mapping[str, Any]],
         pod_stats: Mapping[Key, dict[Signal, SignalStats]],
         shared: Mapping[tuple[Key, str, str], int],
-        busy_series: Mapping[Key, list[tuple[float, float]]],
-        cpu_series: Mapping[Key, list[tuple[float, float]]],
+        busy_series: Mapping[Key, Sequence[tuple[float, float]]],
+        cpu_series: Mapping[Key, Sequence[tuple[float, float]]],
         warnings: dict[Key, list[str]],
         *,
         has_ksm: bool,
@@ -894,7 +928,7 @@ class PrometheusSource:
     ) -> dict[str, dict[Signal, SignalStats]]:
         out: dict[str, dict[Signal, SignalStats]] = {}
         for signal in (Signal.REQUESTS_PER_S, Signal.QUEUE_LENGTH, Signal.QUEUE_TIME_MS):
-            per_workload: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
+            per_workload: dict[str, list[Sequence[tuple[float, float]]]] = defaultdict(list)
             for key, samples in _range_by_pod(results.get(f"range:{signal.value}", [])).items():
                 per_workload[inventory.workload_of(*key).key].append(samples)
             for ref_key, parts in per_workload.items():
@@ -1029,7 +1063,10 @@ def summary_from_figures(values: Mapping[str, float], scale: float, signal: Sign
 
 
 def ending_at_newest_sample(
-    window: WorkloadWindow, busy_series: Mapping[Key, list[tuple[float, float]]], end: float, coarse: float
+    window: WorkloadWindow,
+    busy_series: Mapping[Key, Sequence[tuple[float, float]]],
+    end: float,
+    coarse: float,
 ) -> WorkloadWindow:
     """The window ends at its newest GPU busy point when that lies clearly before the query time.
 
@@ -1048,7 +1085,7 @@ def ending_at_newest_sample(
 
 
 def _sample_spans(
-    seen: list[dict[str, Any]], busy: Mapping[Key, list[tuple[float, float]]]
+    seen: list[dict[str, Any]], busy: Mapping[Key, Sequence[tuple[float, float]]]
 ) -> dict[Key, tuple[float, float]]:
     """(first, last) sample time of each pod's GPU series.
 
@@ -1178,8 +1215,8 @@ def _timelines(
         keys = [(window.workload.namespace, pod.name) for pod in window.pods]
 
         def of(
-            series: dict[Key, list[tuple[float, float]]], keys: list[Key] = keys
-        ) -> list[list[tuple[float, float]]]:
+            series: Mapping[Key, Sequence[tuple[float, float]]], keys: list[Key] = keys
+        ) -> list[Sequence[tuple[float, float]]]:
             return [series[key] for key in keys if key in series]
 
         out[window.workload.key] = timeline_of(
@@ -1192,15 +1229,17 @@ def _timelines(
     return out
 
 
-def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, list[tuple[float, float]]]:
-    out: dict[Key, list[tuple[float, float]]] = {}
+def _range_by_pod(rows: list[dict[str, Any]]) -> dict[Key, SamplePairs]:
+    """Each pod's series of a range answer, as flat arrays (the incremental reads' are already)."""
+    out: dict[Key, SamplePairs] = {}
     for row in rows:
         labels = row.get("metric", {})
         if not labels.get("pod"):
             continue
+        values = row.get("values", [])
         try:
-            samples = [(float(t), float(v)) for t, v in row.get("values", [])]
-        except (TypeError, ValueError) as error:
+            samples = values if isinstance(values, SamplePairs) else SamplePairs.of(values)
+        except AnswerError as error:
             raise PrometheusSourceError(f"malformed range answer from Prometheus: {error}") from error
         out[(labels.get("namespace", ""), labels["pod"])] = samples
     return out

@@ -9,8 +9,8 @@ the same as reading a 5 min one.
 
 What is exact and what is estimated:
 
-* count, mean, min, max, share above the activity floor, least-squares trend and the mean absolute
-  step between consecutive samples are kept exactly (sums and extremes merge without loss; every read
+* count, mean, min, max, share above the activity floor and the mean absolute step between
+  consecutive samples are kept exactly (sums and extremes merge without loss; every read
   adds the intervals' sums afresh, so nothing is ever subtracted and no rounding builds up); the
   steps only where there is a sawtooth floor (0..1 ratios), the sawtooth score being their only use;
 * quantiles (p05, p50, p95, p99) come from DDSketch's logarithmic mapping (the `ddsketch` package,
@@ -43,7 +43,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from ddsketch.mapping import LogarithmicMapping
@@ -62,14 +62,15 @@ MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 
 SeriesKey = TypeVar("SeriesKey", bound=Hashable)
 
-#: Doubles before the records: the series' first sample time (origin of the least-squares times) and
+#: Doubles before the records: the series' first sample time (origin of the interval indices) and
 #: its newest sample (skips samples already seen, gives the step into the next one); NaN until set.
 ORIGIN, LAST_TIME, LAST_VALUE = range(3)
 HEAD = 3
-#: One interval's doubles (times in the least-squares sums are relative to the origin). The steps
-#: (ABS_STEPS, ENTRY_STEP) are kept only by windows with a sawtooth floor, their only reader.
-TOTAL, MINIMUM, MAXIMUM, SUM_T, SUM_TT, SUM_TV, ABS_STEPS, ENTRY_STEP = range(8)
-RECORD_WITHOUT_STEPS, RECORD_WITH_STEPS = 6, 8
+#: One interval's doubles. The steps (ABS_STEPS, ENTRY_STEP) are kept only by windows with a sawtooth
+#: floor, their only reader. No least-squares sums: no rule reads a trend (`SignalStats.trend_per_hour`
+#: stays None here), and they were half of every record.
+TOTAL, MINIMUM, MAXIMUM, ABS_STEPS, ENTRY_STEP = range(5)
+RECORD_WITHOUT_STEPS, RECORD_WITH_STEPS = 3, 5
 #: One interval's integers, at the front of the integer array: which interval it is (intervals since
 #: the one holding the origin), its samples, those above the activity floor and its bin words. Steps
 #: inside an interval are always COUNT - 1.
@@ -206,6 +207,14 @@ class SeriesWindow:
 
         Returns how many samples were kept.
         """
+        return self._add(sorted(samples))
+
+    def add_series(self, times: Sequence[float], values: Sequence[float]) -> int:
+        """`add` for samples already in time order, as two parallel sequences (e.g. the typed arrays
+        of a decoded range answer), so no (time, value) tuple is built per sample."""
+        return self._add(zip(times, values, strict=True))
+
+    def _add(self, ordered: Iterable[Sample]) -> int:
         sums, counts = self._sums, self._counts
         sizes = len(sums), len(counts)
         floor = self._shape.activity_floor
@@ -214,7 +223,7 @@ class SeriesWindow:
         stride = self._shape.record
         first_index = 0 if math.isnan(sums[ORIGIN]) else self._first_index()
         kept = 0
-        for time, value in sorted(samples):
+        for time, value in ordered:
             last_time = sums[LAST_TIME]
             if is_missing(value) or time <= last_time:  # NaN compares False: nothing added yet
                 continue
@@ -222,14 +231,13 @@ class SeriesWindow:
             if math.isnan(last_time):
                 sums[ORIGIN] = time
                 first_index = self._first_index()
-            relative = time - sums[ORIGIN]
             index = math.floor(time / width) - first_index
             stored_bin = _bin_of(value)
             active = 1 if floor is not None and value > floor else 0
             if not records or counts[(records - 1) * COUNTS + INDEX] != index:
                 # a new interval: its record goes after the others, its counts after theirs
                 entry = math.nan if math.isnan(last_time) else abs(value - sums[LAST_VALUE])
-                sums.extend((value, value, value, relative, relative * relative, relative * value))
+                sums.extend((value, value, value))
                 if stride == RECORD_WITH_STEPS:
                     sums.extend((0.0, entry))
                 counts[records * COUNTS : records * COUNTS] = array("i", (index, 1, active, 1))
@@ -240,9 +248,6 @@ class SeriesWindow:
                 sums[base + TOTAL] += value
                 sums[base + MINIMUM] = min(sums[base + MINIMUM], value)
                 sums[base + MAXIMUM] = max(sums[base + MAXIMUM], value)
-                sums[base + SUM_T] += relative
-                sums[base + SUM_TT] += relative * relative
-                sums[base + SUM_TV] += relative * value
                 if stride == RECORD_WITH_STEPS:
                     sums[base + ABS_STEPS] += abs(value - sums[LAST_VALUE])
                 head = (records - 1) * COUNTS
@@ -382,7 +387,7 @@ class SeriesWindow:
 
     def figures(self, now: float | None = None) -> dict[str, float] | None:
         """The window's figures by the names the full-window PromQL gives them (`stats_query`'s `stat`
-        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active, trend and
+        label): count, sum, mean, min, max, p05, p50, p95, p99, and when defined active and
         (with a sawtooth floor) absstep. None without samples."""
         if now is not None:
             self.expire(now)
@@ -413,19 +418,6 @@ class SeriesWindow:
             out[name] = min(high_value, max(low_value, estimate))
         if self._shape.activity_floor is not None:
             out["active"] = sum(counts[ACTIVE : records * COUNTS : COUNTS]) / count
-        trend = (
-            _slope(
-                count,
-                total,
-                sum(sums[HEAD + SUM_T :: stride]),
-                sum(sums[HEAD + SUM_TT :: stride]),
-                sum(sums[HEAD + SUM_TV :: stride]),
-            )
-            if count >= 3
-            else None
-        )
-        if trend is not None:
-            out["trend"] = trend
         if count > 1 and stride == RECORD_WITH_STEPS:
             # steps inside every interval, and into every interval but the oldest (its entry step
             # comes from a sample outside the window)
@@ -454,7 +446,6 @@ class SeriesWindow:
             max=figures["max"],
             min=figures["min"],
             active_fraction=figures.get("active"),
-            trend_per_hour=figures.get("trend"),
             sawtooth=sawtooth,
         )
 
@@ -503,15 +494,6 @@ def _ranks(quantile: float, count: int) -> tuple[int, int]:
     """The two ranks a linear-interpolated percentile sits between."""
     low = math.floor(quantile * (count - 1))
     return low, min(low + 1, count - 1)
-
-
-def _slope(count: int, total: float, sum_t: float, sum_tt: float, sum_tv: float) -> float | None:
-    """Least-squares slope per hour from the exact sums (None when every sample has one time)."""
-    var_t = sum_tt - sum_t * sum_t / count
-    if var_t <= 1e-9 * max(1.0, sum_tt):
-        return None
-    cov = sum_tv - sum_t * total / count
-    return cov / var_t * 3600.0
 
 
 class StreamingStore(Generic[SeriesKey]):
@@ -604,7 +586,7 @@ def summarize_streamed(
 STATE_MAGIC = b"GPURS-STREAM\x00"
 #: Bumped whenever the layout of a saved store or of a window's arrays changes: an older file is then
 #: refused (and the window read again from Prometheus), never loaded into the wrong layout.
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 #: Magic, format, header length, body length, CRC-32 of the uncompressed header and body.
 _PREAMBLE = struct.Struct(f"<{len(STATE_MAGIC)}sIIII")
 

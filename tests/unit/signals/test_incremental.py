@@ -18,6 +18,7 @@ from gpu_rightsizer.adapters.incremental import (
     default_families,
     plan,
 )
+from gpu_rightsizer.adapters.prom_answers import RangeSeries, matrix_of
 from gpu_rightsizer.adapters.prometheus import PrometheusSourceError
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.model import metric_names as mn
@@ -59,7 +60,7 @@ class FakeTSDB:
         self.too_big = too_big or (lambda _query, _start, _end: False)
         self.fail = fail or (lambda _query, _start, _end: False)
 
-    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def __call__(self, what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         self.calls.append((what, query, start, end, step))
         if self.too_big(query, start, end):
             raise PrometheusSourceError(
@@ -81,7 +82,7 @@ class FakeTSDB:
                     for i in range(round((end - start) / step) + 1)
                 ]
                 rows.append({"metric": labels, "values": points})
-        return rows
+        return matrix_of(rows)
 
 
 def exact(family: Family, pod: str, start: float, end: float) -> st.SignalStats:

@@ -112,7 +112,7 @@ def test_state_of_other_families_or_an_incomplete_window_is_not_used() -> None:
 
 def _source(tsdb: FakeTSDB, **config: Any) -> IncrementalSource:
     prometheus = PrometheusSource(PrometheusConfig(url="http://prometheus.invalid", **config))
-    prometheus.range = tsdb  # type: ignore[method-assign]
+    prometheus.range_series = tsdb  # type: ignore[method-assign]
     return IncrementalSource(prometheus, window_seconds=WINDOW, step_seconds=STEP)
 
 
@@ -137,8 +137,8 @@ def test_window_sources_save_when_due_and_load_at_the_next_start(
 
     def two_families(prometheus: PrometheusSource, **settings: Any) -> IncrementalSource:
         made = IncrementalSource(prometheus, **settings)
-        made.source.range = FakeTSDB()  # type: ignore[method-assign]
-        made.reader.query = made.source.range
+        made.source.range_series = FakeTSDB()  # type: ignore[method-assign]
+        made.reader.query = made.source.range_series
         made.reader.families = [GPU, CPU]
         return made
 
