@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
@@ -699,6 +700,69 @@ class KsmCache:
         return dict(out)
 
 
+class IdentityCache:
+    """The GPU identity answers (`gpu_targets`: which target and pod claim each device, which targets
+    relabel their series) over the window, from short lookbacks after the first read.
+
+    The full answers look back a whole window every cycle (`PrometheusSource.identity_answers`), so
+    they touch every sample of every device's identity series each time. Here each label set is
+    asked with the time of its newest sample (`step_seconds` given to the queries), the first read
+    over the window and later ones back to the previous read only, and kept until that time leaves
+    the window: the same label sets as the full answers. The relabelled targets are worked out from
+    both sides kept apart (`gpu_targets.relabelled_sides`): targets seen on DCGM series in the
+    window that `up` has not shown in the window."""
+
+    def __init__(self, window_seconds: float, step_seconds: float) -> None:
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        #: side → labels → time of the newest sample seen
+        self.seen: dict[str, dict[Labels, float]] = {"claims": {}, "exported": {}, "targets": {}}
+        self.last_read: float | None = None
+
+    def read(
+        self, source: PrometheusSource, now: float, report: CycleReport
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The identity answers at `now` (none without trusted targets, as the full read)."""
+        if source.config.trusted_gpu_targets is None:
+            return {}
+        lookback = (
+            self.window_seconds if self.last_read is None else min(self.window_seconds, now - self.last_read)
+        )
+        lookback = max(lookback, self.step_seconds)
+        exported, targets = gpu_targets.relabelled_sides(lookback, self.step_seconds)
+        queries = {
+            "claims": ("GPU claims", gpu_targets.claims_query(lookback, fold_labels, self.step_seconds)),
+            "exported": ("GPU series' target labels", exported),
+            "targets": ("scrape targets", targets),
+        }
+        for side, (what, query) in queries.items():
+            started = time.monotonic()
+            rows = source.instant(what, query, now)  # a failure is raised: the cycle reports it
+            report.queries += 1
+            report.timed(what, time.monotonic() - started)
+            seen = self.seen[side]
+            for row in rows:
+                labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+                seen[labels] = max(_row_value(row), seen.get(labels, -math.inf))
+        self.last_read = now
+        horizon = now - self.window_seconds
+        for seen in self.seen.values():
+            for labels in [labels for labels, at in seen.items() if at <= horizon]:
+                del seen[labels]
+        by = gpu_targets.TARGET_LABELS
+        up = {tuple(dict(labels).get(key, "") for key in by) for labels in self.seen["targets"]}
+        return {
+            gpu_targets.CLAIMS: [
+                {"metric": dict(labels), "value": [now, "1"]} for labels in self.seen["claims"]
+            ],
+            gpu_targets.RELABELLED: [
+                {"metric": dict(labels), "value": [now, "1"]}
+                for labels in self.seen["exported"]
+                if tuple(dict(labels).get(key, "") for key in by) not in up
+            ],
+        }
+
+
 def _row_value(row: dict[str, Any]) -> float:
     try:
         return float(row["value"][1])
@@ -760,6 +824,7 @@ class IncrementalSource:
         )
         self.ksm = KsmCache(window_seconds, _KSM_METRICS)
         self.coarse = CoarseSeries(window_seconds, step_seconds)
+        self.identity = IdentityCache(window_seconds, step_seconds)
         self.report = CycleReport(backfilling=True)
 
     def fingerprint(self) -> str:
@@ -865,7 +930,7 @@ class IncrementalSource:
         self.ksm.read(self.source, now, self.report)
         self.coarse.read(self.source.range, self.coarse_queries(namespaces), now, self.report)
         results, summarised = self.results(now, pods=False)
-        results.update(self.source.identity_answers(now, self.window_seconds))
+        results.update(self.identity.read(self.source, now, self.report))
         by_namespace = self._pod_series_by_namespace()
         pods = PodSeries(
             namespaces={

@@ -12,9 +12,11 @@ GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label v
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -83,6 +85,34 @@ _KSM_METRICS = (
     mn.KSM_HPA_MIN_REPLICAS,
     mn.KSM_HPA_MAX_REPLICAS,
 )
+
+
+@dataclass(frozen=True)
+class QueryStats:
+    """What one query cost Prometheus, from its own `stats=all` answer (`PrometheusSource.query_stats`)."""
+
+    what: str
+    #: Raw samples the query read from storage (`stats.samples.totalQueryableSamples`).
+    samples: int
+    #: Series in the answer.
+    series: int
+    #: Prometheus' own evaluation time (`stats.timings.execTotalTime`), seconds.
+    seconds: float
+
+
+def answer_stats(what: str, content: bytes) -> QueryStats | None:
+    """The `stats` object of a `stats=all` answer, read from the answer's tail (Prometheus writes it
+    after the result, so the result is never decoded twice); None when the answer has none."""
+    at = content.rfind(b'"stats":')
+    if at < 0:
+        return None
+    try:
+        stats, _ = json.JSONDecoder().raw_decode(content[at + len(b'"stats":') :].decode())
+        samples = int(stats["samples"]["totalQueryableSamples"])
+        seconds = float(stats["timings"]["execTotalTime"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return QueryStats(what, samples, content.count(b'"metric":'), seconds)
 
 
 class PrometheusSourceError(RuntimeError):
@@ -196,17 +226,48 @@ def _gpu_expr(metric: str, keys: Sequence[str] = GPU_KEYS) -> Callable[[str], st
 
 def _throttle_expr(offset: str, rate_window: float) -> str:
     """Share of time throttled per device: the clock-event bitmask (either DCGM name) or, where larger or
-    alone, the throttling violation counters (ns held down per second / 1e9); see `throttle_series`."""
+    alone, the throttling violation counters (ns held down per second / 1e9); see `throttle_series`.
+
+    Every series is read once: the bitmask through `throttle_flag`, each violation counter through
+    its own rate (summed per device), the two sides through `largest_of`."""
     names = "|".join(mn.DCGM_CLOCK_EVENT_METRICS)
     raw = f'{{__name__=~"{names}"}}{offset} {_SENTINEL_FILTER}'
-    bits = " + ".join(f"(floor(({raw}) / {bit}) % 2)" for bit in mn.THROTTLE_CLOCK_EVENT_BITS)
     keys = ", ".join(GPU_KEYS)
-    flags = f"max by ({keys}) ({fold_labels(f'clamp_max({bits}, 1)')})"
-    counters = '{__name__=~"' + "|".join(mn.DCGM_THROTTLE_VIOLATION_COUNTERS) + '"}'
-    # a rate above 1 s/s is a DCGM blank value or a wrapped counter, not a measurement
-    held = f"rate({counters}[{_duration(rate_window)}]{offset}) < {1.5 * mn.VIOLATION_NS_PER_SECOND:g}"
+    flags = f"max by ({keys}) ({fold_labels(throttle_flag(raw))})"
+    # a rate above 1 s/s is a DCGM blank value or a wrapped counter, not a measurement; each counter
+    # is tagged before its rate loses the name, so a device with several counters sums them
+    held = " or ".join(
+        f"label_replace(rate({counter}[{_duration(rate_window)}]{offset}) < "
+        f'{1.5 * mn.VIOLATION_NS_PER_SECOND:g}, "{_SIDE_LABEL}", "{counter}", "", "")'
+        for counter in mn.DCGM_THROTTLE_VIOLATION_COUNTERS
+    )
     violations = f"clamp_max(sum by ({keys}) ({fold_labels(held)}) / {mn.VIOLATION_NS_PER_SECOND:g}, 1)"
-    return f"(({flags}) > ({violations})) or ({violations}) or ({flags})"
+    return largest_of(flags, violations)
+
+
+def throttle_flag(bitmask: str) -> str:
+    """1 where the clock-event bitmask has any of `mn.THROTTLE_CLOCK_EVENT_BITS` (8, 32, 64, 128)
+    set, else 0, reading the bitmask once (a sum of `floor(x / bit) % 2` reads it once per bit).
+
+    With k = floor((x mod 256) / 8), no throttle bit is set exactly when k is 0 or 2 (only bits
+    below 8 and bit 16), and |(k - 1)² - 1| is 0 for those k and at least 1 for every other."""
+    if tuple(mn.THROTTLE_CLOCK_EVENT_BITS) != (8, 32, 64, 128):
+        raise AssertionError("throttle_flag is written for the clock-event bits 8, 32, 64 and 128")
+    return f"clamp_max(abs((floor((({bitmask}) % 256) / 8) - 1) ^ 2 - 1), 1)"
+
+
+#: Label that tells apart the sides of `largest_of` (removed again by its `max without`).
+_SIDE_LABEL = "gpu_rightsizer_side"
+
+
+def largest_of(*exprs: str) -> str:
+    """Per series, the largest of instant-vector expressions whose series have the same labels; a
+    series only one side has keeps that side's value. Each side is evaluated once: `(a > b) or b`
+    evaluates `b` twice (PromQL shares no subexpressions), and every evaluation reads its samples again."""
+    sides = " or ".join(
+        f'label_replace({expr}, "{_SIDE_LABEL}", "{i}", "", "")' for i, expr in enumerate(exprs)
+    )
+    return f"max without ({_SIDE_LABEL}) ({sides})"
 
 
 def counter_rate(selector: str, rate_window: float, offset: str) -> str:
@@ -215,10 +276,10 @@ def counter_rate(selector: str, rate_window: float, offset: str) -> str:
     `rate()` divides by the whole window, so a pod started 60 s ago reads a third of its real rate
     under a 3-minute window (exactly when a change is verified); `deriv()` fits only the samples there
     are but breaks at a counter reset, where `rate()` is right. The larger of the two is right in both
-    cases (the labels of both sides are the same, so `or` picks per series).
+    cases (the labels of both sides are the same, so `largest_of` picks per series).
     """
     window = f"[{_duration(rate_window)}]{offset}"
-    return f"(rate({selector}{window}) > deriv({selector}{window}) or deriv({selector}{window}))"
+    return largest_of(f"rate({selector}{window})", f"deriv({selector}{window})")
 
 
 def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Callable[[str], str]:
@@ -362,9 +423,17 @@ class PrometheusSource:
         #: Prometheus's own `warnings` (partial answers) since the last assembly; prometheus_api_client
         #: drops them, so a response hook keeps them. Every window assembled next carries them.
         self.answer_warnings: list[str] = []
+        #: When a list, every query asks for `stats=all` and its `QueryStats` are appended here (the
+        #: benchmarks' per-family cost; Prometheus 2.42 and newer answer it).
+        self.query_stats: list[QueryStats] | None = None
+        self._asking = threading.local()  # what the query in this thread is (for its stats)
         session.hooks["response"].append(self._keep_answer_warnings)
 
     def _keep_answer_warnings(self, response: requests.Response, *_: Any, **__: Any) -> None:
+        if self.query_stats is not None:
+            stats = answer_stats(getattr(self._asking, "what", "?"), response.content)
+            if stats is not None:
+                self.query_stats.append(stats)
         if (
             b'"warnings"' not in response.content
         ):  # a byte scan, so answers without warnings are not parsed twice
@@ -379,6 +448,7 @@ class PrometheusSource:
     # -- transport ----------------------------------------------------------------------------------
     def _call(self, what: str, send: Callable[[], Any]) -> list[dict[str, Any]]:
         self.queries_sent += 1
+        self._asking.what = what
         try:
             result = send()
         except requests.exceptions.JSONDecodeError as error:
@@ -408,7 +478,11 @@ class PrometheusSource:
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
         """An instant query at `at` (with the configured extra matchers)."""
         query = self._scoped(query)
-        return self._call(what, lambda: self.client.custom_query(query, params={"time": f"{at:.3f}"}))
+        params = {"time": f"{at:.3f}", **self._stats_params()}
+        return self._call(what, lambda: self.client.custom_query(query, params=params))
+
+    def _stats_params(self) -> dict[str, str]:
+        return {"stats": "all"} if self.query_stats is not None else {}
 
     def _scoped(self, query: str) -> str:
         """`query` with the extra matchers, and its GPU selectors limited to the trusted targets."""
@@ -448,6 +522,7 @@ class PrometheusSource:
                 start_time=datetime.fromtimestamp(start, tz=UTC),
                 end_time=datetime.fromtimestamp(end, tz=UTC),
                 step=_duration(step),
+                params=self._stats_params(),
             ),
         )
 
