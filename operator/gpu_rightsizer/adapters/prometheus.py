@@ -263,7 +263,8 @@ _SIDE_LABEL = "gpu_rightsizer_side"
 def largest_of(*exprs: str) -> str:
     """Per series, the largest of instant-vector expressions whose series have the same labels; a
     series only one side has keeps that side's value. Each side is evaluated once: `(a > b) or b`
-    evaluates `b` twice (PromQL shares no subexpressions), and every evaluation reads its samples again."""
+    evaluates `b` twice (PromQL shares no subexpressions), which pays where a side is a deep
+    expression (the throttle family's), not where it is one function of a selector."""
     sides = " or ".join(
         f'label_replace({expr}, "{_SIDE_LABEL}", "{i}", "", "")' for i, expr in enumerate(exprs)
     )
@@ -276,10 +277,13 @@ def counter_rate(selector: str, rate_window: float, offset: str) -> str:
     `rate()` divides by the whole window, so a pod started 60 s ago reads a third of its real rate
     under a 3-minute window (exactly when a change is verified); `deriv()` fits only the samples there
     are but breaks at a counter reset, where `rate()` is right. The larger of the two is right in both
-    cases (the labels of both sides are the same, so `largest_of` picks per series).
+    cases (the labels of both sides are the same, so `or` picks per series).
     """
     window = f"[{_duration(rate_window)}]{offset}"
-    return largest_of(f"rate({selector}{window})", f"deriv({selector}{window})")
+    # `a > b or b` evaluates deriv() twice, but has fewer PromQL nodes than `largest_of` (two
+    # label_replace and an aggregation more); Prometheus' cost follows the nodes times the series
+    # times the steps, not the samples (docs/scaling.md), so the counters keep this shape
+    return f"(rate({selector}{window}) > deriv({selector}{window}) or deriv({selector}{window}))"
 
 
 def _rate_by_pod(metric: str, rate_window: float, app_containers: bool) -> Callable[[str], str]:
