@@ -69,7 +69,11 @@ def main() -> int:
     by_query.clear()  # the recorded-series detection runs once per start, not per cycle
     incremental.reader.last_end = math.floor(args.end / args.step) * args.step
     coarse_step = incremental.coarse.step_seconds
-    incremental.coarse.last_end = math.floor(args.end / coarse_step) * coarse_step
+    coarse_end = math.floor(args.end / coarse_step) * coarse_step
+    if hasattr(incremental.coarse, "ends"):  # one end per coarse series name
+        incremental.coarse.ends = dict.fromkeys(incremental.coarse_queries(), coarse_end)
+    else:
+        incremental.coarse.last_end = coarse_end
     incremental.ksm.last_read = args.end
     if hasattr(incremental, "identity"):  # the incremental identity answers
         incremental.identity.last_read = args.end

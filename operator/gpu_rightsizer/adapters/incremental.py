@@ -576,32 +576,38 @@ class CoarseSeries:
         self.window_seconds = window_seconds
         self.step_seconds = max(step_seconds, window_seconds / COARSE_POINTS)
         self.points: dict[tuple[str, Labels], array[float]] = {}
-        self.last_end: float | None = None
+        #: Series name → end of its last complete read.
+        self.ends: dict[str, float] = {}
 
     def read(self, query: RangeQuery, queries: dict[str, str], now: float, report: CycleReport) -> None:
-        """Add the points since the last read (the whole window the first time)."""
-        start = now - self.window_seconds if self.last_end is None else self.last_end + self.step_seconds
-        span = align(start, now, self.step_seconds)
-        if span is None:
-            return
-        failed = False
+        """Add each series name's points since its last read (the whole window the first time).
 
-        def fetch(item: tuple[str, str]) -> tuple[list[dict[str, Any]] | PrometheusSourceError, float]:
+        Each name keeps its own end: a query that fails is asked again from where it stopped next
+        time, while the others go on with the new interval only (one end for all made every coarse
+        query re-read the whole window each cycle after one of them failed once)."""
+        spans: dict[str, tuple[float, float]] = {}
+        for name in queries:
+            end = self.ends.get(name)
+            span = align(
+                now - self.window_seconds if end is None else end + self.step_seconds, now, self.step_seconds
+            )
+            if span is not None:
+                spans[name] = span
+
+        def fetch(name: str) -> tuple[list[dict[str, Any]] | PrometheusSourceError, float]:
             started = time.monotonic()
+            first, last = spans[name]
             try:
-                return query(
-                    item[0], item[1], span[0], span[1], self.step_seconds
-                ), time.monotonic() - started
+                return query(name, queries[name], first, last, self.step_seconds), time.monotonic() - started
             except PrometheusSourceError as error:
                 return error, time.monotonic() - started
 
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-coarse") as pool:
-            answers = list(pool.map(fetch, queries.items()))
-        for name, (rows, seconds) in zip(queries, answers, strict=True):
+            answers = list(pool.map(fetch, spans))
+        for name, (rows, seconds) in zip(spans, answers, strict=True):
             report.queries += 1
             report.timed(name, seconds)
             if isinstance(rows, PrometheusSourceError):
-                failed = True
                 report.chunks_failed += 1
                 report.errors.append(f"{name}: {rows}")
                 continue
@@ -615,8 +621,7 @@ class CoarseSeries:
                         flat.append(float(t))
                         flat.append(float(v))
                         report.samples += 1
-        if not failed:
-            self.last_end = span[1]
+            self.ends[name] = spans[name][1]
         self.expire(now)
 
     def expire(self, now: float) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpu_rightsizer.adapters import gpu_targets, incremental, prometheus
-from gpu_rightsizer.adapters.incremental import IdentityCache, default_families
+from gpu_rightsizer.adapters.incremental import CoarseSeries, IdentityCache, default_families
 from gpu_rightsizer.adapters.prometheus import (
     _SENTINEL_FILTER,
     GPU_KEYS,
@@ -277,3 +277,36 @@ def test_identity_answers_are_none_without_trusted_targets() -> None:
     report = CycleReport(backfilling=False)
     assert IdentityCache(3600.0, 60.0).read(recorded, 1_767_226_800.0, report) == {}  # type: ignore[arg-type]
     assert report.queries == 0
+
+
+def test_a_failed_coarse_query_alone_is_asked_again_from_where_it_stopped() -> None:
+    """One coarse query that fails once is asked again from its own last end; the others go on
+    with the new interval only (one end for all re-read the whole window for every one of them)."""
+    asked: list[tuple[str, float, float]] = []
+    failing = {"range:busy"}
+
+    def query(what: str, _query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        asked.append((what, start, end))
+        if what in failing:
+            raise PrometheusSourceError("Prometheus did not answer within 30s (range:busy)")
+        points = [[t, "1"] for t in range(int(start), int(end) + 1, int(step))]
+        return [{"metric": {"namespace": "ml", "pod": "p"}, "values": points}]
+
+    coarse = CoarseSeries(3600.0, 60.0)
+    names = {"range:busy": "b", "range:cpu": "c"}
+    now = 1_767_225_600.0
+    coarse.read(query, names, now, CycleReport(backfilling=False))
+    assert {what: (start, end) for what, start, end in asked} == {
+        "range:busy": (now - 3600, now),
+        "range:cpu": (now - 3600, now),
+    }
+    asked.clear()
+    failing.clear()
+    report = CycleReport(backfilling=False)
+    coarse.read(query, names, now + 300, report)
+    assert {what: (start, end) for what, start, end in asked} == {
+        "range:busy": (now + 300 - 3600, now + 300),
+        "range:cpu": (now + 60, now + 300),
+    }
+    assert report.chunks_failed == 0
+    assert len(coarse.rows("range:busy")[0]["values"]) == len(coarse.rows("range:cpu")[0]["values"]) == 61
