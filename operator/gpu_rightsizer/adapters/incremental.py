@@ -42,6 +42,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
     GPU_KEYS,
+    LABEL_FOLDS,
     POD_KEYS,
     PodSeries,
     PrometheusSource,
@@ -55,6 +56,7 @@ from gpu_rightsizer.adapters.prometheus import (
     pressure_by_pod,
     serving_exprs,
     summary_from_figures,
+    without_folds,
 )
 from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
@@ -817,6 +819,9 @@ class IncrementalSource:
         #: Family name → the recorded series read in place of its expression (`default_families`).
         self.recorded = dict(recorded or {})
         families = _source_families(step_seconds, self.recorded)
+        #: The families with every label fold; each read sends them without the folds of label
+        #: variants no series has (`without_folds`).
+        self.families = list(families)
         self.reader = IncrementalReader(
             source.range,
             window_seconds=window_seconds,
@@ -867,7 +872,19 @@ class IncrementalSource:
         detection). Their windows keep their samples: a family's series keep their identities."""
         self.recorded = dict(recorded)
         fresh = {family.name: family for family in default_families(self.step_seconds, self.recorded)}
-        self.reader.families = [fresh.get(family.name, family) for family in self.reader.families]
+        self.families = [fresh.get(family.name, family) for family in self.families]
+        self.reader.families = list(self.families)
+
+    def absent_folds(self, now: float) -> frozenset[str]:
+        """The label variants (`LABEL_FOLDS` sources) no series has from a window and a rate window
+        before `now` on: their folds change nothing. None when the label names cannot be listed."""
+        start = now - self.window_seconds - self.rate_window - 300.0 - self.step_seconds  # + lookback
+        try:
+            present = self.source.label_names(start, now)
+        except PrometheusSourceError as error:
+            LOG.debug("label names unknown, every label fold is kept: %s", error)
+            return frozenset()
+        return frozenset(source for _, source in LABEL_FOLDS if source not in present)
 
     def _namespaces(self, at: float | None = None) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
@@ -929,11 +946,19 @@ class IncrementalSource:
         sharded = shard is not None and shard.sharded
         namespaces = shard.owned(self._namespaces(now)) if shard is not None and sharded else None
         self.reader.within = namespaces
+        absent = self.absent_folds(now)
+        self.reader.families = [
+            replace(family, expression=without_folds(family.expression, absent)) for family in self.families
+        ]
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
+        self.report.queries += 1  # the label names
         if not self.reader.complete:
             return None
         self.ksm.read(self.source, now, self.report)
-        self.coarse.read(self.source.range, self.coarse_queries(namespaces), now, self.report)
+        coarse = {
+            name: without_folds(query, absent) for name, query in self.coarse_queries(namespaces).items()
+        }
+        self.coarse.read(self.source.range, coarse, now, self.report)
         results, summarised = self.results(now, pods=False)
         results.update(self.identity.read(self.source, now, self.report))
         by_namespace = self._pod_series_by_namespace()

@@ -177,20 +177,61 @@ def _duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
+#: (target, source) of every label variant `fold_labels` folds, innermost first.
+LABEL_FOLDS: tuple[tuple[str, str], ...] = (
+    ("pod", "pod_name"),
+    ("pod", "exported_pod"),
+    ("namespace", "pod_namespace"),
+    ("namespace", "exported_namespace"),
+    ("container", "exported_container"),
+    ("hostname", "Hostname"),
+    ("UUID", "uuid"),
+)
+
+
 def fold_labels(expr: str) -> str:
     """Fold the label variants onto `namespace`, `pod`, `container`, `hostname`, `UUID` in PromQL."""
-    folds = (
-        ("pod", "pod_name"),
-        ("pod", "exported_pod"),
-        ("namespace", "pod_namespace"),
-        ("namespace", "exported_namespace"),
-        ("container", "exported_container"),
-        ("hostname", "Hostname"),
-        ("UUID", "uuid"),
-    )
-    for target, source in folds:
+    for target, source in LABEL_FOLDS:
         expr = f'label_replace({expr}, "{target}", "$1", "{source}", "(.+)")'
     return expr
+
+
+def without_folds(query: str, absent: Iterable[str]) -> str:
+    """`query` without the `fold_labels` steps whose source label no series has (`absent`).
+
+    Such a `label_replace` changes nothing, yet Prometheus hashes every series' labels at every step
+    for it, and each selector has seven: most of a steady read's CPU (docs/scaling.md)."""
+    for target, source in LABEL_FOLDS:
+        if source not in absent:
+            continue
+        tail = f', "{target}", "$1", "{source}", "(.+)")'
+        while (end := query.find(tail)) >= 0:
+            start = _call_start(query, end, "label_replace(")
+            query = query[:start] + query[start + len("label_replace(") : end] + query[end + len(tail) :]
+    return query
+
+
+def _call_start(text: str, argument_end: int, call: str) -> int:
+    """Where the call whose first argument ends at `argument_end` opens (`call` included): the
+    nearest unmatched `(` before it, outside string literals."""
+    depth, index = 0, argument_end - 1
+    while index >= 0:
+        char = text[index]
+        if char == '"':  # skip back over a string literal (label values are escaped with \)
+            index -= 1
+            while index >= 0 and not (text[index] == '"' and text[index - 1] != "\\"):
+                index -= 1
+        elif char == ")":
+            depth += 1
+        elif char == "(":
+            if depth == 0:
+                start = index + 1 - len(call)
+                if text[start : index + 1] != call:
+                    raise ValueError(f"not a {call}...) argument at {argument_end}")
+                return start
+            depth -= 1
+        index -= 1
+    raise ValueError(f"no {call}...) around position {argument_end}")
 
 
 def stats_query(inner: Callable[[str], str], window: float, step: float, activity_floor: float | None) -> str:
@@ -529,6 +570,25 @@ class PrometheusSource:
                 params=self._stats_params(),
             ),
         )
+
+    def label_names(self, start: float, end: float) -> set[str]:
+        """Label names of the series with samples in `[start, end]` (`/api/v1/labels`: read from the
+        index, no samples). A store that also holds other clusters answers a superset."""
+        self.queries_sent += 1
+        try:
+            names = self.client.get_label_names(params={"start": f"{start:.3f}", "end": f"{end:.3f}"})
+        except (
+            requests.exceptions.RequestException,
+            PrometheusApiClientException,
+            ValueError,
+            KeyError,
+        ) as error:
+            raise PrometheusSourceError(
+                f"cannot list the label names at {self.config.url}: {error}"
+            ) from error
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise PrometheusSourceError(f"{self.config.url} did not answer like Prometheus (label names)")
+        return set(names)
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The recording-rule groups Prometheus evaluates (`/api/v1/rules?type=record`, as answered).

@@ -18,10 +18,16 @@ from typing import Any
 import pytest
 
 from gpu_rightsizer.adapters import gpu_targets, incremental, prometheus
-from gpu_rightsizer.adapters.incremental import CoarseSeries, IdentityCache, default_families
+from gpu_rightsizer.adapters.incremental import (
+    CoarseSeries,
+    IdentityCache,
+    IncrementalSource,
+    default_families,
+)
 from gpu_rightsizer.adapters.prometheus import (
     _SENTINEL_FILTER,
     GPU_KEYS,
+    LABEL_FOLDS,
     PrometheusConfig,
     PrometheusSource,
     PrometheusSourceError,
@@ -29,6 +35,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _throttle_expr,
     fold_labels,
     throttle_flag,
+    without_folds,
 )
 from gpu_rightsizer.adapters.source import CycleReport
 from gpu_rightsizer.model import metric_names as mn
@@ -310,3 +317,34 @@ def test_a_failed_coarse_query_alone_is_asked_again_from_where_it_stopped() -> N
     }
     assert report.chunks_failed == 0
     assert len(coarse.rows("range:busy")[0]["values"]) == len(coarse.rows("range:cpu")[0]["values"]) == 61
+
+
+def test_without_folds_removes_exactly_the_absent_folds() -> None:
+    inner = 'max by (pod) (foo{namespace=~"a(b|c)\\")", pod!=""} < 1)'
+    folded = fold_labels(inner)
+    assert without_folds(folded, [source for _, source in LABEL_FOLDS]) == inner
+    kept = without_folds(folded, ["pod_name", "uuid"])
+    assert '"pod_name"' not in kept and '"uuid"' not in kept
+    assert kept.count("label_replace(") == len(LABEL_FOLDS) - 2 and inner in kept
+    assert without_folds(folded, []) == folded
+
+
+@needs_prometheus
+def test_every_query_answers_the_same_without_the_folds_of_absent_labels(prometheus_url: str) -> None:
+    """The folds of label variants no series has change no answer: every family and coarse query,
+    with and without them, over the fixture history (it has `Hostname`, not the other variants)."""
+    config = PrometheusConfig(url=prometheus_url)
+    source = PrometheusSource(config)
+    incremental = IncrementalSource(source, window_seconds=1800.0, step_seconds=STEP)
+    absent = incremental.absent_folds(float(LAST))
+    assert "Hostname" not in absent and {"pod_name", "exported_pod", "uuid"} <= absent
+    queries = {family.name: family.query(None) for family in incremental.families}
+    queries.update(incremental.coarse_queries())
+    with_data = 0
+    for name, query in queries.items():
+        lean = without_folds(query, absent)
+        assert lean.count("label_replace(") < query.count("label_replace("), name
+        before, after = answer(source, query), answer(source, lean)
+        assert_same(name, before, after)
+        with_data += bool(before)
+    assert with_data >= 10
