@@ -46,9 +46,12 @@ import cProfile
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -65,7 +68,7 @@ from operator_scale import http_text, samples
 from window_flatness import END, cost
 
 from gpu_rightsizer.adapters.incremental import Chunk
-from gpu_rightsizer.adapters.prometheus import source_for
+from gpu_rightsizer.adapters.prometheus import PrometheusSource, QueryStats, source_for
 from gpu_rightsizer.adapters.source import CycleReport
 from gpu_rightsizer.adapters.windows import WindowSources, sources_for
 from gpu_rightsizer.config import OperatorConfig, parse_duration
@@ -285,6 +288,14 @@ class Cycle:
     windows: int | None
     report: CycleReport
     diagnoses: dict[str, DiagnosisCode]
+    #: Every query's own cost (`stats=all`), in the order answered.
+    stats: list[QueryStats]
+
+
+def with_stats(source: PrometheusSource, stats: list[QueryStats]) -> PrometheusSource:
+    """`source`, asking Prometheus for every query's own cost (`stats=all`) into `stats`."""
+    source.query_stats = stats
+    return source
 
 
 def one_cycle(
@@ -292,17 +303,19 @@ def one_cycle(
     cfg: OperatorConfig,
     sources: WindowSources,
     now: datetime,
+    stats: list[QueryStats],
     progress: Any = None,
 ) -> Cycle:
     """The windows at `now` (None while backfilling) and, when there are, the engine on each."""
     answer: list[tuple[list[WorkloadWindow] | None, CycleReport, ClusterCapacity]] = []
+    first = len(stats)
 
     def read() -> None:
         windows, report = sources.fetch(cfg.window_seconds, now, progress=progress)
         capacity = ClusterCapacity()
         if windows is not None:
             try:
-                capacity = source_for(cfg).read_capacity(now)
+                capacity = with_stats(source_for(cfg), stats).read_capacity(now)
             except Exception as error:  # the operator goes on without node pools too
                 print(f"  node capacity unreadable: {error}", flush=True)
         answer.append((windows, report, capacity))
@@ -328,6 +341,7 @@ def one_cycle(
         None if windows is None else len(windows),
         report,
         diagnoses,
+        stats[first:],
     )
 
 
@@ -361,6 +375,32 @@ def row(label: str, cycle: Cycle) -> None:
     print(
         f"{'':24}query seconds by family group (4 in flight): "
         + ", ".join(f"{g} {s:.1f}" for g, s in sorted(groups.items(), key=lambda kv: -kv[1])),
+        flush=True,
+    )
+
+
+def family_group(what: str) -> str:
+    """The query family a query belongs to: its name, less the namespace of a split chunk."""
+    return what.split(" in ", 1)[0]
+
+
+def family_table(label: str, stats: Sequence[QueryStats], cpu_seconds: float) -> None:
+    """Per query family: queries, raw samples read, series returned, Prometheus' evaluation seconds."""
+    groups: dict[str, list[QueryStats]] = {}
+    for one in stats:
+        groups.setdefault(family_group(one.what), []).append(one)
+    total = sum(one.samples for one in stats) or 1
+    print(f"\nper query family, {label} (Prometheus CPU-s of the cycle: {cpu_seconds:.1f})", flush=True)
+    print(f"{'family':44}{'queries':>8}{'samples touched':>17}{'share':>7}{'series':>10}{'query s':>9}")
+    for name, group in sorted(groups.items(), key=lambda kv: -sum(one.samples for one in kv[1])):
+        touched = sum(one.samples for one in group)
+        print(
+            f"{name[:44]:44}{len(group):>8}{touched:>17,}{touched / total:>7.1%}"
+            f"{sum(one.series for one in group):>10,}{sum(one.seconds for one in group):>9.2f}"
+        )
+    print(
+        f"{'total':44}{len(stats):>8}{sum(one.samples for one in stats):>17,}{'':>7}"
+        f"{sum(one.series for one in stats):>10,}{sum(one.seconds for one in stats):>9.2f}",
         flush=True,
     )
 
@@ -412,6 +452,9 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
     try:
         cfg = dataclasses.replace(cfg, prometheus_url=server.url)
         sources = sources_for(cfg)
+        stats: list[QueryStats] = []
+        make_source = sources.make_source
+        sources.make_source = lambda: with_stats(make_source(), stats)
         expected = expected_diagnoses(fleet_)
         last_print = [0.0]
 
@@ -432,7 +475,7 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
         if profiler is not None:
             profiler.enable()
         while not cold or cold[-1].windows is None:
-            cold.append(one_cycle(server.url, cfg, sources, now, progress))
+            cold.append(one_cycle(server.url, cfg, sources, now, stats, progress))
             row(f"cold start cycle {len(cold)}", cold[-1])
         if profiler is not None:
             profiler.disable()
@@ -448,14 +491,19 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
             profiler = cProfile.Profile() if args.profile and k == 1 else None
             if profiler is not None:
                 profiler.enable()
-            steady.append(one_cycle(server.url, cfg, sources, moment))
+            steady.append(one_cycle(server.url, cfg, sources, moment, stats))
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(f"{args.profile}.steady")
             row(f"steady cycle {k}", steady[-1])
         _, peak = rss_mib()
+        family_table("cold start", [one for c in cold for one in c.stats], sum(c.cpu for c in cold))
+        for k, cycle in enumerate(steady, 1):
+            family_table(f"steady cycle {k}", cycle.stats, cycle.cpu)
         if tracemalloc.is_tracing():
             memory_profile()
+        if args.baseline:
+            compare_steady_reads(args, server.url)
         prometheus_rss = samples(http_text(f"{server.url}/metrics"), "process_resident_memory_bytes")
     finally:
         server.stop()
@@ -501,6 +549,59 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
     )
 
 
+def steady_read(url: str, args: argparse.Namespace, source_root: str) -> tuple[float, dict[str, Any]]:
+    """One warm steady read (`steady_read.py`) with the code under `source_root`: the Prometheus
+    CPU-seconds it cost and what it printed."""
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "steady_read.py"),
+        f"--url={url}",
+        f"--window={args.window}",
+        f"--step={args.step}",
+        f"--interval={args.interval}",
+        # the last steady cycle's interval again (the history covers HISTORY_CYCLES intervals)
+        f"--end={END + (max(1, min(args.cycles, HISTORY_CYCLES)) - 1) * args.interval}",
+    ]
+    answer: list[str] = []
+
+    def run() -> None:
+        env = {**os.environ, "PYTHONPATH": source_root}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+        answer.append(done.stdout.strip().splitlines()[-1])
+
+    _, spent = cost(url, run)
+    return spent.cpu_seconds, json.loads(answer[0])
+
+
+def compare_steady_reads(args: argparse.Namespace, url: str) -> None:
+    """The steady cycle's reads with the baseline's code and this checkout's, alternately
+    (`--baseline-runs` each), against the same Prometheus: their Prometheus CPU-seconds and samples."""
+    ours = str(Path(__file__).resolve().parents[1] / "operator")
+    sides = {"baseline": str(Path(args.baseline).resolve()), "this checkout": ours}
+    print(f"\nwarm steady reads, baseline {sides['baseline']} against {ours}, alternately:", flush=True)
+    print(f"{'':16}{'run':>4}{'queries':>9}{'samples touched':>17}{'P CPU-s':>9}", flush=True)
+    spent: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+    for run in range(1, args.baseline_runs + 1):
+        for name, root in sides.items():
+            cpu, printed = steady_read(url, args, root)
+            spent[name].append((cpu, int(printed["samples"])))
+            print(
+                f"{name:16}{run:>4}{printed['queries']:>9}{printed['samples']:>17,}{cpu:>9.1f}"
+                + (f"  errors: {printed['errors']}" if printed["errors"] else ""),
+                flush=True,
+            )
+    before = statistics.median(cpu for cpu, _ in spent["baseline"])
+    after = statistics.median(cpu for cpu, _ in spent["this checkout"])
+    samples_before = statistics.median(n for _, n in spent["baseline"])
+    samples_after = statistics.median(n for _, n in spent["this checkout"])
+    print(
+        f"median Prometheus CPU-s per steady read: baseline {before:.1f}, this checkout {after:.1f} "
+        f"({before / after if after > 0 else math.inf:.1f}x less); samples touched {samples_before:,.0f} "
+        f"against {samples_after:,.0f} ({samples_before / max(samples_after, 1):.1f}x less)",
+        flush=True,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -524,6 +625,13 @@ def main() -> int:
         action="store_true",
         help="trace allocations (slower) and print live memory by source file after the steady cycles",
     )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="another checkout's operator/ directory: after the steady cycles, compare its steady reads "
+        "with this checkout's against the same Prometheus (bench/steady_read.py)",
+    )
+    parser.add_argument("--baseline-runs", type=int, default=2, help="warm steady reads per side")
     parser.add_argument(
         "--generate-only", action="store_true", help="build (or find) the cached TSDB, measure nothing"
     )

@@ -122,28 +122,47 @@ def claim_of(labels: Mapping[str, str], device: str, namespace: str, pod: str) -
     return DeviceClaim(device, f"{labels.get('job', '')} {labels.get('instance', '')}", namespace, pod)
 
 
-def claims_query(window_seconds: float, fold_labels: Callable[[str], str]) -> str:
+def _seen(selector: str, window_seconds: float, step_seconds: float | None) -> tuple[str, str]:
+    """(aggregation, expression) for the series of `selector` in the window: each one once
+    (`group`), or, with a step, valued with the time of its newest sample there (`max` of the
+    sample timestamps at every step), so that answers over short lookbacks can be kept for a window."""
+    span = f"{max(1, round(window_seconds))}s"
+    if step_seconds is None:
+        return "group", f"last_over_time({selector}[{span}])"
+    return "max", f"max_over_time(timestamp({selector})[{span}:{max(1, round(step_seconds))}s])"
+
+
+def claims_query(
+    window_seconds: float, fold_labels: Callable[[str], str], step_seconds: float | None = None
+) -> str:
     """(device, scrape target, pod) of every trusted device series in the window (the transport adds
     the trusted matchers; the target is `job instance`, both target labels; `fold_labels` is the
-    Prometheus source's label fold, so pods are named as in its other queries)."""
+    Prometheus source's label fold, so pods are named as in its other queries). With a step, each
+    valued with when it was last seen (`_seen`)."""
     names = "|".join(_IDENTITY_METRICS)
-    seen = f'last_over_time({{__name__=~"{names}"}}[{max(1, round(window_seconds))}s])'
+    aggregation, seen = _seen(f'{{__name__=~"{names}"}}', window_seconds, step_seconds)
     tagged = f'label_join({seen}, "scrape_target", " ", "job", "instance")'
-    return f"group by (UUID, GPU_I_ID, namespace, pod, scrape_target) ({fold_labels(tagged)})"
+    return f"{aggregation} by (UUID, GPU_I_ID, namespace, pod, scrape_target) ({fold_labels(tagged)})"
+
+
+def relabelled_sides(window_seconds: float, step_seconds: float | None = None) -> tuple[str, str]:
+    """The target labels of every target's DCGM series, and of every target (`up`), in the window:
+    the relabelled targets are those of the first the second lacks (`relabelled_query`). With a
+    step, each valued with when it was last seen (`_seen`).
+
+    The first selector starts with a matcher that selects every series, so that `restrict_to_trusted`
+    leaves it alone: this check looks at every target on purpose."""
+    names = "|".join(_IDENTITY_METRICS)
+    by = ", ".join(TARGET_LABELS)
+    exported = _seen(f'{{instance=~".*",__name__=~"{names}"}}', window_seconds, step_seconds)
+    targets = _seen("up", window_seconds, step_seconds)
+    return f"{exported[0]} by ({by}) ({exported[1]})", f"{targets[0]} by ({by}) ({targets[1]})"
 
 
 def relabelled_query(window_seconds: float) -> str:
-    """DCGM series of any target whose target labels are not their target's (`up`'s) in the window.
-
-    The selector starts with a matcher that selects every series, so that `restrict_to_trusted` leaves
-    it alone: this check looks at every target on purpose."""
-    names = "|".join(_IDENTITY_METRICS)
-    span = f"[{max(1, round(window_seconds))}s]"
-    by = ", ".join(TARGET_LABELS)
-    return (
-        f'group by ({by}) (last_over_time({{instance=~".*",__name__=~"{names}"}}{span})) '
-        f"unless on ({by}) group by ({by}) (last_over_time(up{span}))"
-    )
+    """DCGM series of any target whose target labels are not their target's (`up`'s) in the window."""
+    exported, targets = relabelled_sides(window_seconds)
+    return f"{exported} unless on ({', '.join(TARGET_LABELS)}) {targets}"
 
 
 def conflicts_in(rows: Sequence[Mapping[str, Any]]) -> dict[str, DeviceConflict]:

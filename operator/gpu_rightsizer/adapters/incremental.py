@@ -37,11 +37,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpu_rightsizer.adapters import gpu_targets
 from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, SamplePairs, samples
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
     GPU_KEYS,
+    LABEL_FOLDS,
     POD_KEYS,
     PodSeries,
     PrometheusSource,
@@ -55,6 +57,7 @@ from gpu_rightsizer.adapters.prometheus import (
     pressure_by_pod,
     serving_exprs,
     summary_from_figures,
+    without_folds,
 )
 from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
@@ -594,39 +597,44 @@ class CoarseSeries:
         self.window_seconds = window_seconds
         self.step_seconds = max(step_seconds, window_seconds / COARSE_POINTS)
         self.points: dict[tuple[str, Labels], array[float]] = {}
-        self.last_end: float | None = None
+        #: Series name → end of its last complete read.
+        self.ends: dict[str, float] = {}
 
     def read(self, query: RangeQuery, queries: dict[str, str], now: float, report: CycleReport) -> None:
-        """Add the points since the last read (the whole window the first time)."""
-        start = now - self.window_seconds if self.last_end is None else self.last_end + self.step_seconds
-        span = align(start, now, self.step_seconds)
-        if span is None:
-            return
-        failed = False
+        """Add each series name's points since its last read (the whole window the first time).
 
-        def fetch(item: tuple[str, str]) -> tuple[Sequence[RangeSeries] | PrometheusSourceError, float]:
+        Each name keeps its own end: a query that fails is asked again from where it stopped next
+        time, while the others go on with the new interval only (one end for all made every coarse
+        query re-read the whole window each cycle after one of them failed once)."""
+        spans: dict[str, tuple[float, float]] = {}
+        for name in queries:
+            end = self.ends.get(name)
+            span = align(
+                now - self.window_seconds if end is None else end + self.step_seconds, now, self.step_seconds
+            )
+            if span is not None:
+                spans[name] = span
+
+        def fetch(name: str) -> tuple[Sequence[RangeSeries] | PrometheusSourceError, float]:
             started = time.monotonic()
+            first, last = spans[name]
             try:
-                return query(
-                    item[0], item[1], span[0], span[1], self.step_seconds
-                ), time.monotonic() - started
+                return query(name, queries[name], first, last, self.step_seconds), time.monotonic() - started
             except PrometheusSourceError as error:
                 return error, time.monotonic() - started
 
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-coarse") as pool:
-            answers = list(pool.map(fetch, queries.items()))
-        for name, (rows, seconds) in zip(queries, answers, strict=True):
+            answers = list(pool.map(fetch, spans))
+        for name, (rows, seconds) in zip(spans, answers, strict=True):
             report.queries += 1
             report.timed(name, seconds)
             if isinstance(rows, PrometheusSourceError):
-                failed = True
                 report.chunks_failed += 1
                 report.errors.append(f"{name}: {rows}")
                 continue
             try:
                 decoded = [(row.metric, *samples(row)) for row in rows]
             except AnswerError as error:
-                failed = True
                 report.chunks_failed += 1
                 report.errors.append(f"{name}: malformed range answer: {error}")
                 continue
@@ -639,8 +647,7 @@ class CoarseSeries:
                         flat.append(t)
                         flat.append(v)
                         report.samples += 1
-        if not failed:
-            self.last_end = span[1]
+            self.ends[name] = spans[name][1]
         self.expire(now)
 
     def expire(self, now: float) -> None:
@@ -724,6 +731,69 @@ class KsmCache:
         return dict(out)
 
 
+class IdentityCache:
+    """The GPU identity answers (`gpu_targets`: which target and pod claim each device, which targets
+    relabel their series) over the window, from short lookbacks after the first read.
+
+    The full answers look back a whole window every cycle (`PrometheusSource.identity_answers`), so
+    they touch every sample of every device's identity series each time. Here each label set is
+    asked with the time of its newest sample (`step_seconds` given to the queries), the first read
+    over the window and later ones back to the previous read only, and kept until that time leaves
+    the window: the same label sets as the full answers. The relabelled targets are worked out from
+    both sides kept apart (`gpu_targets.relabelled_sides`): targets seen on DCGM series in the
+    window that `up` has not shown in the window."""
+
+    def __init__(self, window_seconds: float, step_seconds: float) -> None:
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        #: side → labels → time of the newest sample seen
+        self.seen: dict[str, dict[Labels, float]] = {"claims": {}, "exported": {}, "targets": {}}
+        self.last_read: float | None = None
+
+    def read(
+        self, source: PrometheusSource, now: float, report: CycleReport
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The identity answers at `now` (none without trusted targets, as the full read)."""
+        if source.config.trusted_gpu_targets is None:
+            return {}
+        lookback = (
+            self.window_seconds if self.last_read is None else min(self.window_seconds, now - self.last_read)
+        )
+        lookback = max(lookback, self.step_seconds)
+        exported, targets = gpu_targets.relabelled_sides(lookback, self.step_seconds)
+        queries = {
+            "claims": ("GPU claims", gpu_targets.claims_query(lookback, fold_labels, self.step_seconds)),
+            "exported": ("GPU series' target labels", exported),
+            "targets": ("scrape targets", targets),
+        }
+        for side, (what, query) in queries.items():
+            started = time.monotonic()
+            rows = source.instant(what, query, now)  # a failure is raised: the cycle reports it
+            report.queries += 1
+            report.timed(what, time.monotonic() - started)
+            seen = self.seen[side]
+            for row in rows:
+                labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
+                seen[labels] = max(_row_value(row), seen.get(labels, -math.inf))
+        self.last_read = now
+        horizon = now - self.window_seconds
+        for seen in self.seen.values():
+            for labels in [labels for labels, at in seen.items() if at <= horizon]:
+                del seen[labels]
+        by = gpu_targets.TARGET_LABELS
+        up = {tuple(dict(labels).get(key, "") for key in by) for labels in self.seen["targets"]}
+        return {
+            gpu_targets.CLAIMS: [
+                {"metric": dict(labels), "value": [now, "1"]} for labels in self.seen["claims"]
+            ],
+            gpu_targets.RELABELLED: [
+                {"metric": dict(labels), "value": [now, "1"]}
+                for labels in self.seen["exported"]
+                if tuple(dict(labels).get(key, "") for key in by) not in up
+            ],
+        }
+
+
 def _row_value(row: dict[str, Any]) -> float:
     try:
         return float(row["value"][1])
@@ -774,6 +844,9 @@ class IncrementalSource:
         #: Family name → the recorded series read in place of its expression (`default_families`).
         self.recorded = dict(recorded or {})
         families = _source_families(step_seconds, self.recorded)
+        #: The families with every label fold; each read sends them without the folds of label
+        #: variants no series has (`without_folds`).
+        self.families = list(families)
         self.reader = IncrementalReader(
             source.range_series,
             window_seconds=window_seconds,
@@ -786,6 +859,7 @@ class IncrementalSource:
         )
         self.ksm = KsmCache(window_seconds, _KSM_METRICS)
         self.coarse = CoarseSeries(window_seconds, step_seconds)
+        self.identity = IdentityCache(window_seconds, step_seconds)
         self.report = CycleReport(backfilling=True)
 
     def fingerprint(self) -> str:
@@ -823,7 +897,19 @@ class IncrementalSource:
         detection). Their windows keep their samples: a family's series keep their identities."""
         self.recorded = dict(recorded)
         fresh = {family.name: family for family in default_families(self.step_seconds, self.recorded)}
-        self.reader.families = [fresh.get(family.name, family) for family in self.reader.families]
+        self.families = [fresh.get(family.name, family) for family in self.families]
+        self.reader.families = list(self.families)
+
+    def absent_folds(self, now: float) -> frozenset[str]:
+        """The label variants (`LABEL_FOLDS` sources) no series has from a window and a rate window
+        before `now` on: their folds change nothing. None when the label names cannot be listed."""
+        start = now - self.window_seconds - self.rate_window - 300.0 - self.step_seconds  # + lookback
+        try:
+            present = self.source.label_names(start, now)
+        except PrometheusSourceError as error:
+            LOG.debug("label names unknown, every label fold is kept: %s", error)
+            return frozenset()
+        return frozenset(source for _, source in LABEL_FOLDS if source not in present)
 
     def _namespaces(self, at: float | None = None) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
@@ -885,13 +971,21 @@ class IncrementalSource:
         sharded = shard is not None and shard.sharded
         namespaces = shard.owned(self._namespaces(now)) if shard is not None and sharded else None
         self.reader.within = namespaces
+        absent = self.absent_folds(now)
+        self.reader.families = [
+            replace(family, expression=without_folds(family.expression, absent)) for family in self.families
+        ]
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
+        self.report.queries += 1  # the label names
         if not self.reader.complete:
             return None
         self.ksm.read(self.source, now, self.report)
-        self.coarse.read(self.source.range_series, self.coarse_queries(namespaces), now, self.report)
+        coarse = {
+            name: without_folds(query, absent) for name, query in self.coarse_queries(namespaces).items()
+        }
+        self.coarse.read(self.source.range_series, coarse, now, self.report)
         results, summarised = self.results(now, pods=False)
-        results.update(self.source.identity_answers(now, self.window_seconds))
+        results.update(self.identity.read(self.source, now, self.report))
         by_namespace = self._pod_series_by_namespace()
         pods = PodSeries(
             namespaces={

@@ -12,9 +12,11 @@ GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label v
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +89,34 @@ _KSM_METRICS = (
 )
 
 
+@dataclass(frozen=True)
+class QueryStats:
+    """What one query cost Prometheus, from its own `stats=all` answer (`PrometheusSource.query_stats`)."""
+
+    what: str
+    #: Raw samples the query read from storage (`stats.samples.totalQueryableSamples`).
+    samples: int
+    #: Series in the answer.
+    series: int
+    #: Prometheus' own evaluation time (`stats.timings.execTotalTime`), seconds.
+    seconds: float
+
+
+def answer_stats(what: str, content: bytes) -> QueryStats | None:
+    """The `stats` object of a `stats=all` answer, read from the answer's tail (Prometheus writes it
+    after the result, so the result is never decoded twice); None when the answer has none."""
+    at = content.rfind(b'"stats":')
+    if at < 0:
+        return None
+    try:
+        stats, _ = json.JSONDecoder().raw_decode(content[at + len(b'"stats":') :].decode())
+        samples = int(stats["samples"]["totalQueryableSamples"])
+        seconds = float(stats["timings"]["execTotalTime"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return QueryStats(what, samples, content.count(b'"metric":'), seconds)
+
+
 class PrometheusSourceError(RuntimeError):
     """Prometheus is unreachable, refused the query, or answered something that is not a PromQL result."""
 
@@ -149,20 +179,61 @@ def _duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
+#: (target, source) of every label variant `fold_labels` folds, innermost first.
+LABEL_FOLDS: tuple[tuple[str, str], ...] = (
+    ("pod", "pod_name"),
+    ("pod", "exported_pod"),
+    ("namespace", "pod_namespace"),
+    ("namespace", "exported_namespace"),
+    ("container", "exported_container"),
+    ("hostname", "Hostname"),
+    ("UUID", "uuid"),
+)
+
+
 def fold_labels(expr: str) -> str:
     """Fold the label variants onto `namespace`, `pod`, `container`, `hostname`, `UUID` in PromQL."""
-    folds = (
-        ("pod", "pod_name"),
-        ("pod", "exported_pod"),
-        ("namespace", "pod_namespace"),
-        ("namespace", "exported_namespace"),
-        ("container", "exported_container"),
-        ("hostname", "Hostname"),
-        ("UUID", "uuid"),
-    )
-    for target, source in folds:
+    for target, source in LABEL_FOLDS:
         expr = f'label_replace({expr}, "{target}", "$1", "{source}", "(.+)")'
     return expr
+
+
+def without_folds(query: str, absent: Iterable[str]) -> str:
+    """`query` without the `fold_labels` steps whose source label no series has (`absent`).
+
+    Such a `label_replace` changes nothing, yet Prometheus hashes every series' labels at every step
+    for it, and each selector has seven: most of a steady read's CPU (docs/scaling.md)."""
+    for target, source in LABEL_FOLDS:
+        if source not in absent:
+            continue
+        tail = f', "{target}", "$1", "{source}", "(.+)")'
+        while (end := query.find(tail)) >= 0:
+            start = _call_start(query, end, "label_replace(")
+            query = query[:start] + query[start + len("label_replace(") : end] + query[end + len(tail) :]
+    return query
+
+
+def _call_start(text: str, argument_end: int, call: str) -> int:
+    """Where the call whose first argument ends at `argument_end` opens (`call` included): the
+    nearest unmatched `(` before it, outside string literals."""
+    depth, index = 0, argument_end - 1
+    while index >= 0:
+        char = text[index]
+        if char == '"':  # skip back over a string literal (label values are escaped with \)
+            index -= 1
+            while index >= 0 and not (text[index] == '"' and text[index - 1] != "\\"):
+                index -= 1
+        elif char == ")":
+            depth += 1
+        elif char == "(":
+            if depth == 0:
+                start = index + 1 - len(call)
+                if text[start : index + 1] != call:
+                    raise ValueError(f"not a {call}...) argument at {argument_end}")
+                return start
+            depth -= 1
+        index -= 1
+    raise ValueError(f"no {call}...) around position {argument_end}")
 
 
 def stats_query(inner: Callable[[str], str], window: float, step: float, activity_floor: float | None) -> str:
@@ -198,17 +269,49 @@ def _gpu_expr(metric: str, keys: Sequence[str] = GPU_KEYS) -> Callable[[str], st
 
 def _throttle_expr(offset: str, rate_window: float) -> str:
     """Share of time throttled per device: the clock-event bitmask (either DCGM name) or, where larger or
-    alone, the throttling violation counters (ns held down per second / 1e9); see `throttle_series`."""
+    alone, the throttling violation counters (ns held down per second / 1e9); see `throttle_series`.
+
+    Every series is read once: the bitmask through `throttle_flag`, each violation counter through
+    its own rate (summed per device), the two sides through `largest_of`."""
     names = "|".join(mn.DCGM_CLOCK_EVENT_METRICS)
     raw = f'{{__name__=~"{names}"}}{offset} {_SENTINEL_FILTER}'
-    bits = " + ".join(f"(floor(({raw}) / {bit}) % 2)" for bit in mn.THROTTLE_CLOCK_EVENT_BITS)
     keys = ", ".join(GPU_KEYS)
-    flags = f"max by ({keys}) ({fold_labels(f'clamp_max({bits}, 1)')})"
-    counters = '{__name__=~"' + "|".join(mn.DCGM_THROTTLE_VIOLATION_COUNTERS) + '"}'
-    # a rate above 1 s/s is a DCGM blank value or a wrapped counter, not a measurement
-    held = f"rate({counters}[{_duration(rate_window)}]{offset}) < {1.5 * mn.VIOLATION_NS_PER_SECOND:g}"
+    flags = f"max by ({keys}) ({fold_labels(throttle_flag(raw))})"
+    # a rate above 1 s/s is a DCGM blank value or a wrapped counter, not a measurement; each counter
+    # is tagged before its rate loses the name, so a device with several counters sums them
+    held = " or ".join(
+        f"label_replace(rate({counter}[{_duration(rate_window)}]{offset}) < "
+        f'{1.5 * mn.VIOLATION_NS_PER_SECOND:g}, "{_SIDE_LABEL}", "{counter}", "", "")'
+        for counter in mn.DCGM_THROTTLE_VIOLATION_COUNTERS
+    )
     violations = f"clamp_max(sum by ({keys}) ({fold_labels(held)}) / {mn.VIOLATION_NS_PER_SECOND:g}, 1)"
-    return f"(({flags}) > ({violations})) or ({violations}) or ({flags})"
+    return largest_of(flags, violations)
+
+
+def throttle_flag(bitmask: str) -> str:
+    """1 where the clock-event bitmask has any of `mn.THROTTLE_CLOCK_EVENT_BITS` (8, 32, 64, 128)
+    set, else 0, reading the bitmask once (a sum of `floor(x / bit) % 2` reads it once per bit).
+
+    With k = floor((x mod 256) / 8), no throttle bit is set exactly when k is 0 or 2 (only bits
+    below 8 and bit 16), and |(k - 1)² - 1| is 0 for those k and at least 1 for every other."""
+    if tuple(mn.THROTTLE_CLOCK_EVENT_BITS) != (8, 32, 64, 128):
+        raise AssertionError("throttle_flag is written for the clock-event bits 8, 32, 64 and 128")
+    return f"clamp_max(abs((floor((({bitmask}) % 256) / 8) - 1) ^ 2 - 1), 1)"
+
+
+#: Label that tells apart the sides of `largest_of` (removed again by its `max without`).
+_SIDE_LABEL = "gpu_rightsizer_side"
+
+
+def largest_of(*exprs: str) -> str:
+    """Per series, the largest of instant-vector expressions whose series have the same labels; a
+    series only one side has keeps that side's value. Each side is evaluated once: `(a > b) or b`
+    evaluates `b` twice (PromQL shares no subexpressions), which pays where a side is a deep
+    expression (the throttle family's), not where it is one function of a selector."""
+    sides = " or ".join(
+        f'label_replace({expr}, "{_SIDE_LABEL}", "{i}", "", "")' for i, expr in enumerate(exprs)
+    )
+    return f"max without ({_SIDE_LABEL}) ({sides})"
 
 
 def counter_rate(selector: str, rate_window: float, offset: str) -> str:
@@ -220,6 +323,9 @@ def counter_rate(selector: str, rate_window: float, offset: str) -> str:
     cases (the labels of both sides are the same, so `or` picks per series).
     """
     window = f"[{_duration(rate_window)}]{offset}"
+    # `a > b or b` evaluates deriv() twice, but has fewer PromQL nodes than `largest_of` (two
+    # label_replace and an aggregation more); Prometheus' cost follows the nodes times the series
+    # times the steps, not the samples (docs/scaling.md), so the counters keep this shape
     return f"(rate({selector}{window}) > deriv({selector}{window}) or deriv({selector}{window}))"
 
 
@@ -365,9 +471,17 @@ class PrometheusSource:
         #: Prometheus's own `warnings` (partial answers) since the last assembly; prometheus_api_client
         #: drops them, so a response hook keeps them. Every window assembled next carries them.
         self.answer_warnings: list[str] = []
+        #: When a list, every query asks for `stats=all` and its `QueryStats` are appended here (the
+        #: benchmarks' per-family cost; Prometheus 2.42 and newer answer it).
+        self.query_stats: list[QueryStats] | None = None
+        self._asking = threading.local()  # what the query in this thread is (for its stats)
         session.hooks["response"].append(self._keep_answer_warnings)
 
     def _keep_answer_warnings(self, response: requests.Response, *_: Any, **__: Any) -> None:
+        if self.query_stats is not None:
+            stats = answer_stats(getattr(self._asking, "what", "?"), response.content)
+            if stats is not None:
+                self.query_stats.append(stats)
         if (
             b'"warnings"' not in response.content
         ):  # a byte scan, so answers without warnings are not parsed twice
@@ -391,6 +505,7 @@ class PrometheusSource:
     def _send(self, what: str, send: Callable[[], T]) -> T:
         """`send()`'s answer; every way it fails as a `PrometheusSourceError` a person can act on."""
         self.queries_sent += 1
+        self._asking.what = what
         try:
             return send()
         except requests.exceptions.JSONDecodeError as error:
@@ -415,7 +530,11 @@ class PrometheusSource:
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
         """An instant query at `at` (with the configured extra matchers)."""
         query = self._scoped(query)
-        return self._call(what, lambda: self.client.custom_query(query, params={"time": f"{at:.3f}"}))
+        params = {"time": f"{at:.3f}", **self._stats_params()}
+        return self._call(what, lambda: self.client.custom_query(query, params=params))
+
+    def _stats_params(self) -> dict[str, str]:
+        return {"stats": "all"} if self.query_stats is not None else {}
 
     def _scoped(self, query: str) -> str:
         """`query` with the extra matchers, and its GPU selectors limited to the trusted targets."""
@@ -455,6 +574,7 @@ class PrometheusSource:
                 start_time=datetime.fromtimestamp(start, tz=UTC),
                 end_time=datetime.fromtimestamp(end, tz=UTC),
                 step=_duration(step),
+                params=self._stats_params(),
             ),
         )
 
@@ -471,7 +591,10 @@ class PrometheusSource:
             response = client._session.request(
                 method=client._method,
                 url=f"{client.url}/api/v1/query_range",
-                params={"query": query, "start": round(start), "end": round(end), "step": _duration(step)},
+                params={
+                    "query": query, "start": round(start), "end": round(end), "step": _duration(step),
+                    **self._stats_params(),
+                },
                 verify=client._session.verify,
                 headers=client.headers,
                 auth=client.auth,
@@ -485,6 +608,25 @@ class PrometheusSource:
             return decode_matrix(response.content)
 
         return self._send(what, send)
+
+    def label_names(self, start: float, end: float) -> set[str]:
+        """Label names of the series with samples in `[start, end]` (`/api/v1/labels`: read from the
+        index, no samples). A store that also holds other clusters answers a superset."""
+        self.queries_sent += 1
+        try:
+            names = self.client.get_label_names(params={"start": f"{start:.3f}", "end": f"{end:.3f}"})
+        except (
+            requests.exceptions.RequestException,
+            PrometheusApiClientException,
+            ValueError,
+            KeyError,
+        ) as error:
+            raise PrometheusSourceError(
+                f"cannot list the label names at {self.config.url}: {error}"
+            ) from error
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise PrometheusSourceError(f"{self.config.url} did not answer like Prometheus (label names)")
+        return set(names)
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The recording-rule groups Prometheus evaluates (`/api/v1/rules?type=record`, as answered).

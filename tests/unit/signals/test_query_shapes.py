@@ -1,0 +1,350 @@
+"""The cheaper query shapes give the windows today's shapes give.
+
+The throttle family read its clock-event bitmask once per bit and twice over, and its violation
+counters three times (`((a) > (b)) or (b) or (a)`); it now reads each once (`throttle_flag`,
+`largest_of`). Over the recorded fixture history plus counters that reset, start late and
+throttle, served by a real Prometheus (promtool backfill), its range answer in the new shape equals
+the one in today's shape, series for series and sample for sample. The incremental identity answers
+(`IdentityCache`) are checked against the full-window answers over recorded rows.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_rightsizer.adapters import gpu_targets, incremental, prometheus
+from gpu_rightsizer.adapters.incremental import (
+    CoarseSeries,
+    IdentityCache,
+    IncrementalSource,
+    default_families,
+)
+from gpu_rightsizer.adapters.prometheus import (
+    _SENTINEL_FILTER,
+    GPU_KEYS,
+    LABEL_FOLDS,
+    PrometheusConfig,
+    PrometheusSource,
+    PrometheusSourceError,
+    _duration,
+    _throttle_expr,
+    fold_labels,
+    throttle_flag,
+    without_folds,
+)
+from gpu_rightsizer.adapters.source import CycleReport
+from gpu_rightsizer.model import metric_names as mn
+from gpu_rightsizer.model.observation import Signal
+from gpu_rightsizer.testcluster.prometheus import PrometheusServer
+
+PLAIN = Path(__file__).resolve().parents[2] / "fixtures" / "openmetrics" / "plain.om"
+FIRST, LAST, EVERY = 1_767_223_200, 1_767_225_540, 90
+STEP = 60.0
+DEVICE = (
+    'Hostname="gpu-node-12",UUID="GPU-b52e3ed1-4937-c710-b52e-3ed14937c710",gpu="0",'
+    'modelName="NVIDIA H100 80GB HBM3",namespace="ml",pod="chat-659df2aa-659df0"'
+)
+LONE_DEVICE = 'Hostname="gpu-node-13",UUID="GPU-0000",gpu="1",modelName="NVIDIA H100 80GB HBM3"'
+POD = 'namespace="ml",pod="trainer-c5150820-c51500"'
+
+needs_prometheus = pytest.mark.skipif(
+    not (shutil.which("prometheus") and shutil.which("promtool")),
+    reason="prometheus/promtool not installed (Debian package `prometheus`)",
+)
+
+
+def counter_lines(counters_per_device: int = 1) -> list[str]:
+    """A counter that resets mid-window, one that starts late (younger than the rate window at its
+    first samples), and throttle violation counters on a device with clock events and on one
+    without (one counter each, or `counters_per_device`)."""
+    lines = [f"# TYPE {mn.CADVISOR_FS_READS.removesuffix('_total')} counter"]
+    middle = (FIRST + LAST) // 2
+    for t in range(FIRST, LAST + 1, EVERY):
+        value = 5e6 * (t - FIRST) if t < middle else 2e6 * (t - middle)
+        lines.append(f'{mn.CADVISOR_FS_READS}{{container="main",{POD}}} {value:.1f} {t}')
+    lines.append(f"# TYPE {mn.CADVISOR_FS_WRITES.removesuffix('_total')} counter")
+    for t in range(middle, LAST + 1, EVERY):
+        lines.append(f'{mn.CADVISOR_FS_WRITES}{{container="main",{POD}}} {3e5 * (t - middle):.1f} {t}')
+    shares = (0.2, 0.05, 0.1)
+    for index, metric in enumerate(mn.DCGM_THROTTLE_VIOLATION_COUNTERS):
+        lines.append(f"# TYPE {metric} counter")
+        for device, (labels, factor) in enumerate(((DEVICE, 1.0), (LONE_DEVICE, 3.0))):
+            if counters_per_device == 1 and index != device:
+                continue
+            for t in range(FIRST, LAST + 1, EVERY):
+                held = shares[index] * factor * (t - FIRST) * mn.VIOLATION_NS_PER_SECOND
+                lines.append(f"{metric}{{{labels}}} {held:.0f} {t}")
+    return lines
+
+
+def serve(tmp_path_factory: pytest.TempPathFactory, counters_per_device: int) -> PrometheusServer:
+    plain = PLAIN.read_text().splitlines()
+    assert plain[-1] == "# EOF"
+    history = tmp_path_factory.mktemp("shapes") / "shapes.om"
+    history.write_text("\n".join([*plain[:-1], *counter_lines(counters_per_device), "# EOF", ""]))
+    server = PrometheusServer(workdir=tmp_path_factory.mktemp("shapes-prometheus"), backfill=(history,))
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = serve(tmp_path_factory, 1)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def todays_larger(*exprs: str) -> str:
+    """The shape `largest_of` replaced: `((a) > (b)) or (b) or (a)`."""
+    first, second = exprs
+    return f"(({first}) > ({second})) or ({second}) or ({first})"
+
+
+def todays_throttle(offset: str, rate_window: float) -> str:
+    """Today's throttle family, as it was: the bitmask read once per bit and twice over, the
+    violation counters in one `__name__` selector, read three times."""
+    names = "|".join(mn.DCGM_CLOCK_EVENT_METRICS)
+    raw = f'{{__name__=~"{names}"}}{offset} {_SENTINEL_FILTER}'
+    bits = " + ".join(f"(floor(({raw}) / {bit}) % 2)" for bit in mn.THROTTLE_CLOCK_EVENT_BITS)
+    keys = ", ".join(GPU_KEYS)
+    flags = f"max by ({keys}) ({fold_labels(f'clamp_max({bits}, 1)')})"
+    counters = '{__name__=~"' + "|".join(mn.DCGM_THROTTLE_VIOLATION_COUNTERS) + '"}'
+    held = f"rate({counters}[{_duration(rate_window)}]{offset}) < {1.5 * mn.VIOLATION_NS_PER_SECOND:g}"
+    violations = f"clamp_max(sum by ({keys}) ({fold_labels(held)}) / {mn.VIOLATION_NS_PER_SECOND:g}, 1)"
+    return f"(({flags}) > ({violations})) or ({violations}) or ({flags})"
+
+
+Answer = dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]
+
+
+def answer(source: PrometheusSource, query: str) -> Answer:
+    rows = source.range("shape", query, FIRST + 600, LAST, STEP)
+    return {
+        tuple(sorted(row["metric"].items())): [(float(t), float(v)) for t, v in row["values"]] for row in rows
+    }
+
+
+def assert_same(name: str, before: Answer, after: Answer) -> None:
+    assert after.keys() == before.keys(), name
+    for labels, samples in before.items():
+        assert [t for t, _ in after[labels]] == [t for t, _ in samples], (name, labels)
+        for (_, was), (_, now) in zip(samples, after[labels], strict=True):
+            assert now == pytest.approx(was, rel=1e-12, abs=1e-12), (name, labels)
+
+
+@needs_prometheus
+def test_every_family_answers_as_in_todays_shape(
+    prometheus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = PrometheusSource(PrometheusConfig(url=prometheus_url))
+    new = {family.name: family.query(None) for family in default_families(STEP)}
+    monkeypatch.setattr(prometheus, "largest_of", todays_larger)
+    monkeypatch.setattr(incremental, "_throttle_expr", todays_throttle)
+    old = {family.name: family.query(None) for family in default_families(STEP)}
+    monkeypatch.undo()
+    assert new.keys() == old.keys()
+    changed = [name for name in new if new[name] != old[name]]
+    # the throttle family changes shape; the counters keep `rate > deriv or deriv` (fewer nodes)
+    assert changed == ["gpu:throttle"]
+    assert new["gpu:throttle"].count("DCGM_FI_DEV_CLOCKS_EVENT_REASONS") * 8 == old["gpu:throttle"].count(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+    )
+    changed += [f"pod:{Signal.FS_READ_BYTES_PER_S.value}", f"pod:{Signal.FS_WRITE_BYTES_PER_S.value}"]
+    with_data = 0
+    for name in changed:
+        before, after = answer(source, old[name]), answer(source, new[name])
+        assert_same(name, before, after)
+        with_data += bool(before)
+    assert with_data == 3  # the throttle family and the reset and late counters have data
+    throttle = answer(source, new["gpu:throttle"])
+    lone = [labels for labels in throttle if ("UUID", "GPU-0000") in labels]
+    assert lone and max(v for _, v in throttle[lone[0]]) == pytest.approx(0.15, rel=0.05)
+
+
+@needs_prometheus
+def test_several_violation_counters_of_one_device_are_summed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Today's shape fails outright when a device exports two violation counters (their rates lose
+    the metric name and collide); each counter's rate is now tagged before it is summed."""
+    server = serve(tmp_path_factory, 3)
+    try:
+        source = PrometheusSource(PrometheusConfig(url=server.url))
+        with pytest.raises(PrometheusSourceError, match="same labelset"):
+            answer(source, f"({todays_throttle('', 180.0)})")
+        throttle = answer(source, _throttle_expr("", 180.0))
+    finally:
+        server.stop()
+    lone = [labels for labels in throttle if ("UUID", "GPU-0000") in labels]
+    # 3 × (0.2 + 0.05 + 0.1) of the time, clamped at all of it
+    assert lone and max(v for _, v in throttle[lone[0]]) == pytest.approx(1.0)
+    device = [labels for labels in throttle if ("UUID", "GPU-b52e3ed1-4937-c710-b52e-3ed14937c710") in labels]
+    assert device and min(v for _, v in throttle[device[0]]) == pytest.approx(0.35, rel=0.05)
+
+
+@needs_prometheus
+def test_throttle_flag_is_the_bits_test(prometheus_url: str) -> None:
+    """`throttle_flag` evaluated by Prometheus against the bit test it replaces, for every bitmask
+    below 2^12 (the bitmask is the evaluation time: one range query from 0 s to 4095 s)."""
+    assert throttle_flag("BITMASK").count("BITMASK") == 1
+    source = PrometheusSource(PrometheusConfig(url=prometheus_url))
+    rows = source.range("flag", throttle_flag("vector(time())"), 0, 4095, 1)
+    values = {int(float(t)): float(v) for t, v in rows[0]["values"]}
+    assert len(values) == 4096
+    for x, value in values.items():
+        assert value == int(any(x & bit for bit in mn.THROTTLE_CLOCK_EVENT_BITS)), x
+
+
+class RecordedSource:
+    """`PrometheusSource.instant` over recorded identity samples: each answer has the label sets with
+    samples inside the query's lookback (its first `[Ns`), valued with the newest sample's time."""
+
+    def __init__(self, timeline: dict[str, list[tuple[float, dict[str, str]]]]) -> None:
+        self.config = PrometheusConfig(url="http://recorded", trusted_gpu_targets=())
+        self.timeline = timeline
+        self.asked: list[str] = []
+
+    def newest(self, side: str, lookback: float, at: float) -> dict[tuple[tuple[str, str], ...], float]:
+        found: dict[tuple[tuple[str, str], ...], float] = {}
+        for t, labels in self.timeline[side]:
+            if at - lookback < t <= at:
+                key = tuple(sorted(labels.items()))
+                found[key] = max(t, found.get(key, t))
+        return found
+
+    def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
+        self.asked.append(query)
+        lookback = float(query.split("[", 1)[1].split("s", 1)[0])
+        side = {"GPU claims": "claims", "GPU series' target labels": "exported", "scrape targets": "targets"}
+        return [
+            {"metric": dict(labels), "value": [at, repr(t)]}
+            for labels, t in self.newest(side[what], lookback, at).items()
+        ]
+
+    def full_answers(self, window: float, at: float) -> tuple[set[Any], set[Any]]:
+        """What the full-window identity queries answer: claims, and the relabelled targets."""
+        by = gpu_targets.TARGET_LABELS
+        up = {tuple(dict(k).get(key, "") for key in by) for k in self.newest("targets", window, at)}
+        relabelled = {
+            k
+            for k in self.newest("exported", window, at)
+            if tuple(dict(k).get(key, "") for key in by) not in up
+        }
+        return set(self.newest("claims", window, at)), relabelled
+
+
+def test_incremental_identity_answers_match_the_full_window() -> None:
+    window, interval = 3600.0, 300.0
+    start = 1_767_223_200.0
+    claim_a = {"UUID": "GPU-a", "namespace": "ml", "pod": "p1", "scrape_target": "dcgm 10.0.0.1:9400"}
+    claim_b = {"UUID": "GPU-a", "namespace": "ml", "pod": "p2", "scrape_target": "dcgm 10.0.0.2:9400"}
+    relabelled = {"job": "dcgm", "instance": "10.0.0.9:9400", "namespace": "", "pod": "", "service": ""}
+    honest = {"job": "dcgm", "instance": "10.0.0.1:9400", "namespace": "", "pod": "", "service": ""}
+    timeline = {
+        # claim_a throughout, claim_b only in the first 20 minutes (two targets claim GPU-a then)
+        "claims": [(start + t, claim_a) for t in range(0, 9000, 60)]
+        + [(start + t, claim_b) for t in range(0, 1200, 60)],
+        "exported": [(start + t, labels) for t in range(0, 9000, 60) for labels in (honest, relabelled)],
+        # the relabelled target's own `up` shows from 90 minutes on (it is not relabelled after)
+        "targets": [(start + t, honest) for t in range(0, 9000, 60)]
+        + [(start + t, relabelled) for t in range(5400, 9000, 60)],
+    }
+    recorded = RecordedSource(timeline)
+    cache = IdentityCache(window, 60.0)
+    report = CycleReport(backfilling=False)
+    conflicted, relabelled_seen = [], []
+    for now in [start + window + k * interval for k in range(0, 17)]:
+        got = cache.read(recorded, now, report)  # type: ignore[arg-type]
+        claims, relabelled_full = recorded.full_answers(window, now)
+        assert {tuple(sorted(r["metric"].items())) for r in got[gpu_targets.CLAIMS]} == claims, now
+        assert {tuple(sorted(r["metric"].items())) for r in got[gpu_targets.RELABELLED]} == relabelled_full, (
+            now
+        )
+        conflicted.append(len(claims) > 1)
+        relabelled_seen.append(bool(relabelled_full))
+    # both changes happen inside the compared reads: claim_b leaves the window, `up` shows the target
+    assert conflicted[0] and not conflicted[-1]
+    assert relabelled_seen[0] and not relabelled_seen[-1]
+    # the first read looks back a window, every later one an interval
+    assert report.queries == 3 * 17
+    assert all("[3600s:60s]" in query for query in recorded.asked[:3])
+    assert all("[300s:60s]" in query for query in recorded.asked[3:])
+
+
+def test_identity_answers_are_none_without_trusted_targets() -> None:
+    recorded = RecordedSource({"claims": [], "exported": [], "targets": []})
+    recorded.config = PrometheusConfig(url="http://recorded")
+    report = CycleReport(backfilling=False)
+    assert IdentityCache(3600.0, 60.0).read(recorded, 1_767_226_800.0, report) == {}  # type: ignore[arg-type]
+    assert report.queries == 0
+
+
+def test_a_failed_coarse_query_alone_is_asked_again_from_where_it_stopped() -> None:
+    """One coarse query that fails once is asked again from its own last end; the others go on
+    with the new interval only (one end for all re-read the whole window for every one of them)."""
+    asked: list[tuple[str, float, float]] = []
+    failing = {"range:busy"}
+
+    def query(what: str, _query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        asked.append((what, start, end))
+        if what in failing:
+            raise PrometheusSourceError("Prometheus did not answer within 30s (range:busy)")
+        points = [[t, "1"] for t in range(int(start), int(end) + 1, int(step))]
+        return [{"metric": {"namespace": "ml", "pod": "p"}, "values": points}]
+
+    coarse = CoarseSeries(3600.0, 60.0)
+    names = {"range:busy": "b", "range:cpu": "c"}
+    now = 1_767_225_600.0
+    coarse.read(query, names, now, CycleReport(backfilling=False))
+    assert {what: (start, end) for what, start, end in asked} == {
+        "range:busy": (now - 3600, now),
+        "range:cpu": (now - 3600, now),
+    }
+    asked.clear()
+    failing.clear()
+    report = CycleReport(backfilling=False)
+    coarse.read(query, names, now + 300, report)
+    assert {what: (start, end) for what, start, end in asked} == {
+        "range:busy": (now + 300 - 3600, now + 300),
+        "range:cpu": (now + 60, now + 300),
+    }
+    assert report.chunks_failed == 0
+    assert len(coarse.rows("range:busy")[0]["values"]) == len(coarse.rows("range:cpu")[0]["values"]) == 61
+
+
+def test_without_folds_removes_exactly_the_absent_folds() -> None:
+    inner = 'max by (pod) (foo{namespace=~"a(b|c)\\")", pod!=""} < 1)'
+    folded = fold_labels(inner)
+    assert without_folds(folded, [source for _, source in LABEL_FOLDS]) == inner
+    kept = without_folds(folded, ["pod_name", "uuid"])
+    assert '"pod_name"' not in kept and '"uuid"' not in kept
+    assert kept.count("label_replace(") == len(LABEL_FOLDS) - 2 and inner in kept
+    assert without_folds(folded, []) == folded
+
+
+@needs_prometheus
+def test_every_query_answers_the_same_without_the_folds_of_absent_labels(prometheus_url: str) -> None:
+    """The folds of label variants no series has change no answer: every family and coarse query,
+    with and without them, over the fixture history (it has `Hostname`, not the other variants)."""
+    config = PrometheusConfig(url=prometheus_url)
+    source = PrometheusSource(config)
+    incremental = IncrementalSource(source, window_seconds=1800.0, step_seconds=STEP)
+    absent = incremental.absent_folds(float(LAST))
+    assert "Hostname" not in absent and {"pod_name", "exported_pod", "uuid"} <= absent
+    queries = {family.name: family.query(None) for family in incremental.families}
+    queries.update(incremental.coarse_queries())
+    with_data = 0
+    for name, query in queries.items():
+        lean = without_folds(query, absent)
+        assert lean.count("label_replace(") < query.count("label_replace("), name
+        before, after = answer(source, query), answer(source, lean)
+        assert_same(name, before, after)
+        with_data += bool(before)
+    assert with_data >= 10
