@@ -50,6 +50,7 @@ from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
 from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_chunks, scope_of, shard_of
 from gpu_rightsizer.recommender.writes import (
+    StatusWrite,
     refresh_period,
     remove_recommendation,
     restore_missing,
@@ -340,6 +341,11 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, policies %.1f s",
         *spans,
     )
+    if tally.changed:
+        LOG.info(
+            "status writes by what changed first: %s",
+            ", ".join(f"{path} {count}" for path, count in tally.changed.most_common()),
+        )
     ctx.last_written = sum(tally.written.values())
     ctx.last_refreshed = tally.written["refresh"]
     return tally.updated
@@ -352,6 +358,8 @@ class _Tally:
 
     analysed: list[tuple[WorkloadRef, Analysis]] = field(default_factory=list)
     written: Tally[str] = field(default_factory=Tally)
+    #: What said something new, by status path, for the "changed" writes.
+    changed: Tally[str] = field(default_factory=Tally)
 
     @property
     def updated(self) -> int:
@@ -362,7 +370,9 @@ class _Tally:
             return
         self.analysed.append((done.item.ref, done.analysis))
         if done.written is not None:
-            self.written[done.written] += 1
+            self.written[done.written.reason] += 1
+            if done.written.changed is not None:
+                self.changed[done.written.changed] += 1
 
     def publish(self) -> None:
         """The per-workload and per-namespace figures, as this cycle saw them."""
@@ -420,7 +430,7 @@ class _Analysed:
 
     item: _Pending
     analysis: Analysis
-    written: str | None = None  # why this cycle wrote the status (`write_reason`); None: not written
+    written: StatusWrite | None = None  # why this cycle wrote the status; None: not written
 
 
 def _analyse_and_write(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from gpu_rightsizer.logic.policy import (
 )
 from gpu_rightsizer.logic.status import (
     analysed_status,
-    materially_same,
+    material_difference,
     merge_conditions,
     metrics_condition,
     waiting_status,
@@ -41,7 +42,7 @@ from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
 LOG = logging.getLogger(__name__)
 
 
-#: A status that says nothing new (`logic.status.materially_same`) is still rewritten once its stored
+#: A status that says nothing new (`logic.status.material_difference`) is still rewritten once its stored
 #: window is this share of the governing policy's `maxStaleness` old (15 min by default), so the
 #: actuator's freshness gate, which reads the stored window's end, never finds a status stale because
 #: a write was skipped: in the same cycle the stored window is younger than this share, and an
@@ -71,19 +72,37 @@ def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key
     return max(longest * (1 - REFRESH_SPREAD * draw), shortest)
 
 
-def write_reason(
+@dataclass(frozen=True)
+class StatusWrite:
+    """Why a status was written: `reason` as `write_reason` says, and for "changed" the first path
+    that says something new (`logic.status.material_difference`), so a cycle can say what moved."""
+
+    reason: str
+    changed: str | None = None
+
+
+def status_write(
     old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
-) -> str | None:
+) -> StatusWrite | None:
     """Why the patch is worth writing: "new" (no analysed window stored yet), "changed" (it says
-    something new: `logic.status.materially_same`, window times left out, figures within a
+    something new: `logic.status.material_difference`, window times left out, figures within a
     tolerance), "refresh" (the stored window ended `refresh_after` ago or more, so readers and the
     actuator's freshness gate still see a recent window); None when it is not."""
     stored_end = parse_time((old_status.get("window") or {}).get("end"))
     if stored_end is None:
-        return "new"
-    if not materially_same(dict(old_status), merge_patched(old_status, patch)):
-        return "changed"
-    return "refresh" if now - stored_end >= refresh_after else None
+        return StatusWrite("new")
+    changed = material_difference(dict(old_status), merge_patched(old_status, patch))
+    if changed is not None:
+        return StatusWrite("changed", changed)
+    return StatusWrite("refresh") if now - stored_end >= refresh_after else None
+
+
+def write_reason(
+    old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
+) -> str | None:
+    """`status_write`'s reason alone ("new", "changed", "refresh"; None: not worth writing)."""
+    write = status_write(old_status, patch, now, refresh_after)
+    return None if write is None else write.reason
 
 
 def status_unchanged(
@@ -105,7 +124,7 @@ def write_recommendation(
     *,
     refresh_after: timedelta | None = None,
     workload_generation: int | None = None,
-) -> str | None:
+) -> StatusWrite | None:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
     `status.apply` belongs to the actuator, so the recommender never writes it (`store.patch_status`
@@ -134,10 +153,13 @@ def write_recommendation(
     old_conditions = list(old_status.get("conditions") or [])
     status.conditions = [Condition.model_validate(c) for c in merge_conditions(old_conditions, fresh)]
     body = status_body(status)
-    written = "changed" if refresh_after is None else write_reason(old_status, body, now, refresh_after)
+    if refresh_after is None:
+        written: StatusWrite | None = StatusWrite("changed")
+    else:
+        written = status_write(old_status, body, now, refresh_after)
     if written is not None:
         store.patch_status(ref, status)
-        metrics.STATUS_WRITES.labels(written).inc()
+        metrics.STATUS_WRITES.labels(written.reason).inc()
     before = stored.status.diagnosis.primary.value if stored.status.diagnosis else None
     if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
         warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
