@@ -32,6 +32,7 @@ from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendat
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window, continued_lookback
+from gpu_rightsizer.logic.figures import WorkloadFigures, summarise
 from gpu_rightsizer.logic.floors import floor_for, with_idle_floor
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -78,6 +79,10 @@ BACKFILL_PAUSE_SECONDS = 5.0
 WRITERS = 4
 
 
+#: The engine's defaults, built once (validating them each workload took a share of the cycle).
+_DEFAULT_ENGINE_SETTINGS = EngineSettings()
+
+
 def engine_settings(settings: EffectiveSettings, window_seconds: float | None = None) -> EngineSettings:
     """Engine thresholds with the governing policy's overrides (minSamples included).
 
@@ -86,15 +91,14 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
     """
     overrides: dict[str, object] = dict(settings.threshold_overrides)
     if window_seconds is not None:
-        defaults = EngineSettings()
         overrides["windowSeconds"] = window_seconds
-        overrides["minWindowSeconds"] = min(defaults.min_window_seconds, window_seconds * 0.9)
+        overrides["minWindowSeconds"] = min(_DEFAULT_ENGINE_SETTINGS.min_window_seconds, window_seconds * 0.9)
     if settings.policy is not None:
         overrides["minSamples"] = settings.min_samples
     try:
         key = json.dumps(overrides, sort_keys=True)
     except (TypeError, ValueError):  # not plain JSON: validated without the cache
-        return EngineSettings().with_overrides(overrides)
+        return _DEFAULT_ENGINE_SETTINGS.with_overrides(overrides)
     return _engine_settings_from(key)
 
 
@@ -102,7 +106,7 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
 def _engine_settings_from(overrides_json: str) -> EngineSettings:
     """Validated engine settings for one set of overrides. Cached: building and validating them took
     ~3 % of a 1,000-workload cycle, and a cycle has one or a few distinct sets (they are frozen)."""
-    return EngineSettings().with_overrides(json.loads(overrides_json))
+    return _DEFAULT_ENGINE_SETTINGS.with_overrides(json.loads(overrides_json))
 
 
 def analyse(
@@ -112,30 +116,35 @@ def analyse(
     window_seconds: float | None = None,
     capacity: ClusterCapacity | None = None,
     memory_lookback: MemoryLookback | None = None,
+    figures: WorkloadFigures | None = None,
 ) -> Analysis:
     """Run the engine with the cluster's sharing strategy (the policy's when no node is known), MIG
     profiles and thresholds, then keep its advice to what the node pools can schedule.
 
     `memory_lookback` is the GPU-memory high-water mark the stored status carries from earlier
     cycles: a slice is sized on it, not on this window's peak alone (the engine merges the two).
+    `figures` is `summarise(window)` when the caller has it (the cycle needs it for the baseline
+    too). The window is summarised once however many times the engine runs on it (`analyze_within`).
     """
     fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
-    window, notes = observe_sharing(window, capacity)
+    observed, notes = observe_sharing(window, capacity)
     thresholds = with_idle_floor(
-        engine_settings(settings, window_seconds), floor_for(capacity.idle_floors, window)
+        engine_settings(settings, window_seconds), floor_for(capacity.idle_floors, observed)
     )
+    seen = figures if figures is not None and observed is window else summarise(observed)
 
     def run(profiles: list[str] | None) -> Analysis:
         return analyze_window(
-            window,
+            observed,
             thresholds,
             sharing=sharing,
             now=now,
             allowed_mig_profiles=profiles,
             min_replicas=settings.min_replicas if settings.policy is not None else 0,
             memory_lookback=memory_lookback,
+            figures=seen,
         )
 
     allowed = list(settings.allowed_mig_profiles) or None
@@ -452,6 +461,7 @@ def _analyse_and_write(
     window = with_hpa(window, hpa)
     uid = str((item.workload.get("metadata") or {}).get("uid", ""))
     try:
+        figures = summarise(window)  # once: the engine's input and the status's baseline
         analysis = analyse(
             window,
             settings,
@@ -459,6 +469,7 @@ def _analyse_and_write(
             item.window_seconds,
             state.capacity,
             stored_lookback(item.recommendation, window),
+            figures,
         )
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
@@ -472,6 +483,7 @@ def _analyse_and_write(
             cfg.interval_seconds, settings.max_staleness, f"{ref.key} {window_end_of(item.recommendation)}"
         ),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
+        figures=figures,
     )  # fmt: skip
     return _Analysed(item=item, analysis=analysis, written=written)
 

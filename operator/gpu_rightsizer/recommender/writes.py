@@ -14,7 +14,7 @@ from gpu_rightsizer.adapters.kube import KubeAdapter, ResolvedWorkload
 from gpu_rightsizer.adapters.owners import read_workload
 from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation, status_body
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.logic.figures import summarise
+from gpu_rightsizer.logic.figures import WorkloadFigures, summarise
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
 )
@@ -124,6 +124,7 @@ def write_recommendation(
     *,
     refresh_after: timedelta | None = None,
     workload_generation: int | None = None,
+    figures: WorkloadFigures | None = None,
 ) -> StatusWrite | None:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
@@ -146,7 +147,7 @@ def write_recommendation(
         now=now,
         generation=stored.generation,
     )
-    status = with_window_facts(status, window)
+    status = with_window_facts(status, window, figures)
     if workload_generation is not None:
         status.workload_generation = workload_generation
     fresh = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in status.conditions]
@@ -173,9 +174,12 @@ def write_recommendation(
     return written
 
 
-def with_window_facts(status: GPURecommendationStatus, window: WorkloadWindow) -> GPURecommendationStatus:
-    """The status with its window's warnings (the first ones, sorted) and baseline figures."""
-    figures = summarise(window)
+def with_window_facts(
+    status: GPURecommendationStatus, window: WorkloadWindow, figures: WorkloadFigures | None = None
+) -> GPURecommendationStatus:
+    """The status with its window's warnings (the first ones, sorted) and baseline figures
+    (`figures`: `summarise(window)` when the caller has it)."""
+    figures = figures if figures is not None else summarise(window)
     if status.window is not None:
         status.window.warnings = sorted(set(window.warnings))[:MAX_WINDOW_WARNINGS]
     status.baseline = Baseline(gpu_busy_p95=figures.busy_p95_max, cpu_saturation_p95=figures.cpu_saturation)
