@@ -480,7 +480,10 @@ def _analyse_and_write(
     written = write_recommendation(
         store, kube, uid, item.recommendation, analysis, window, settings, state.now,
         refresh_after=refresh_period(
-            cfg.interval_seconds, settings.max_staleness, f"{ref.key} {window_end_of(item.recommendation)}"
+            cfg.interval_seconds,
+            settings.max_staleness,
+            f"{ref.key} {window_end_of(item.recommendation)}",
+            item.window_seconds,
         ),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
         figures=figures,

@@ -61,12 +61,22 @@ REFRESH_AT_MOST = timedelta(hours=1)
 REFRESH_SPREAD = 0.5
 
 
-def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
+def refresh_period(
+    interval_seconds: float,
+    max_staleness: timedelta,
+    spread_key: str = "",
+    window_seconds: float | None = None,
+) -> timedelta:
     """How old a stored window may grow before a status that says nothing new is rewritten anyway:
-    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST), shortened by up to
-    REFRESH_SPREAD as `spread_key` draws, but not below 1.5 intervals. Never longer than the share, so
-    the actuator's freshness gate holds whatever is drawn."""
+    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST, and at most that share of
+    the observation window `window_seconds`), shortened by up to REFRESH_SPREAD as `spread_key`
+    draws, but not below 1.5 intervals. Never longer than the share, so the actuator's freshness
+    gate holds whatever is drawn; and the stored window always overlaps the next one, so the
+    GPU-memory look-back it carries continues instead of counting again
+    (`logic.engine.continued_lookback`)."""
     longest = min(max_staleness * REFRESH_STALENESS_SHARE, REFRESH_AT_MOST)
+    if window_seconds is not None:
+        longest = min(longest, timedelta(seconds=window_seconds) * REFRESH_STALENESS_SHARE)
     draw = (zlib.crc32(spread_key.encode()) % 1000) / 1000
     shortest = min(longest, timedelta(seconds=1.5 * interval_seconds))
     return max(longest * (1 - REFRESH_SPREAD * draw), shortest)
