@@ -259,9 +259,11 @@ FIGURE_TOLERANCE = 0.05
 #: GPU at 2 %, a throttle fraction of 0.01 at 0.03). Numbers shown as percentages in texts count the
 #: same two points.
 FIGURE_FLOOR = 0.02
-#: The samples a window holds move by one or two as the window slides over scrape times; a count
-#: that drops under the engine's minimum changes the diagnosis, which is written at once.
-SAMPLES_TOLERANCE = 0.1
+#: The samples a window holds move as the window slides over scrape times, and by several at once
+#: when a loaded Prometheus misses scrapes of a short window; what they gate (a count under the
+#: engine's minimum, the coverage an automatic change needs) changes the diagnosis or an action's
+#: reason and `automatic`, which are written at once. So the count alone counts only past a quarter.
+SAMPLES_TOLERANCE = 0.25
 #: The GPU-memory look-back is what a slice is sized on and is carried from status to status
 #: (`memoryLookback`): a higher peak is written once it passes this share, so the stored peak is
 #: never more than that below the one seen (the slice's memory headroom is far wider).
