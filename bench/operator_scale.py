@@ -58,6 +58,8 @@ CYCLE_LINE = re.compile(
     r"analysis cycle: (\d+) recommendations updated in ([0-9.]+) s"
     r"(?:, (\d+) statuses written(?: \((\d+) refreshed\))?)?"
 )
+#: The line before a cycle's own: which part of the status said something new first, counted.
+CHANGED_LINE = re.compile(r"status writes by what changed first: (.*)$")
 APISERVER_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -198,6 +200,26 @@ def cycle_writes(log: Path) -> list[tuple[int, str]]:
     ]
 
 
+def cycle_changes(log: Path) -> list[tuple[int, Counter[str]]]:
+    """(recommendations updated, status paths that changed first -> writes) of each finished cycle
+    (empty for a cycle that wrote nothing it counted as changed, or an operator that does not say)."""
+    found: list[tuple[int, Counter[str]]] = []
+    pending: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        changed = CHANGED_LINE.search(line)
+        if changed:
+            for part in changed.group(1).split(", "):
+                path, _, count = part.rpartition(" ")
+                if count.isdigit():
+                    pending[path] += int(count)
+            continue
+        done = CYCLE_LINE.search(line)
+        if done:
+            found.append((int(done.group(1)), pending))
+            pending = Counter()
+    return found
+
+
 @dataclass
 class Phase:
     """What one size measured."""
@@ -208,6 +230,7 @@ class Phase:
     time_to_diagnoses: float | None = None
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
     written: list[str] = field(default_factory=list)  # "written/refreshed" statuses of those cycles
+    changed: list[Counter[str]] = field(default_factory=list)  # what changed first, per such cycle
     queries_per_cycle: list[float] = field(default_factory=list)
     prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
     cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
@@ -291,6 +314,7 @@ class Bench:
         # Every cycle of this size that covered all its workloads, steady or not.
         phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
         phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected)]
+        phase.changed = [c for n, c in cycle_changes(self.log)[first_line:] if n == len(expected)]
         phase.queries_per_cycle = self.queries_per_cycle(len(expected))
         if phase.rss == (0.0, 0.0):
             phase.rss = rss_mib(self.operator.pid)
@@ -376,6 +400,16 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
     ])  # fmt: skip
     row("recommendations updated per cycle", [",".join(str(n) for n, _ in p.cycles) or "n/a" for p in phases])
     row("statuses written/refreshed per cycle", [",".join(p.written) or "n/a" for p in phases])
+    row("  of them in the steady cycles", [
+        ",".join(p.written[-p.steady_cycle_count:]) if p.steady_cycle_count else "n/a" for p in phases
+    ])  # fmt: skip
+    for p in phases:
+        late = (
+            sum((c for c in p.changed[-p.steady_cycle_count :]), Counter()) if p.steady_cycle_count else None
+        )
+        if late:
+            print(f"what changed first in the steady cycles at N={p.workloads}: "
+                  + ", ".join(f"{path} {n}" for path, n in late.most_common(8)))  # fmt: skip
     row(
         "Prometheus queries per cycle",
         [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],

@@ -77,8 +77,13 @@ class StoredRecommendation:
         return str(value) if value is not None else None
 
     def status_json(self) -> dict[str, Any]:
-        """The status as the API server would hand it back (for comparing with a patch)."""
-        return self.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The status as the API server would hand it back (for comparing with a patch). Dumped once
+        per stored object (a cycle reads it more than once per workload); callers must not change it."""
+        dumped: dict[str, Any] | None = self.__dict__.get("_status_json")
+        if dumped is None:
+            dumped = self.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+            object.__setattr__(self, "_status_json", dumped)
+        return dumped
 
 
 def parse_recommendation(raw: Mapping[str, Any]) -> StoredRecommendation | None:

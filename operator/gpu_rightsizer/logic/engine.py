@@ -46,6 +46,7 @@ def analyze_window(
     allowed_mig_profiles: Sequence[str] | None = None,
     min_replicas: int = 0,
     memory_lookback: MemoryLookback | None = None,
+    figures: WorkloadFigures | None = None,
 ) -> Analysis:
     """Diagnose one workload window and recommend changes, cheapest first.
 
@@ -54,10 +55,13 @@ def analyze_window(
     staleness check; `allowed_mig_profiles` restricts MIG recommendations to a policy's list;
     `min_replicas` is the policy's floor, below which no release or scale-in is proposed as automatic;
     `memory_lookback` is the GPU-memory high-water mark carried from earlier cycles (status), merged
-    with this window's and returned in the analysis for the next cycle.
+    with this window's and returned in the analysis for the next cycle. `figures` is
+    `summarise(window, mig_tables)` when the caller has it already (summarising is most of the
+    engine's time, and a caller that runs the engine twice on one window needs it once).
     """
     effective = settings or _DEFAULT_SETTINGS
-    figures = summarise(window, mig_tables)
+    if figures is None:
+        figures = summarise(window, mig_tables)
     diagnosis = diagnose_figures(figures, effective, now)
     lookback = merge_lookback(memory_lookback, figures)
     planned = recommend(diagnosis, effective, sharing, allowed_mig_profiles, min_replicas, lookback)

@@ -254,47 +254,81 @@ def metrics_condition(error: str | None, now: datetime, generation: int | None) 
 #: little each time without the recommendation saying anything new. Compared with the figures as
 #: stored (not the last analysis), so slow drift adds up and is written once it passes the tolerance.
 FIGURE_TOLERANCE = 0.05
-#: Figures closer than this are the same whatever their ratio (noise around zero: an idle GPU's
-#: busy share, savings of 0.001 GPU-hours per day).
-FIGURE_FLOOR = 0.005
+#: Figures closer than this are the same whatever their ratio: shares and fractions (busy, throttled,
+#: confidence) are read in whole percent, and around a small share two points are noise (a 1 % busy
+#: GPU at 2 %, a throttle fraction of 0.01 at 0.03). Numbers shown as percentages in texts count the
+#: same two points.
+FIGURE_FLOOR = 0.02
+#: The samples a window holds move as the window slides over scrape times, and by several at once
+#: when a loaded Prometheus misses scrapes of a short window; what they gate (a count under the
+#: engine's minimum, the coverage an automatic change needs) changes the diagnosis or an action's
+#: reason and `automatic`, which are written at once. So the count alone counts only past a quarter.
+SAMPLES_TOLERANCE = 0.25
+#: The GPU-memory look-back is what a slice is sized on and is carried from status to status
+#: (`memoryLookback`): a higher peak is written once it passes this share, so the stored peak is
+#: never more than that below the one seen (the slice's memory headroom is far wider).
+PEAK_TOLERANCE = 0.01
 
 #: Paths (keys, `*` for any key or list index) that are left out of the comparison: the window's
-#: times move every cycle; how old the stored window may grow is the refresh period's business.
-_IGNORED = (("window", "start"), ("window", "end"))
-#: Paths holding figures, compared within FIGURE_TOLERANCE.
+#: times move every cycle (how old the stored window may grow is the refresh period's business), and
+#: figures computed from others that are compared (idle GPU-hours from `waste.allocatedGpus` and
+#: `waste.busyFraction`; money per day from `cost.pricePerGPUHour`, the allocation and savings).
+_IGNORED = (
+    ("window", "start"),
+    ("window", "end"),
+    ("waste", "gpuHoursPerDay"),
+    ("cost", "perDay"),
+    ("cost", "wastePerDay"),
+    ("cost", "savingsPerDay"),
+)
+#: Paths holding figures, compared within FIGURE_TOLERANCE or FIGURE_FLOOR.
 _FIGURES = (
-    ("window", "samples"),
     ("diagnosis", "confidence"),
     ("diagnosis", "findings", "*", "confidence"),
     ("diagnosis", "findings", "*", "evidence", "*"),
+    ("actions", "*", "predictedSlowdown"),
     ("savings", "*"),
     ("waste", "*"),
-    ("cost", "*"),
     ("baseline", "*"),
 )
 #: Paths holding text for people, made from the same figures: their words must match, their numbers
-#: only within FIGURE_TOLERANCE or one step of the digits shown ("21%" and "22%" are one rounding apart).
+#: only within FIGURE_TOLERANCE or one step of the digits shown ("21%" and "22%" are one rounding
+#: apart), percentages within FIGURE_FLOOR.
 _TEXTS = (
     ("diagnosis", "summary"),
     ("diagnosis", "findings", "*", "message"),
     ("actions", "*", "reason"),
+    ("vetoes", "*", "reason"),
+    ("vetoes", "*", "measureNext"),
     ("conditions", "*", "message"),
     ("summary", "gpuBusyP95"),
     ("summary", "savings"),
     ("summary", "confidence"),
     ("window", "warnings", "*"),
 )
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)(%?)")
 
 
-_IGNORE, _FIGURE, _TEXT = "ignore", "figure", "text"
+_IGNORE, _FIGURE, _SAMPLES, _PEAK, _TEXT = "ignore", "figure", "samples", "peak", "text"
+#: How a figure of each kind compares: (share of the larger value, absolute floor).
+_TOLERANCES = {
+    _FIGURE: (FIGURE_TOLERANCE, FIGURE_FLOOR),
+    _SAMPLES: (SAMPLES_TOLERANCE, 0.0),
+    _PEAK: (PEAK_TOLERANCE, 0.0),
+}
 #: A rule tree: key (or `*`) -> subtree, or how a leaf compares; built once from the paths above.
 _Rules = dict[str, "_Rules | str"]
 
 
 def _rule_tree() -> _Rules:
     tree: _Rules = {}
-    for how, paths in ((_IGNORE, _IGNORED), (_FIGURE, _FIGURES), (_TEXT, _TEXTS)):
+    for how, paths in (
+        (_IGNORE, _IGNORED),
+        (_FIGURE, _FIGURES),
+        (_SAMPLES, (("window", "samples"),)),
+        (_PEAK, (("memoryLookback", "maxGib"),)),
+        (_TEXT, _TEXTS),
+    ):
         for path in paths:
             node = tree
             for key in path[:-1]:
@@ -309,57 +343,77 @@ _RULES = _rule_tree()
 _NO_RULES: _Rules = {}
 
 
-def same_figure(old: object, new: object) -> bool:
-    """True when two figures differ by at most FIGURE_TOLERANCE of the larger, or FIGURE_FLOOR."""
+def same_figure(
+    old: object, new: object, share: float = FIGURE_TOLERANCE, floor: float = FIGURE_FLOOR
+) -> bool:
+    """True when two figures differ by at most `share` of the larger, or `floor`."""
     if isinstance(old, bool) or isinstance(new, bool):
         return old == new
     if not isinstance(old, int | float) or not isinstance(new, int | float):
         return old == new
-    return abs(old - new) <= max(FIGURE_FLOOR, FIGURE_TOLERANCE * max(abs(old), abs(new)))
+    return abs(old - new) <= max(floor, share * max(abs(old), abs(new)))
 
 
-def _same_shown_number(old: str, new: str) -> bool:
+def _same_shown_number(old: str, new: str, percent: bool) -> bool:
     decimals = max(len(text.partition(".")[2]) for text in (old, new))
     a, b = float(old), float(new)
-    return abs(a - b) <= max(10.0**-decimals, FIGURE_TOLERANCE * max(abs(a), abs(b)))
+    floor = FIGURE_FLOOR * 100 if percent else 0.0
+    return abs(a - b) <= max(10.0**-decimals, FIGURE_TOLERANCE * max(abs(a), abs(b)), floor)
 
 
 def same_text(old: object, new: object) -> bool:
     """True when two texts have the same words and their numbers are the same figures, as shown."""
     if not isinstance(old, str) or not isinstance(new, str):
         return old == new
-    if _NUMBER.sub("#", old) != _NUMBER.sub("#", new):
+    if _NUMBER.sub(r"#\2", old) != _NUMBER.sub(r"#\2", new):
         return False
     return all(
-        _same_shown_number(a, b) for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True)
+        _same_shown_number(a[0], b[0], bool(a[1]))
+        for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True)
     )
 
 
-def materially_same(old: object, new: object, rules: _Rules | str = _RULES) -> bool:
-    """True when the status `new` says what `old` says: the same diagnosis codes, actions and their
-    targets, allocation, conditions and generations, and figures within FIGURE_TOLERANCE; the
-    window's times are left out. Both are statuses as JSON (old as the API server returned it)."""
+def materially_same(old: object, new: object) -> bool:
+    """True when the status `new` says what `old` says (`material_difference` finds none)."""
+    return material_difference(old, new) is None
+
+
+def material_difference(old: object, new: object, rules: _Rules | str = _RULES, path: str = "") -> str | None:
+    """Where the status `new` first says something `old` does not, as a path with `*` for list
+    indices ("diagnosis.findings.*.code"); None when it says the same: the same diagnosis codes,
+    actions and their targets, allocation, conditions and generations, and figures within
+    FIGURE_TOLERANCE; the window's times are left out. Both are statuses as JSON (old as the API
+    server returned it). The path names why a status is written (the cycle counts them)."""
     if type(old) is type(new) and old == new:  # most of a status does not move: no walk needed
-        return True
-    if rules == _FIGURE:
-        return same_figure(old, new)
+        return None
+    if isinstance(rules, str) and rules in _TOLERANCES:
+        return None if same_figure(old, new, *_TOLERANCES[rules]) else path
     if rules == _TEXT:
-        return same_text(old, new)
+        return None if same_text(old, new) else path
     tree = rules if isinstance(rules, dict) else _NO_RULES
     if isinstance(old, dict) and isinstance(new, dict):
-        for key in old.keys() | new.keys():
+        for key in sorted(old.keys() | new.keys(), key=str):
             rule = tree.get(key, tree.get("*", _NO_RULES))
             if rule == _IGNORE:
                 continue
-            if key not in old or key not in new or not materially_same(old[key], new[key], rule):
-                return False
-        return True
+            where = f"{path}.{key}" if path else str(key)
+            if key not in old or key not in new:
+                return where
+            found = material_difference(old[key], new[key], rule, where)
+            if found is not None:
+                return found
+        return None
     if isinstance(old, list) and isinstance(new, list):
         rule = tree.get("*", _NO_RULES)
-        return len(old) == len(new) and all(
-            materially_same(a, b, rule) for a, b in zip(old, new, strict=True)
-        )
-    return (old == new and type(old) is type(new)) or _same_number(old, new)
+        where = f"{path}.*"
+        if len(old) != len(new):
+            return path
+        for a, b in zip(old, new, strict=True):
+            found = material_difference(a, b, rule, where)
+            if found is not None:
+                return found
+        return None
+    return None if (old == new and type(old) is type(new)) or _same_number(old, new) else path
 
 
 def _same_number(old: object, new: object) -> bool:

@@ -213,7 +213,11 @@ class ObservedWindow(CamelModel):
     """The time range the diagnosis is based on."""
 
     start: datetime
-    end: datetime
+    end: datetime = Field(
+        description="End of the window the published figures come from. A status that says nothing "
+        "materially new is not rewritten until this is a refresh period old (at most half of the "
+        "policy's maxStaleness and half the window), so it may be older than the last analysis."
+    )
     samples: int = Field(default=0, ge=0, description="Samples per series that survived cleaning.")
     warnings: list[Annotated[str, StringConstraints(max_length=1024)]] = Field(
         default_factory=list,

@@ -32,6 +32,7 @@ from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendat
 from gpu_rightsizer.config import OperatorConfig
 from gpu_rightsizer.logic.capacity import ClusterCapacity, analyze_within, sharing_for
 from gpu_rightsizer.logic.engine import analyze_window, continued_lookback
+from gpu_rightsizer.logic.figures import WorkloadFigures, summarise
 from gpu_rightsizer.logic.floors import floor_for, with_idle_floor
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
@@ -50,6 +51,7 @@ from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
 from gpu_rightsizer.recommender.windows import capacity_from_metrics, fetch_chunks, scope_of, shard_of
 from gpu_rightsizer.recommender.writes import (
+    StatusWrite,
     refresh_period,
     remove_recommendation,
     restore_missing,
@@ -77,6 +79,10 @@ BACKFILL_PAUSE_SECONDS = 5.0
 WRITERS = 4
 
 
+#: The engine's defaults, built once (validating them each workload took a share of the cycle).
+_DEFAULT_ENGINE_SETTINGS = EngineSettings()
+
+
 def engine_settings(settings: EffectiveSettings, window_seconds: float | None = None) -> EngineSettings:
     """Engine thresholds with the governing policy's overrides (minSamples included).
 
@@ -85,15 +91,14 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
     """
     overrides: dict[str, object] = dict(settings.threshold_overrides)
     if window_seconds is not None:
-        defaults = EngineSettings()
         overrides["windowSeconds"] = window_seconds
-        overrides["minWindowSeconds"] = min(defaults.min_window_seconds, window_seconds * 0.9)
+        overrides["minWindowSeconds"] = min(_DEFAULT_ENGINE_SETTINGS.min_window_seconds, window_seconds * 0.9)
     if settings.policy is not None:
         overrides["minSamples"] = settings.min_samples
     try:
         key = json.dumps(overrides, sort_keys=True)
     except (TypeError, ValueError):  # not plain JSON: validated without the cache
-        return EngineSettings().with_overrides(overrides)
+        return _DEFAULT_ENGINE_SETTINGS.with_overrides(overrides)
     return _engine_settings_from(key)
 
 
@@ -101,7 +106,7 @@ def engine_settings(settings: EffectiveSettings, window_seconds: float | None = 
 def _engine_settings_from(overrides_json: str) -> EngineSettings:
     """Validated engine settings for one set of overrides. Cached: building and validating them took
     ~3 % of a 1,000-workload cycle, and a cycle has one or a few distinct sets (they are frozen)."""
-    return EngineSettings().with_overrides(json.loads(overrides_json))
+    return _DEFAULT_ENGINE_SETTINGS.with_overrides(json.loads(overrides_json))
 
 
 def analyse(
@@ -111,30 +116,35 @@ def analyse(
     window_seconds: float | None = None,
     capacity: ClusterCapacity | None = None,
     memory_lookback: MemoryLookback | None = None,
+    figures: WorkloadFigures | None = None,
 ) -> Analysis:
     """Run the engine with the cluster's sharing strategy (the policy's when no node is known), MIG
     profiles and thresholds, then keep its advice to what the node pools can schedule.
 
     `memory_lookback` is the GPU-memory high-water mark the stored status carries from earlier
     cycles: a slice is sized on it, not on this window's peak alone (the engine merges the two).
+    `figures` is `summarise(window)` when the caller has it (the cycle needs it for the baseline
+    too). The window is summarised once however many times the engine runs on it (`analyze_within`).
     """
     fallback = settings.sharing_strategy if settings.policy is not None else SharingStrategy.MIG_MIXED
     capacity = capacity or ClusterCapacity()
     sharing = sharing_for(capacity, window.allocation.gpu_model, fallback=fallback)
-    window, notes = observe_sharing(window, capacity)
+    observed, notes = observe_sharing(window, capacity)
     thresholds = with_idle_floor(
-        engine_settings(settings, window_seconds), floor_for(capacity.idle_floors, window)
+        engine_settings(settings, window_seconds), floor_for(capacity.idle_floors, observed)
     )
+    seen = figures if figures is not None and observed is window else summarise(observed)
 
     def run(profiles: list[str] | None) -> Analysis:
         return analyze_window(
-            window,
+            observed,
             thresholds,
             sharing=sharing,
             now=now,
             allowed_mig_profiles=profiles,
             min_replicas=settings.min_replicas if settings.policy is not None else 0,
             memory_lookback=memory_lookback,
+            figures=seen,
         )
 
     allowed = list(settings.allowed_mig_profiles) or None
@@ -340,6 +350,11 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         "cycle phases: listing %.1f s, metrics %.1f s, analysis and writes %.1f s, policies %.1f s",
         *spans,
     )
+    if tally.changed:
+        LOG.info(
+            "status writes by what changed first: %s",
+            ", ".join(f"{path} {count}" for path, count in tally.changed.most_common()),
+        )
     ctx.last_written = sum(tally.written.values())
     ctx.last_refreshed = tally.written["refresh"]
     return tally.updated
@@ -352,6 +367,8 @@ class _Tally:
 
     analysed: list[tuple[WorkloadRef, Analysis]] = field(default_factory=list)
     written: Tally[str] = field(default_factory=Tally)
+    #: What said something new, by status path, for the "changed" writes.
+    changed: Tally[str] = field(default_factory=Tally)
 
     @property
     def updated(self) -> int:
@@ -362,7 +379,9 @@ class _Tally:
             return
         self.analysed.append((done.item.ref, done.analysis))
         if done.written is not None:
-            self.written[done.written] += 1
+            self.written[done.written.reason] += 1
+            if done.written.changed is not None:
+                self.changed[done.written.changed] += 1
 
     def publish(self) -> None:
         """The per-workload and per-namespace figures, as this cycle saw them."""
@@ -420,7 +439,7 @@ class _Analysed:
 
     item: _Pending
     analysis: Analysis
-    written: str | None = None  # why this cycle wrote the status (`write_reason`); None: not written
+    written: StatusWrite | None = None  # why this cycle wrote the status; None: not written
 
 
 def _analyse_and_write(
@@ -442,6 +461,7 @@ def _analyse_and_write(
     window = with_hpa(window, hpa)
     uid = str((item.workload.get("metadata") or {}).get("uid", ""))
     try:
+        figures = summarise(window)  # once: the engine's input and the status's baseline
         analysis = analyse(
             window,
             settings,
@@ -449,6 +469,7 @@ def _analyse_and_write(
             item.window_seconds,
             state.capacity,
             stored_lookback(item.recommendation, window),
+            figures,
         )
     except Exception:
         metrics.ERRORS.labels("analysis").inc()
@@ -459,9 +480,13 @@ def _analyse_and_write(
     written = write_recommendation(
         store, kube, uid, item.recommendation, analysis, window, settings, state.now,
         refresh_after=refresh_period(
-            cfg.interval_seconds, settings.max_staleness, f"{ref.key} {window_end_of(item.recommendation)}"
+            cfg.interval_seconds,
+            settings.max_staleness,
+            f"{ref.key} {window_end_of(item.recommendation)}",
+            item.window_seconds,
         ),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
+        figures=figures,
     )  # fmt: skip
     return _Analysed(item=item, analysis=analysis, written=written)
 

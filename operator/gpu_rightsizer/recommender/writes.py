@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,13 +14,13 @@ from gpu_rightsizer.adapters.kube import KubeAdapter, ResolvedWorkload
 from gpu_rightsizer.adapters.owners import read_workload
 from gpu_rightsizer.adapters.store import RecommendationStore, StoredRecommendation, status_body
 from gpu_rightsizer.config import OperatorConfig
-from gpu_rightsizer.logic.figures import summarise
+from gpu_rightsizer.logic.figures import WorkloadFigures, summarise
 from gpu_rightsizer.logic.policy import (
     EffectiveSettings,
 )
 from gpu_rightsizer.logic.status import (
     analysed_status,
-    materially_same,
+    material_difference,
     merge_conditions,
     metrics_condition,
     waiting_status,
@@ -41,7 +42,7 @@ from gpu_rightsizer.runtime.context import KnownWorkload, OperatorContext
 LOG = logging.getLogger(__name__)
 
 
-#: A status that says nothing new (`logic.status.materially_same`) is still rewritten once its stored
+#: A status that says nothing new (`logic.status.material_difference`) is still rewritten once its stored
 #: window is this share of the governing policy's `maxStaleness` old (15 min by default), so the
 #: actuator's freshness gate, which reads the stored window's end, never finds a status stale because
 #: a write was skipped: in the same cycle the stored window is younger than this share, and an
@@ -60,30 +61,58 @@ REFRESH_AT_MOST = timedelta(hours=1)
 REFRESH_SPREAD = 0.5
 
 
-def refresh_period(interval_seconds: float, max_staleness: timedelta, spread_key: str = "") -> timedelta:
+def refresh_period(
+    interval_seconds: float,
+    max_staleness: timedelta,
+    spread_key: str = "",
+    window_seconds: float | None = None,
+) -> timedelta:
     """How old a stored window may grow before a status that says nothing new is rewritten anyway:
-    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST), shortened by up to
-    REFRESH_SPREAD as `spread_key` draws, but not below 1.5 intervals. Never longer than the share, so
-    the actuator's freshness gate holds whatever is drawn."""
+    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST, and at most that share of
+    the observation window `window_seconds`), shortened by up to REFRESH_SPREAD as `spread_key`
+    draws, but not below 1.5 intervals. Never longer than the share, so the actuator's freshness
+    gate holds whatever is drawn; and the stored window always overlaps the next one, so the
+    GPU-memory look-back it carries continues instead of counting again
+    (`logic.engine.continued_lookback`)."""
     longest = min(max_staleness * REFRESH_STALENESS_SHARE, REFRESH_AT_MOST)
+    if window_seconds is not None:
+        longest = min(longest, timedelta(seconds=window_seconds) * REFRESH_STALENESS_SHARE)
     draw = (zlib.crc32(spread_key.encode()) % 1000) / 1000
     shortest = min(longest, timedelta(seconds=1.5 * interval_seconds))
     return max(longest * (1 - REFRESH_SPREAD * draw), shortest)
 
 
-def write_reason(
+@dataclass(frozen=True)
+class StatusWrite:
+    """Why a status was written: `reason` as `write_reason` says, and for "changed" the first path
+    that says something new (`logic.status.material_difference`), so a cycle can say what moved."""
+
+    reason: str
+    changed: str | None = None
+
+
+def status_write(
     old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
-) -> str | None:
+) -> StatusWrite | None:
     """Why the patch is worth writing: "new" (no analysed window stored yet), "changed" (it says
-    something new: `logic.status.materially_same`, window times left out, figures within a
+    something new: `logic.status.material_difference`, window times left out, figures within a
     tolerance), "refresh" (the stored window ended `refresh_after` ago or more, so readers and the
     actuator's freshness gate still see a recent window); None when it is not."""
     stored_end = parse_time((old_status.get("window") or {}).get("end"))
     if stored_end is None:
-        return "new"
-    if not materially_same(dict(old_status), merge_patched(old_status, patch)):
-        return "changed"
-    return "refresh" if now - stored_end >= refresh_after else None
+        return StatusWrite("new")
+    changed = material_difference(dict(old_status), merge_patched(old_status, patch))
+    if changed is not None:
+        return StatusWrite("changed", changed)
+    return StatusWrite("refresh") if now - stored_end >= refresh_after else None
+
+
+def write_reason(
+    old_status: Mapping[str, Any], patch: Mapping[str, Any], now: datetime, refresh_after: timedelta
+) -> str | None:
+    """`status_write`'s reason alone ("new", "changed", "refresh"; None: not worth writing)."""
+    write = status_write(old_status, patch, now, refresh_after)
+    return None if write is None else write.reason
 
 
 def status_unchanged(
@@ -105,7 +134,8 @@ def write_recommendation(
     *,
     refresh_after: timedelta | None = None,
     workload_generation: int | None = None,
-) -> str | None:
+    figures: WorkloadFigures | None = None,
+) -> StatusWrite | None:
     """Patch the recommendation's status; post an Event on the workload when the diagnosis changes.
 
     `status.apply` belongs to the actuator, so the recommender never writes it (`store.patch_status`
@@ -127,17 +157,20 @@ def write_recommendation(
         now=now,
         generation=stored.generation,
     )
-    status = with_window_facts(status, window)
+    status = with_window_facts(status, window, figures)
     if workload_generation is not None:
         status.workload_generation = workload_generation
     fresh = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in status.conditions]
     old_conditions = list(old_status.get("conditions") or [])
     status.conditions = [Condition.model_validate(c) for c in merge_conditions(old_conditions, fresh)]
     body = status_body(status)
-    written = "changed" if refresh_after is None else write_reason(old_status, body, now, refresh_after)
+    if refresh_after is None:
+        written: StatusWrite | None = StatusWrite("changed")
+    else:
+        written = status_write(old_status, body, now, refresh_after)
     if written is not None:
         store.patch_status(ref, status)
-        metrics.STATUS_WRITES.labels(written).inc()
+        metrics.STATUS_WRITES.labels(written.reason).inc()
     before = stored.status.diagnosis.primary.value if stored.status.diagnosis else None
     if before != analysis.primary.value and analysis.primary != DiagnosisCode.INSUFFICIENT_DATA:
         warning = analysis.primary not in (DiagnosisCode.HEALTHY,)
@@ -151,9 +184,12 @@ def write_recommendation(
     return written
 
 
-def with_window_facts(status: GPURecommendationStatus, window: WorkloadWindow) -> GPURecommendationStatus:
-    """The status with its window's warnings (the first ones, sorted) and baseline figures."""
-    figures = summarise(window)
+def with_window_facts(
+    status: GPURecommendationStatus, window: WorkloadWindow, figures: WorkloadFigures | None = None
+) -> GPURecommendationStatus:
+    """The status with its window's warnings (the first ones, sorted) and baseline figures
+    (`figures`: `summarise(window)` when the caller has it)."""
+    figures = figures if figures is not None else summarise(window)
     if status.window is not None:
         status.window.warnings = sorted(set(window.warnings))[:MAX_WINDOW_WARNINGS]
     status.baseline = Baseline(gpu_busy_p95=figures.busy_p95_max, cpu_saturation_p95=figures.cpu_saturation)

@@ -1,5 +1,6 @@
 """What makes a new analysis worth a status write: codes, actions and their targets, allocation and
-generations exactly; figures within a relative tolerance; texts by their words and shown numbers."""
+generations exactly; figures within a relative tolerance and an absolute floor; texts by their words
+and shown numbers; figures computed from compared ones and the window's times not at all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Any
 import pytest
 
 from gpu_rightsizer.logic.status import (
+    FIGURE_FLOOR,
     FIGURE_TOLERANCE,
+    PEAK_TOLERANCE,
+    SAMPLES_TOLERANCE,
+    material_difference,
     materially_same,
     same_figure,
     same_text,
@@ -110,13 +115,17 @@ def test_a_figure_drifting_by_the_tolerance_is_new_once_it_passes_it() -> None:
     assert same_figure(0.80, 0.80 * (1 - FIGURE_TOLERANCE * 0.99))
     assert not same_figure(0.80, 0.80 * (1 - FIGURE_TOLERANCE * 1.01))
     assert same_figure(0.0, 0.004), "noise around zero"
-    assert not same_figure(0.0, 0.02)
+    assert same_figure(0.01, 0.01 + FIGURE_FLOOR), "two points around a small share are noise"
+    assert not same_figure(0.01, 0.01 + FIGURE_FLOOR * 1.5)
     assert same_figure(1, 1.0), "the API server gives whole floats back as integers"
 
 
 def test_texts_compare_words_exactly_and_shown_numbers_within_one_step() -> None:
     assert same_text("3% busy", "4% busy"), "one step of the digits shown: a rounding apart"
-    assert not same_text("3% busy", "5% busy")
+    assert same_text("3% busy", "5% busy"), "percentages within the figures' floor (two points)"
+    assert not same_text("3% busy", "6% busy")
+    assert not same_text("3 pods", "5 pods"), "the floor is for percentages only"
+    assert not same_text("3% busy", "3 busy")
     assert same_text("0.87", "0.88")
     assert not same_text("0.87", "0.80")
     assert same_text("120 GiB", "124 GiB"), "within the relative tolerance"
@@ -141,7 +150,83 @@ def test_the_install_guide_states_the_tolerance_and_refresh_period_the_code_uses
     text = " ".join((Path(__file__).parents[3] / "docs" / "install.md").read_text().split())
     assert f"more than {FIGURE_TOLERANCE * 100:g} % of the larger value" in text
     assert f"absolute differences below {FIGURE_FLOOR:g} do not count" in text
+    assert f"`window.samples` by more than {SAMPLES_TOLERANCE * 100:g} %" in text
+    assert (
+        f"`memoryLookback.maxGib`, which slices are sized on and which the next cycle reads back, by more than {PEAK_TOLERANCE * 100:g} %"
+        in text
+    )
     assert writes.REFRESH_STALENESS_SHARE == 0.5
     assert "refresh period: half of the governing policy's `spec.safety.maxStaleness`" in text
     assert f"at most {writes.REFRESH_AT_MOST.total_seconds() / 3600:g}h" in text
     assert f"shortened by up to {writes.REFRESH_SPREAD * 100:g} %" in text
+
+
+def jittered() -> dict[str, Any]:
+    """The status one cycle later on a steady workload: every figure moved as a sliding window moves
+    them, nothing it says changed."""
+    new = moved(
+        window__start="2026-03-04T11:00:15Z", window__end="2026-03-04T12:00:15Z",
+        window__samples=round(60 * (1 - SAMPLES_TOLERANCE * 0.9)),
+        diagnosis__confidence=0.8 - FIGURE_FLOOR * 0.9, diagnosis__summary="The GPU is 23% busy at p95.",
+        diagnosis__findings__0__evidence={"gpuBusyP95": 0.213, "throttled": FIGURE_FLOOR * 0.9},
+    )  # fmt: skip
+    new["waste"] = {"gpuHoursPerDay": 18.0, "allocatedGpus": 1.0, "busyFraction": 0.25}
+    new["cost"] = {"pricePerGPUHour": 2.5, "perDay": 60.0, "wastePerDay": 45.0, "savingsPerDay": 38.0}
+    new["memoryLookback"] = {"maxGib": 12.4 * (1 + PEAK_TOLERANCE * 0.9), "since": "2026-03-04T09:00:00Z"}
+    new["vetoes"] = [{"name": "cpuNearLimit", "cause": "CPUStarved", "reason": "CPU at 91% of its limit",
+                      "measureNext": "CPU throttling"}]  # fmt: skip
+    new["actions"][0]["predictedSlowdown"] = 1.02
+    return new
+
+
+def stored_steady() -> dict[str, Any]:
+    old = status()
+    old["waste"] = {"gpuHoursPerDay": 17.0, "allocatedGpus": 1.0, "busyFraction": 0.24}
+    old["cost"] = {"pricePerGPUHour": 2.5, "perDay": 60.0, "wastePerDay": 42.5, "savingsPerDay": 37.0}
+    old["memoryLookback"] = {"maxGib": 12.4, "since": "2026-03-04T09:00:00Z"}
+    old["vetoes"] = [{"name": "cpuNearLimit", "cause": "CPUStarved", "reason": "CPU at 89% of its limit",
+                      "measureNext": "CPU throttling"}]  # fmt: skip
+    old["actions"][0]["predictedSlowdown"] = 1.0
+    return old
+
+
+def test_figures_that_only_jitter_are_not_material() -> None:
+    assert material_difference(stored_steady(), jittered()) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where"),
+    [
+        (("window", "samples"), round(60 * (1 - SAMPLES_TOLERANCE * 1.2)), "window.samples"),
+        (("memoryLookback", "maxGib"), 12.4 * (1 + PEAK_TOLERANCE * 1.5), "memoryLookback.maxGib"),
+        (("memoryLookback", "since"), "2026-03-04T10:00:00Z", "memoryLookback.since"),
+        (("waste", "busyFraction"), 0.25 + FIGURE_FLOOR * 1.5, "waste.busyFraction"),
+        (("waste", "allocatedGpus"), 0.5, "waste.allocatedGpus"),
+        (("cost", "pricePerGPUHour"), 3.0, "cost.pricePerGPUHour"),
+        (("diagnosis", "confidence"), 0.8 - FIGURE_FLOOR * 2, "diagnosis.confidence"),
+        (("vetoes", 0, "reason"), "CPU at 99% of its limit", "vetoes.*.reason"),
+        (("vetoes", 0, "cause"), "IOBound", "vetoes.*.cause"),
+        (("actions", 0, "to"), "nvidia.com/mig-2g.35gb: 1", "actions.*.to"),
+        (("actions", 0, "predictedSlowdown"), 1.2, "actions.*.predictedSlowdown"),
+        (("conditions", 0, "reason"), "InsufficientData", "conditions.*.reason"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and "." in value else None,
+)
+def test_the_first_material_difference_is_named_by_its_path(
+    path: tuple[str | int, ...], value: Any, where: str
+) -> None:
+    new = jittered()
+    node: Any = new
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert material_difference(stored_steady(), new) == where
+
+
+def test_a_finding_or_action_more_or_less_is_a_difference_of_the_list() -> None:
+    new = jittered()
+    new["actions"] = []
+    assert material_difference(stored_steady(), new) == "actions"
+    new = jittered()
+    del new["diagnosis"]["findings"][0]["evidence"]["throttled"]
+    assert material_difference(stored_steady(), new) == "diagnosis.findings.*.evidence.throttled"

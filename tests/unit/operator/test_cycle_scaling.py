@@ -485,3 +485,23 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     assert len(governed) == 13 * 2, "the actuator stepped team-a's two workloads every cycle"
     assert set(governed) == {"all safety gates passed"}, governed
     assert writes == [4] + [0, 4] * 6, "written at first, then every second cycle (10 min of the 20)"
+
+
+def test_a_skipped_write_never_lets_the_stored_window_fall_out_of_the_next_one() -> None:
+    """The memory look-back continues only from a stored window the next window overlaps
+    (`continued_lookback`): with a window shorter than maxStaleness, the refresh follows the window."""
+    from gpu_rightsizer.logic.engine import continued_lookback
+    from gpu_rightsizer.model.result import MemoryLookback
+
+    window = 300.0
+    for key in (f"team-a/Deployment/w{i}" for i in range(50)):
+        period = writes.refresh_period(15.0, timedelta(minutes=15), key, window)
+        assert period <= timedelta(seconds=window) * writes.REFRESH_STALENESS_SHARE
+        stored_end = NOW
+        next_start = NOW + period - timedelta(seconds=window)  # the last cycle the write is skipped
+        since = NOW - timedelta(hours=2)
+        lookback = continued_lookback(MemoryLookback(max_gib=10.0, since=since), stored_end, next_start)
+        assert lookback is not None and lookback.since == since
+    assert writes.refresh_period(15.0, timedelta(minutes=15), "x", 24 * 3600.0) == writes.refresh_period(
+        15.0, timedelta(minutes=15), "x"
+    ), "a long window changes nothing"

@@ -270,6 +270,7 @@ def _analysis_with(code: str, summary: str) -> Any:
         window_seconds: float | None = None,
         capacity: Any = None,
         memory_lookback: Any = None,
+        figures: Any = None,
     ) -> Any:
         real = analyze_window(
             window, cycle.engine_settings(settings, window_seconds), now=now, memory_lookback=memory_lookback
