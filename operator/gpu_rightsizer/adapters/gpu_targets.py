@@ -106,14 +106,15 @@ def claim_of(labels: Mapping[str, str], device: str, namespace: str, pod: str) -
     return DeviceClaim(device, f"{labels.get('job', '')} {labels.get('instance', '')}", namespace, pod)
 
 
-def claims_query(window_seconds: float, fold_labels: Callable[[str], str]) -> str:
+def claims_query(window_seconds: float, fold_labels: Callable[[str], str], also: Sequence[str] = ()) -> str:
     """(device, scrape target, pod) of every trusted device series in the window (the transport adds
     the trusted matchers; the target is `job instance`, both target labels; `fold_labels` is the
-    Prometheus source's label fold, so pods are named as in its other queries)."""
+    Prometheus source's label fold, so pods are named as in its other queries), and the labels `also`."""
     names = "|".join(_IDENTITY_METRICS)
     seen = f'last_over_time({{__name__=~"{names}"}}[{max(1, round(window_seconds))}s])'
     tagged = f'label_join({seen}, "scrape_target", " ", "job", "instance")'
-    return f"group by (UUID, GPU_I_ID, namespace, pod, scrape_target) ({fold_labels(tagged)})"
+    by = ", ".join(("UUID", "GPU_I_ID", "namespace", "pod", "scrape_target", *also))
+    return f"group by ({by}) ({fold_labels(tagged)})"
 
 
 def relabelled_query(window_seconds: float) -> str:

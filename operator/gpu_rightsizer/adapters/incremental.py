@@ -37,6 +37,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpu_rightsizer.adapters import gpu_targets
+from gpu_rightsizer.adapters.gpu_facts import GPUFacts, held_in
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
     _SENTINEL_FILTER,
@@ -151,10 +153,11 @@ class Family:
 
     def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
         """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
-        shard's namespaces when `within` is given. Device families stay cluster-wide: which pods share
-        a GPU, and which GPUs no pod holds, are facts about the GPU, not about one slice."""
+        shard's namespaces when `within` is given. A shard's device families read its own pods' series
+        and the board-level ones (`gpu_facts.held_in`): who else shares a GPU comes from the
+        cluster-wide GPU facts, the idle floors of GPUs no pod holds from their own instant queries."""
         if not self.per_pod:
-            return self.expression
+            return self.expression if within is None else held_in(self.expression, within)
         return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
 
 
@@ -759,6 +762,7 @@ class IncrementalSource:
             concurrency=source.config.max_concurrency,
         )
         self.ksm = KsmCache(window_seconds, _KSM_METRICS)
+        self.facts = GPUFacts(window_seconds)
         self.coarse = CoarseSeries(window_seconds, step_seconds)
         self.report = CycleReport(backfilling=True)
 
@@ -863,9 +867,12 @@ class IncrementalSource:
         if not self.reader.complete:
             return None
         self.ksm.read(self.source, now, self.report)
+        self.facts.read(self.source.instant, now, self.report)
         self.coarse.read(self.source.range, self.coarse_queries(namespaces), now, self.report)
         results, summarised = self.results(now, pods=False)
-        results.update(self.source.identity_answers(now, self.window_seconds))
+        results.update(self.source.identity_answers(now, self.window_seconds, claims=False))
+        if self.source.config.trusted_gpu_targets is not None:
+            results[gpu_targets.CLAIMS] = self.facts.claims()
         by_namespace = self._pod_series_by_namespace()
         pods = PodSeries(
             namespaces={
@@ -885,6 +892,7 @@ class IncrementalSource:
             series_stats=summarised,
             shard=shard if sharded else None,
             pods=pods,
+            holders=self.facts.holders(),
             **assembly,
         )
 
