@@ -534,10 +534,12 @@ def forged_status(env: Env, case: Case) -> Script:
 
 
 def forged_record(env: Env, case: Case) -> Script:
-    """A change record the policy does not allow (replicas 0 under actions [cpu]): refused with an
-    Event and a condition, no write. (Who may write a record at all: test_helm_install, by impersonation.)"""
+    """A change record the policy does not allow (replicas 0 under actions [memory]): refused with an
+    Event and a condition, no write. (Who may write a record at all: test_helm_install, by impersonation.)
+    The policy leaves out cpu so that the actuator never starts the trainer's own change, whose record
+    would otherwise exist before the forged one is created."""
     kube, ns = env.kube, case.namespace
-    policy(kube, ns)
+    policy(kube, ns, actions=("memory",))
     trainer(kube, ns, replicas=2)
     yield from until(lambda: recommendation(kube, ns, "deployment-trainer"), 120, "the recommendation")
     uid = kube.get_json("deployment", "-n", ns, "trainer")["metadata"]["uid"]

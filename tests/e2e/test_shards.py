@@ -164,8 +164,18 @@ def test_two_shards_write_disjoint_halves_and_a_resize_to_three_loses_no_window(
     for namespace, recommendation in found.items():
         writers = {manager for manager, _ in status_writers(recommendation)}
         assert writers == {f"{SHARD_MANAGER}{shard_of_namespace(namespace, 2)}"}, (namespace, writers)
-    policy = kube.get_json("gpurightsizingpolicy", shard_policy)
-    assert policy["status"]["matchedWorkloads"] == len(namespaces)  # shard 0 counts both halves
+
+    def matched_workloads() -> int | None:
+        # the policy's status is written after the cycle's recommendations, so it may trail them
+        return (kube.get_json("gpurightsizingpolicy", shard_policy).get("status") or {}).get(
+            "matchedWorkloads"
+        )
+
+    kube.wait_for(
+        lambda: matched_workloads() == len(namespaces),
+        timeout=60,
+        what="the policy's status to count every workload",
+    )  # shard 0 counts both halves
 
     # resize: the two stop, three start (as a StatefulSet rolls its pods with the new total)
     ages: dict[str, float] = {}
