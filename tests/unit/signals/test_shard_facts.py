@@ -3,35 +3,26 @@
 A shard reads the device families only for its own namespaces' pods (and the board-level series);
 who else held a device comes from the cluster-wide GPU facts. The fleet is the scenario library
 (every shape, both exporter label styles, MIG boards) three workloads to a namespace, plus the
-hard library's time-sliced GPUs each shared by pods of two namespaces that different shards own, backfilled into a
-real Prometheus (promtool)."""
+hard library's time-sliced GPUs, each shared by pods of two namespaces that different shards own,
+backfilled into a real Prometheus (promtool)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from tests.unit.signals.test_chunked_assembly import END, STEP, WINDOW, needs_prometheus, serving
 
 from gpu_rightsizer.adapters.incremental import IncrementalSource
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.shards import ShardSlice, shard_of_namespace
-from gpu_rightsizer.sim.backfill import write_openmetrics
 from gpu_rightsizer.sim.library import hard_scenario_library, scenario_library
 from gpu_rightsizer.sim.scenarios import Scenario
-from gpu_rightsizer.testcluster.prometheus import PrometheusServer
 
-END = 1_767_225_600.0
-WINDOW, STEP = 1800.0, 60.0
 PER_NAMESPACE = 3
-
-needs_prometheus = pytest.mark.skipif(
-    not (shutil.which("prometheus") and shutil.which("promtool")),
-    reason="prometheus/promtool not installed (Debian package `prometheus`)",
-)
 
 
 def split_namespaces() -> tuple[str, str]:
@@ -61,15 +52,8 @@ def fleet() -> list[Scenario]:
 
 @pytest.fixture(scope="module")
 def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("shards")
-    history = workdir / "fleet.om"
-    write_openmetrics(history, fleet(), END - WINDOW - 600, END, STEP)
-    server = PrometheusServer(workdir=workdir / "prometheus", backfill=(history,))
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with serving(tmp_path_factory.mktemp("shards"), fleet()) as url:
+        yield url
 
 
 def read(url: str, shard: ShardSlice) -> tuple[list[WorkloadWindow], int]:
