@@ -53,6 +53,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _rate_by_pod,
     _throttle_expr,
     fold_labels,
+    in_namespaces,
     pressure_by_pod,
     serving_exprs,
     summary_from_figures,
@@ -153,12 +154,15 @@ class Family:
 
     def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
         """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
-        shard's namespaces when `within` is given. A shard's device families read its own pods' series
-        and the board-level ones (`gpu_facts.held_in`): who else shares a GPU comes from the
-        cluster-wide GPU facts, the idle floors of GPUs no pod holds from their own instant queries."""
+        shard's namespaces when `within` is given (in the join, and in the cAdvisor selectors, so
+        Prometheus selects only their series: `in_namespaces`). A shard's device families read its
+        own pods' series and the board-level ones (`gpu_facts.held_in`): who else shares a GPU comes
+        from the cluster-wide GPU facts, the idle floors of GPUs no pod holds from their own instant
+        queries."""
         if not self.per_pod:
             return self.expression if within is None else held_in(self.expression, within)
-        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
+        expression = self.expression if within is None else in_namespaces(self.expression, within)
+        return f"({expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
 
 
 def _raw_floor(signal: Signal, scale: float) -> float | None:

@@ -300,15 +300,18 @@ def _promql_regex_literal(text: str) -> str:
 def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Callable[[str], str]:
     """Pod statistics for the containers of GPU pods only, and cAdvisor selectors limited to the
     namespaces that have GPU pods: without this each statistic ran over every container of the cluster."""
-    alternatives = "|".join(_promql_regex_literal(n) for n in sorted(namespaces))
-    # the matcher is repeated in every selector: past a few namespaces the join alone filters, so the
-    # query stays far below URL length limits (the client sends the query in the URL)
-    scope = (
-        (f'namespace=~"{alternatives}"',) if namespaces and len(alternatives) <= MAX_NAMESPACE_REGEX else ()
-    )
-    return lambda offset: (
-        f"({add_matchers(inner(offset), scope, _CADVISOR_NAMES)}) and on (namespace, pod) {GPU_PODS}"
-    )
+    return lambda offset: f"({in_namespaces(inner(offset), namespaces)}) and on (namespace, pod) {GPU_PODS}"
+
+
+def in_namespaces(query: str, namespaces: Sequence[str]) -> str:
+    """`query` with its cAdvisor selectors limited to `namespaces` (cAdvisor's `namespace` is the pod's),
+    so Prometheus selects only their containers' series; unchanged past `MAX_NAMESPACE_REGEX`: the
+    matcher is repeated in every selector, and past a few namespaces the join alone filters, so the
+    query stays far below URL length limits (the client sends the query in the URL)."""
+    alternatives = "|".join(_promql_regex_literal(n) for n in sorted(set(namespaces)))
+    if not namespaces or len(alternatives) > MAX_NAMESPACE_REGEX:
+        return query
+    return add_matchers(query, (f'namespace=~"{alternatives}"',), _CADVISOR_NAMES)
 
 
 def _gauge_by_pod(selector: str, combine: str = "sum") -> Callable[[str], str]:

@@ -77,6 +77,16 @@ def test_a_shards_pod_queries_join_only_its_namespaces() -> None:
     assert 'namespace=~"team\\\\-a|team\\\\-c"' in query  # sorted literals (RE2 takes "\\-")
     assert query.endswith(gpu_pods(None, ("team-a", "team-c")))
     assert "namespace=~" not in family.query(None)
+    cadvisor = Family(
+        name="pod:cpu",
+        expression="sum by (namespace, pod) (rate(container_cpu_usage_seconds_total[1m]))",
+        signal=Signal.CPU_USAGE_CORES,
+        keys=(),
+        per_pod=True,
+    )  # the shard's containers are selected, not only joined
+    assert 'container_cpu_usage_seconds_total{namespace=~"team\\\\-a"}[1m]' in cadvisor.query(
+        None, ("team-a",)
+    )
     device = Family(
         name="gpu:x",
         expression="max by (pod) (DCGM_FI_DEV_GPU_UTIL)",
