@@ -32,11 +32,18 @@ touched (`prometheus_engine_query_samples_total`, when exported) and its CPU-sec
 (`process_cpu_seconds_total`), both from Prometheus' own `/metrics`, and this process's resident
 set (current and peak, `VmRSS` and `VmHWM` of /proc/self/status).
 
+With `--total-shards N` the cycles run first as N shards (`--shard i --total-shards N`), each in a
+process of its own against the one Prometheus, every phase (the cold start, each steady cycle)
+started in all of them at once: per shard its cycle, queries and resident set, and across the shards
+what each phase cost Prometheus; then (unless `--shards-only`) as one process on a fresh start of
+the same Prometheus, and the shards against it as ratios, their diagnoses included.
+
 Not measured here: the kube-apiserver side (listing recommendations and workloads, status patches,
 events). `bench/operator_scale.py` runs the real operator against a live cluster for that.
 
     .venv/bin/python bench/fleet_backfill.py [--workloads 10000] [--window 1h] [--step 60] \\
-        [--interval 5m] [--cycles 3] [--batch 500] [--profile /tmp/fleet] [--tracemalloc]
+        [--interval 5m] [--cycles 3] [--batch 500] [--profile /tmp/fleet] [--tracemalloc] \\
+        [--total-shards 2 [--shards-only]]
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from gpu_rightsizer.logic.capacity import ClusterCapacity
 from gpu_rightsizer.logic.policy import settings_for_workload
 from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
+from gpu_rightsizer.model.shards import ShardSlice
 from gpu_rightsizer.recommender.cycle import BACKFILL_PAUSE_SECONDS, analyse
 from gpu_rightsizer.sim import backfill, library, scenarios
 from gpu_rightsizer.sim.backfill import write_openmetrics
@@ -305,13 +313,15 @@ def one_cycle(
     now: datetime,
     stats: list[QueryStats],
     progress: Any = None,
+    shard: ShardSlice | None = None,
 ) -> Cycle:
-    """The windows at `now` (None while backfilling) and, when there are, the engine on each."""
+    """The windows at `now` (None while backfilling) and, when there are, the engine on each; a
+    `shard`'s only when given."""
     answer: list[tuple[list[WorkloadWindow] | None, CycleReport, ClusterCapacity]] = []
     first = len(stats)
 
     def read() -> None:
-        windows, report = sources.fetch(cfg.window_seconds, now, progress=progress)
+        windows, report = sources.fetch(cfg.window_seconds, now, progress=progress, shard=shard)
         capacity = ClusterCapacity()
         if windows is not None:
             try:
@@ -429,14 +439,18 @@ def tally(
     return real, should, matches
 
 
-def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> None:
-    cfg = OperatorConfig(
+def bench_config(args: argparse.Namespace) -> OperatorConfig:
+    return OperatorConfig(
         prometheus_url="http://placeholder",
         interval_seconds=args.interval,
         window_seconds=args.window,
         prometheus_step_seconds=args.step,
         trusted_gpu_targets=(),  # the backfilled fleet has no scrape targets: every series is read
     )
+
+
+def serve(workdir: Path, cfg: OperatorConfig) -> PrometheusServer:
+    """Prometheus on the cached TSDB, started (with the operator's client timeout as its own)."""
     server = PrometheusServer(
         workdir=workdir,
         keep_data=True,
@@ -449,6 +463,24 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
         f"holds {rss_mib()[0]:.0f} MiB before the cold start (interpreter, modules, the fleet's list)",
         flush=True,
     )
+    return server
+
+
+@dataclass
+class Summary:
+    """What a run of the cycles gave, for the shards' comparison with one process."""
+
+    diagnoses: dict[str, DiagnosisCode]
+    steady_queries: float
+    steady_cpu: float
+    steady_p50: float
+    rss_steady: float
+    rss_peak: float
+
+
+def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> Summary:
+    cfg = bench_config(args)
+    server = serve(workdir, cfg)
     try:
         cfg = dataclasses.replace(cfg, prometheus_url=server.url)
         sources = sources_for(cfg)
@@ -496,7 +528,7 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
                 profiler.disable()
                 profiler.dump_stats(f"{args.profile}.steady")
             row(f"steady cycle {k}", steady[-1])
-        _, peak = rss_mib()
+        rss_steady, peak = rss_mib()
         family_table("cold start", [one for c in cold for one in c.stats], sum(c.cpu for c in cold))
         for k, cycle in enumerate(steady, 1):
             family_table(f"steady cycle {k}", cycle.stats, cycle.cpu)
@@ -545,6 +577,151 @@ def measure(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> 
         f"targets: cold start <= 600 s: {'met' if live <= 600 else 'MISSED'} (live {live:.0f} s); "
         f"steady cycle <= 60 s: {'met' if walls and max(walls) <= 60 else 'MISSED'}; "
         f"RSS <= 600 MiB: {'met' if peak <= 600 else 'MISSED'}",
+        flush=True,
+    )
+    return Summary(
+        cold[-1].diagnoses,
+        statistics.mean(c.queries for c in steady) if steady else 0.0,
+        statistics.mean(c.cpu for c in steady) if steady else 0.0,
+        statistics.median(walls) if walls else 0.0,
+        rss_steady,
+        peak,
+    )
+
+
+# --- shards -------------------------------------------------------------------------------------
+def shard_worker(connection: Any, cfg: OperatorConfig, shard: ShardSlice) -> None:
+    """One shard's recommender in its own process (its own resident set): runs the cycles the
+    parent asks for, `("cold", at)` until its window is complete or `("steady", at)` once, and
+    answers with its figures; None ends it."""
+    sources = sources_for(cfg)
+    while (message := connection.recv()) is not None:
+        phase, at = message
+        now = datetime.fromtimestamp(at, tz=UTC)
+        cycles: list[Cycle] = []
+        while not cycles or (phase == "cold" and cycles[-1].windows is None):
+            cycles.append(one_cycle(cfg.prometheus_url or "", cfg, sources, now, [], shard=shard))
+        rss, peak = rss_mib()
+        connection.send(
+            {
+                "cycles": len(cycles),
+                "wall": sum(c.wall for c in cycles),
+                "read": sum(c.read for c in cycles),
+                "engine": cycles[-1].engine,
+                "queries": sum(c.report.queries for c in cycles),
+                "windows": cycles[-1].windows or 0,
+                "rss": rss,
+                "peak": peak,
+                "diagnoses": cycles[-1].diagnoses,
+            }
+        )
+
+
+SHARD_HEADER = (
+    f"{'':8}{'':18}{'cycles':>7}{'wall s':>8}{'read s':>8}{'engine':>8}{'queries':>8}{'windows':>9}"
+    f"{'RSS MiB':>8}{'peak':>8}{'samples touch':>15}{'P CPU-s':>8}"
+)
+
+
+def measure_shards(args: argparse.Namespace, fleet_: list[Scenario], workdir: Path) -> Summary:
+    """`--total-shards` recommenders, each in its own process, against the one Prometheus: every
+    phase (the cold start, then each steady cycle) starts in all shards at once, and what the phase
+    cost Prometheus is measured across them."""
+    cfg = bench_config(args)
+    server = serve(workdir, cfg)
+    context = multiprocessing.get_context("fork")
+    workers = []
+    try:
+        cfg = dataclasses.replace(cfg, prometheus_url=server.url)
+        for number in range(args.total_shards):
+            parent, child = context.Pipe()
+            process = context.Process(
+                target=shard_worker, args=(child, cfg, ShardSlice(number, args.total_shards)), daemon=True
+            )
+            process.start()
+            workers.append((parent, process))
+        print(f"\n{args.total_shards} shards, one process each\n{SHARD_HEADER}", flush=True)
+        phases = [("cold start", "cold", END)] + [
+            (f"steady cycle {k}", "steady", END + k * args.interval) for k in range(1, args.cycles + 1)
+        ]
+        figures: dict[str, list[dict[str, Any]]] = {}
+        spent: dict[str, Any] = {}
+        for label, phase, at in phases:
+            answers: list[dict[str, Any]] = []
+
+            def run(phase: str = phase, at: float = at, answers: list[dict[str, Any]] = answers) -> None:
+                for connection, _ in workers:
+                    connection.send((phase, at))
+                answers.extend(connection.recv() for connection, _ in workers)
+
+            wall, spent[label] = cost(server.url, run)
+            figures[label] = answers
+            for number, answer in enumerate(answers):
+                print(
+                    f"{'shard ' + str(number):8}{label:18}{answer['cycles']:>7}{answer['wall']:>8.1f}"
+                    f"{answer['read']:>8.1f}{answer['engine']:>8.1f}{answer['queries']:>8}"
+                    f"{answer['windows']:>9,}{answer['rss']:>8.0f}{answer['peak']:>8.0f}",
+                    flush=True,
+                )
+            touched = spent[label].samples_touched
+            print(
+                f"{'all':8}{label:18}{'':7}{wall:>8.1f}{'':24}{spent[label].queries:>8.0f}"
+                f"{sum(a['windows'] for a in answers):>9,}{'':16}"
+                f"{'-' if touched is None else f'{touched:,.0f}':>15}{spent[label].cpu_seconds:>8.1f}",
+                flush=True,
+            )
+    finally:
+        for connection, process in workers:
+            connection.send(None)
+            process.join(timeout=60)
+        server.stop()
+    steady = [label for label, phase, _ in phases if phase == "steady"]
+    diagnoses = {k: v for answer in figures["cold start"] for k, v in answer["diagnoses"].items()}
+    print(
+        f"\n{args.total_shards} shards, {args.workloads:,} workloads, {len(diagnoses):,} windows", flush=True
+    )
+    for number in range(args.total_shards):
+        walls = [figures[label][number]["wall"] for label in steady]
+        last = figures[steady[-1] if steady else "cold start"][number]
+        print(
+            f"shard {number}: {figures['cold start'][number]['windows']:,} windows; cold start "
+            f"{figures['cold start'][number]['wall']:.0f} s; steady cycle p50 "
+            + (f"{statistics.median(walls):.1f} s, max {max(walls):.1f} s" if walls else "-")
+            + f"; RSS steady {last['rss']:.0f} MiB, peak {last['peak']:.0f} MiB",
+            flush=True,
+        )
+    queries = statistics.mean(spent[label].queries for label in steady) if steady else 0.0
+    cpu = statistics.mean(spent[label].cpu_seconds for label in steady) if steady else 0.0
+    touched = [spent[label].samples_touched for label in steady if spent[label].samples_touched is not None]
+    print(
+        f"all shards per steady cycle: {queries:.0f} Prometheus queries, "
+        + (f"{statistics.mean(touched):,.0f} samples touched, " if touched else "")
+        + f"{cpu:.1f} Prometheus CPU-s; cold start {spent['cold start'].queries:.0f} queries, "
+        f"{spent['cold start'].cpu_seconds:.0f} CPU-s",
+        flush=True,
+    )
+    final = figures[steady[-1] if steady else "cold start"]
+    return Summary(
+        diagnoses,
+        queries,
+        cpu,
+        statistics.median(max(a["wall"] for a in figures[label]) for label in steady) if steady else 0.0,
+        max(a["rss"] for a in final),
+        max(a["peak"] for a in final),
+    )
+
+
+def compare(shards: Summary, one: Summary, total: int) -> None:
+    """The shards against one process, as ratios measured in one run."""
+    same = sum(one.diagnoses.get(key) == code for key, code in shards.diagnoses.items())
+    print(
+        f"\n{total} shards / one process, per steady cycle: Prometheus queries "
+        f"{shards.steady_queries / max(one.steady_queries, 1):.2f}x, Prometheus CPU "
+        f"{shards.steady_cpu / max(one.steady_cpu, 1e-9):.2f}x, cycle p50 (slowest shard) "
+        f"{shards.steady_p50 / max(one.steady_p50, 1e-9):.2f}x; largest shard RSS steady/peak "
+        f"{shards.rss_steady / max(one.rss_steady, 1e-9):.2f}x / {shards.rss_peak / max(one.rss_peak, 1e-9):.2f}x; "
+        f"diagnoses as one process's: {same:,} of {len(one.diagnoses):,}"
+        + ("" if shards.diagnoses.keys() == one.diagnoses.keys() else " (the workloads differ)"),
         flush=True,
     )
 
@@ -635,9 +812,20 @@ def main() -> int:
     parser.add_argument(
         "--generate-only", action="store_true", help="build (or find) the cached TSDB, measure nothing"
     )
+    parser.add_argument(
+        "--total-shards",
+        type=int,
+        default=1,
+        help="run this many shards, one process each, against the one Prometheus, then one process",
+    )
+    parser.add_argument(
+        "--shards-only", action="store_true", help="with --total-shards: leave out the one-process run"
+    )
     args = parser.parse_args()
     if args.workloads < 1 or args.batch < 1 or args.per_namespace < 1 or args.cycles < 0:
         parser.error("--workloads, --batch and --per-namespace must be positive, --cycles not negative")
+    if args.total_shards < 1:
+        parser.error("--total-shards must be positive")
     fleet_ = fleet(args.workloads, args.per_namespace)
     pods = sum(len(pod_contexts(s, 0.0, args.window)) for s in fleet_)
     start = END - args.window - args.margin
@@ -651,7 +839,12 @@ def main() -> int:
     if not args.generate_only:
         if args.tracemalloc:
             tracemalloc.start()
-        measure(args, fleet_, workdir)
+        if args.total_shards > 1:
+            shards = measure_shards(args, fleet_, workdir)
+            if not args.shards_only:
+                compare(shards, measure(args, fleet_, workdir), args.total_shards)
+        else:
+            measure(args, fleet_, workdir)
     return 0
 
 

@@ -133,16 +133,20 @@ def _seen(selector: str, window_seconds: float, step_seconds: float | None) -> t
 
 
 def claims_query(
-    window_seconds: float, fold_labels: Callable[[str], str], step_seconds: float | None = None
+    window_seconds: float,
+    fold_labels: Callable[[str], str],
+    step_seconds: float | None = None,
+    also: Sequence[str] = (),
 ) -> str:
     """(device, scrape target, pod) of every trusted device series in the window (the transport adds
     the trusted matchers; the target is `job instance`, both target labels; `fold_labels` is the
     Prometheus source's label fold, so pods are named as in its other queries). With a step, each
-    valued with when it was last seen (`_seen`)."""
+    valued with when it was last seen (`_seen`); grouped by the labels `also` too."""
     names = "|".join(_IDENTITY_METRICS)
     aggregation, seen = _seen(f'{{__name__=~"{names}"}}', window_seconds, step_seconds)
     tagged = f'label_join({seen}, "scrape_target", " ", "job", "instance")'
-    return f"{aggregation} by (UUID, GPU_I_ID, namespace, pod, scrape_target) ({fold_labels(tagged)})"
+    by = ", ".join(("UUID", "GPU_I_ID", "namespace", "pod", "scrape_target", *also))
+    return f"{aggregation} by ({by}) ({fold_labels(tagged)})"
 
 
 def relabelled_sides(window_seconds: float, step_seconds: float | None = None) -> tuple[str, str]:

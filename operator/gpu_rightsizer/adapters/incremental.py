@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpu_rightsizer.adapters import gpu_targets
+from gpu_rightsizer.adapters.gpu_facts import FACT_LABELS, held_in
 from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, SamplePairs, samples
 from gpu_rightsizer.adapters.prometheus import (
     _KSM_METRICS,
@@ -53,7 +54,9 @@ from gpu_rightsizer.adapters.prometheus import (
     _promql_regex_literal,
     _rate_by_pod,
     _throttle_expr,
+    device_id_of,
     fold_labels,
+    in_namespaces,
     pressure_by_pod,
     serving_exprs,
     summary_from_figures,
@@ -163,11 +166,15 @@ class Family:
 
     def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
         """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
-        shard's namespaces when `within` is given. Device families stay cluster-wide: which pods share
-        a GPU, and which GPUs no pod holds, are facts about the GPU, not about one slice."""
+        shard's namespaces when `within` is given (in the join, and in the cAdvisor selectors, so
+        Prometheus selects only their series: `in_namespaces`). A shard's device families read its
+        own pods' series and the board-level ones (`gpu_facts.held_in`): who else shares a GPU comes
+        from the cluster-wide GPU facts, the idle floors of GPUs no pod holds from their own instant
+        queries."""
         if not self.per_pod:
-            return self.expression
-        return f"({self.expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
+            return self.expression if within is None else held_in(self.expression, within)
+        expression = self.expression if within is None else in_namespaces(self.expression, within)
+        return f"({expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
 
 
 def _raw_floor(signal: Signal, scale: float) -> float | None:
@@ -732,16 +739,21 @@ class KsmCache:
 
 
 class IdentityCache:
-    """The GPU identity answers (`gpu_targets`: which target and pod claim each device, which targets
-    relabel their series) over the window, from short lookbacks after the first read.
+    """Facts about GPUs over the window, from short lookbacks after the first read, shared by every
+    chunk and shard: which pods held each device (sharers, `holders`), which target and pod claim
+    each device and which targets relabel their series (`gpu_targets`, with trusted targets only).
 
-    The full answers look back a whole window every cycle (`PrometheusSource.identity_answers`), so
-    they touch every sample of every device's identity series each time. Here each label set is
-    asked with the time of its newest sample (`step_seconds` given to the queries), the first read
-    over the window and later ones back to the previous read only, and kept until that time leaves
-    the window: the same label sets as the full answers. The relabelled targets are worked out from
-    both sides kept apart (`gpu_targets.relabelled_sides`): targets seen on DCGM series in the
-    window that `up` has not shown in the window."""
+    Which pods held one device are facts about the GPU, not about one namespace, and a GPU may be
+    shared by pods of namespaces that different shards own; one light cluster-wide instant query over
+    the device identity labels (no samples come back) says who held what, so a shard reads the full
+    device families only for its own pods' series and the board-level ones (`gpu_facts.held_in`).
+    The full identity answers look back a whole window every cycle (`PrometheusSource.identity_answers`),
+    touching every sample of every device's identity series each time. Here each label set is asked
+    with the time of its newest sample (`step_seconds` given to the queries), the first read over the
+    window and later ones back to the previous read only, and kept until that time leaves the window:
+    the same label sets as the full answers. The relabelled targets are worked out from both sides
+    kept apart (`gpu_targets.relabelled_sides`): targets seen on DCGM series in the window that `up`
+    has not shown in the window."""
 
     def __init__(self, window_seconds: float, step_seconds: float) -> None:
         self.window_seconds = window_seconds
@@ -753,19 +765,18 @@ class IdentityCache:
     def read(
         self, source: PrometheusSource, now: float, report: CycleReport
     ) -> dict[str, list[dict[str, Any]]]:
-        """The identity answers at `now` (none without trusted targets, as the full read)."""
-        if source.config.trusted_gpu_targets is None:
-            return {}
+        """Refresh the facts; the identity answers at `now` (none without trusted targets, as the full read)."""
+        trusted = source.config.trusted_gpu_targets is not None
         lookback = (
             self.window_seconds if self.last_read is None else min(self.window_seconds, now - self.last_read)
         )
         lookback = max(lookback, self.step_seconds)
-        exported, targets = gpu_targets.relabelled_sides(lookback, self.step_seconds)
-        queries = {
-            "claims": ("GPU claims", gpu_targets.claims_query(lookback, fold_labels, self.step_seconds)),
-            "exported": ("GPU series' target labels", exported),
-            "targets": ("scrape targets", targets),
-        }
+        claims = gpu_targets.claims_query(lookback, fold_labels, self.step_seconds, FACT_LABELS)
+        queries = {"claims": ("GPU facts", claims)}
+        if trusted:
+            exported, targets = gpu_targets.relabelled_sides(lookback, self.step_seconds)
+            queries["exported"] = ("GPU series' target labels", exported)
+            queries["targets"] = ("scrape targets", targets)
         for side, (what, query) in queries.items():
             started = time.monotonic()
             rows = source.instant(what, query, now)  # a failure is raised: the cycle reports it
@@ -780,6 +791,8 @@ class IdentityCache:
         for seen in self.seen.values():
             for labels in [labels for labels, at in seen.items() if at <= horizon]:
                 del seen[labels]
+        if not trusted:
+            return {}
         by = gpu_targets.TARGET_LABELS
         up = {tuple(dict(labels).get(key, "") for key in by) for labels in self.seen["targets"]}
         return {
@@ -792,6 +805,17 @@ class IdentityCache:
                 if tuple(dict(labels).get(key, "") for key in by) not in up
             ],
         }
+
+    def holders(self) -> dict[tuple[str, str], set[tuple[str, str]]]:
+        """(node, device id) → the pods seen on it in the window (every namespace's)."""
+        out: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+        for identity in self.seen["claims"]:
+            labels = dict(identity)
+            if labels.get("pod"):
+                out[(labels.get("hostname", ""), device_id_of(labels))].add(
+                    (labels.get("namespace", ""), labels["pod"])
+                )
+        return dict(out)
 
 
 def _row_value(row: dict[str, Any]) -> float:
@@ -1005,6 +1029,7 @@ class IncrementalSource:
             series_stats=summarised,
             shard=shard if sharded else None,
             pods=pods,
+            holders=self.identity.holders(),
             **assembly,
         )
 

@@ -409,15 +409,18 @@ def _promql_regex_literal(text: str) -> str:
 def only_gpu_pods(inner: Callable[[str], str], namespaces: Sequence[str]) -> Callable[[str], str]:
     """Pod statistics for the containers of GPU pods only, and cAdvisor selectors limited to the
     namespaces that have GPU pods: without this each statistic ran over every container of the cluster."""
-    alternatives = "|".join(_promql_regex_literal(n) for n in sorted(namespaces))
-    # the matcher is repeated in every selector: past a few namespaces the join alone filters, so the
-    # query stays far below URL length limits (the client sends the query in the URL)
-    scope = (
-        (f'namespace=~"{alternatives}"',) if namespaces and len(alternatives) <= MAX_NAMESPACE_REGEX else ()
-    )
-    return lambda offset: (
-        f"({add_matchers(inner(offset), scope, _CADVISOR_NAMES)}) and on (namespace, pod) {GPU_PODS}"
-    )
+    return lambda offset: f"({in_namespaces(inner(offset), namespaces)}) and on (namespace, pod) {GPU_PODS}"
+
+
+def in_namespaces(query: str, namespaces: Sequence[str]) -> str:
+    """`query` with its cAdvisor selectors limited to `namespaces` (cAdvisor's `namespace` is the pod's),
+    so Prometheus selects only their containers' series; unchanged past `MAX_NAMESPACE_REGEX`: the
+    matcher is repeated in every selector, and past a few namespaces the join alone filters, so the
+    query stays far below URL length limits (the client sends the query in the URL)."""
+    alternatives = "|".join(_promql_regex_literal(n) for n in sorted(set(namespaces)))
+    if not namespaces or len(alternatives) > MAX_NAMESPACE_REGEX:
+        return query
+    return add_matchers(query, (f'namespace=~"{alternatives}"',), _CADVISOR_NAMES)
 
 
 def _gauge_by_pod(selector: str, combine: str = "sum") -> Callable[[str], str]:
@@ -542,18 +545,23 @@ class PrometheusSource:
             add_matchers(query, self.config.extra_matchers), self.config.trusted_gpu_targets, add_matchers
         )
 
-    def identity_answers(self, at: float, window_seconds: float) -> dict[str, list[dict[str, Any]]]:
-        """The answers the assembly checks GPU identity with (`gpu_targets`); none without trusted targets."""
+    def identity_answers(
+        self, at: float, window_seconds: float, claims: bool = True
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The answers the assembly checks GPU identity with (`gpu_targets`); none without trusted
+        targets. Without `claims`, the relabelled series only (the caller has the claims already)."""
         if self.config.trusted_gpu_targets is None:
             return {}
-        return {
-            gpu_targets.CLAIMS: self.instant(
-                "GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at
-            ),
+        answers = {
             gpu_targets.RELABELLED: self.instant(
                 "relabelled GPU series", gpu_targets.relabelled_query(window_seconds), at
-            ),
+            )
         }
+        if claims:
+            answers[gpu_targets.CLAIMS] = self.instant(
+                "GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at
+            )
+        return answers
 
     def gpu_namespaces(self, at: float, window_seconds: float) -> list[str]:
         """Namespaces where kube-state-metrics shows a pod requesting a GPU resource in the window."""
@@ -592,7 +600,10 @@ class PrometheusSource:
                 method=client._method,
                 url=f"{client.url}/api/v1/query_range",
                 params={
-                    "query": query, "start": round(start), "end": round(end), "step": _duration(step),
+                    "query": query,
+                    "start": round(start),
+                    "end": round(end),
+                    "step": _duration(step),
                     **self._stats_params(),
                 },
                 verify=client._session.verify,
@@ -877,6 +888,7 @@ class PrometheusSource:
         series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
         shard: ShardSlice | None = None,
         pods: PodSeries | None = None,
+        holders: Mapping[tuple[str, str], Iterable[Key]] | None = None,
     ) -> Iterator[list[WorkloadWindow]]:
         """Windows from the answers, one chunk of namespaces at a time. `series_stats` gives a family's
         statistics already summarised (the incremental reads), in place of its `stat`-labelled rows.
@@ -887,6 +899,9 @@ class PrometheusSource:
         device families and the kube-state-metrics inventory and shared by every chunk; with `pods`
         the pod families' statistics are asked for per chunk, and a chunk's windows (and their
         statistics) are let go before the next is built. Without `pods` everything is one chunk.
+        `holders` ((node, device id) → pods, `gpu_facts.GPUFacts.holders`) adds the pods of every
+        namespace that held a device, so a shard whose device reads are its own pods' counts the
+        sharers of other shards' namespaces too.
         """
         inventory = Inventory(extra_owners=owners)
         for name, rows in results.items():
@@ -911,7 +926,7 @@ class PrometheusSource:
                 for labels, summary in summarised.items():
                     label_map = dict(labels)
                     uuid = label_map.get("UUID") or f"gpu{label_map.get('gpu', '?')}"
-                    device_id = f"{uuid}-{label_map['GPU_I_ID']}" if label_map.get("GPU_I_ID") else uuid
+                    device_id = device_id_of(label_map)
                     if label_map.get("pod"):
                         key = (label_map.get("namespace", ""), label_map["pod"])
                         entry = devices[key].setdefault(
@@ -928,8 +943,7 @@ class PrometheusSource:
             if not xid_labels.get("pod"):
                 continue
             key = (xid_labels.get("namespace", ""), xid_labels["pod"])
-            uuid = xid_labels.get("UUID") or f"gpu{xid_labels.get('gpu', '?')}"
-            device_id = f"{uuid}-{xid_labels['GPU_I_ID']}" if xid_labels.get("GPU_I_ID") else uuid
+            device_id = device_id_of(xid_labels)
             entry = devices[key].setdefault(device_id, {"labels": xid_labels, "stats": {}, "xids": set()})
             value = _value(row)
             if not st.is_missing(value):
@@ -951,7 +965,12 @@ class PrometheusSource:
                         board_of_device["stats"].setdefault(signal, summary)
         busy_series = _range_by_pod(results.get("range:busy", []))
         spans = _sample_spans(results.get("range:seen", []), busy_series)
-        shared = sharers_in_time(devices, spans, coarse)
+        # who else held this shard's devices: every namespace's pods, from the cluster-wide GPU facts
+        held = {
+            device: {key for key in keys if not requesting or key in requesting}
+            for device, keys in (holders or {}).items()
+        }
+        shared = sharers_in_time(devices, spans, coarse, held)
         cpu_series = _range_by_pod(results.get("range:cpu", []))
         has_ksm = bool(inventory.pods)
         workload_stats = self._workload_serving(results, inventory, coarse)
@@ -1303,21 +1322,32 @@ def merge_successive_observations(
     return notes
 
 
+def device_id_of(labels: Mapping[str, str]) -> str:
+    """The id the assembly gives a device series: its UUID (`gpu<index>` without one), with
+    `-<GPU_I_ID>` for a MIG instance."""
+    uuid = labels.get("UUID") or f"gpu{labels.get('gpu', '?')}"
+    return f"{uuid}-{labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else uuid
+
+
 def sharers_in_time(
     devices: Mapping[Key, Mapping[str, Mapping[str, Any]]],
     spans: Mapping[Key, tuple[float, float]],
     step: float,
+    held: Mapping[tuple[str, str], Iterable[Key]] | None = None,
 ) -> dict[tuple[Key, str, str], int]:
-    """(pod, node, device) → the pods that saw the device while this one did (itself included).
+    """(pod, node, device) → the pods that saw the device while this one did (itself included);
+    `held` ((node, device) → pods) adds holders the device reads do not include.
 
     A pod's time is the span of its GPU samples (`_sample_spans`); pods overlapping by at most two
     steps follow each other (a Job retry, a Recreate rollout) and do not share the device. A pod
     without a span overlaps every other (it cannot be told apart).
     """
-    on_device: dict[tuple[str, str], list[Key]] = defaultdict(list)
+    on_device: dict[tuple[str, str], set[Key]] = defaultdict(set)
     for key, per_pod in devices.items():
         for device_id, entry in per_pod.items():
-            on_device[(entry["labels"].get("hostname", ""), device_id)].append(key)
+            on_device[(entry["labels"].get("hostname", ""), device_id)].add(key)
+    for device, keys in on_device.items():
+        keys.update((held or {}).get(device, ()))
     out: dict[tuple[Key, str, str], int] = {}
     for (node, device_id), keys in on_device.items():
         for key in keys:

@@ -82,6 +82,7 @@ class WindowSources:
         self.clock = clock
         self._saved_at: dict[float, float] = {}
         self._lock = threading.Lock()
+        self.unheld = UnheldMaxima()
 
     def source(self, window_seconds: float, at: datetime | None = None) -> IncrementalSource:
         """The window's source; made on first use, after detecting the recorded series it can use
@@ -265,8 +266,10 @@ class WindowSources:
         return self.make_source().read_capacity(at)
 
     def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
-        """The unheld GPUs' maxima from two instant queries (nothing incremental about them)."""
-        return self.make_source().read_unheld_gpus(at, window_seconds)
+        """The unheld GPUs' maxima over the window: two instant queries that look back only to the
+        previous read (`UnheldMaxima`), so every shard's share of them stays one interval's samples."""
+        with self._lock:
+            return self.unheld.read(self.make_source(), at, window_seconds)
 
     def keep_only(self, window_lengths: set[float]) -> list[float]:
         """Forget the sources of window lengths no workload uses any more (their memory with them);
@@ -284,6 +287,50 @@ class WindowSources:
                     except OSError as error:
                         LOG.warning("cannot remove the saved state of the %g s window: %s", seconds, error)
             return gone
+
+
+class UnheldMaxima:
+    """The idle-floor maxima of the GPUs no pod holds, kept across cycles.
+
+    `PrometheusSource.read_unheld_gpus` takes the maximum over its look-back; asked over the whole
+    window every cycle, it touches every sample of every unheld GPU's series each time. Here each read
+    looks back to the previous one (the whole window the first time, or after a gap), and the window's
+    maximum is the largest of the reads kept for a window (a read is kept while its end is in it)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[float, list[UnheldGPU]]] = []  # (end, that read's maxima)
+        self.window_seconds: float | None = None
+
+    def read(self, source: PrometheusSource, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        now = at.timestamp()
+        if window_seconds != self.window_seconds or (
+            self.reads and not 0 <= now - self.reads[-1][0] <= window_seconds
+        ):  # another window, a gap longer than it, or the clock moved back: read it whole
+            self.reads, self.window_seconds = [], window_seconds
+        last = self.reads[-1][0] if self.reads else None
+        if last is None or now > last:
+            lookback = window_seconds if last is None else max(1.0, now - last)
+            self.reads.append((now, source.read_unheld_gpus(at, lookback)))
+        self.reads = [(end, found) for end, found in self.reads if end >= now - window_seconds]
+        highest: dict[tuple[str, str], UnheldGPU] = {}
+        for _, found in self.reads:
+            for gpu in found:
+                before = highest.get((gpu.node, gpu.model))
+                highest[(gpu.node, gpu.model)] = (
+                    gpu
+                    if before is None
+                    else UnheldGPU(
+                        gpu.node,
+                        gpu.model,
+                        _larger(before.gr_max, gpu.gr_max),
+                        _larger(before.transfer_bytes_max, gpu.transfer_bytes_max),
+                    )
+                )
+        return list(highest.values())
+
+
+def _larger(first: float | None, second: float | None) -> float | None:
+    return second if first is None else first if second is None else max(first, second)
 
 
 def sources_for(cfg: OperatorConfig) -> WindowSources:

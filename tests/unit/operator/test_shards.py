@@ -5,6 +5,7 @@ status as it is (team-a and team-c hash to shard 0 of 2, team-b to shard 1)."""
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ from tests.unit.operator.test_cycle_scaling import ListingKube, stored_status
 from tests.unit.operator.test_cycle_windows import NOW, cluster, memo_for, policy
 
 from gpu_rightsizer.adapters.incremental import Family, gpu_pods
+from gpu_rightsizer.adapters.windows import UnheldMaxima
 from gpu_rightsizer.config import OperatorConfig, ShardError, shard_of
+from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.model.observation import Signal
 from gpu_rightsizer.model.shards import ShardSlice, fnv1a_64, shard_of_namespace
 from gpu_rightsizer.recommender import cycle
@@ -74,8 +77,30 @@ def test_a_shards_pod_queries_join_only_its_namespaces() -> None:
     assert 'namespace=~"team\\\\-a|team\\\\-c"' in query  # sorted literals (RE2 takes "\\-")
     assert query.endswith(gpu_pods(None, ("team-a", "team-c")))
     assert "namespace=~" not in family.query(None)
-    device = Family(name="gpu:x", expression="DCGM_X", signal=Signal.GR_ENGINE_ACTIVE, keys=())
-    assert device.query(None, ("team-a",)) == "DCGM_X"  # GPU facts stay cluster-wide
+    cadvisor = Family(
+        name="pod:cpu",
+        expression="sum by (namespace, pod) (rate(container_cpu_usage_seconds_total[1m]))",
+        signal=Signal.CPU_USAGE_CORES,
+        keys=(),
+        per_pod=True,
+    )  # the shard's containers are selected, not only joined
+    assert 'container_cpu_usage_seconds_total{namespace=~"team\\\\-a"}[1m]' in cadvisor.query(
+        None, ("team-a",)
+    )
+    device = Family(
+        name="gpu:x",
+        expression="max by (pod) (DCGM_FI_DEV_GPU_UTIL)",
+        signal=Signal.GR_ENGINE_ACTIVE,
+        keys=(),
+    )
+    assert device.query(None) == device.expression  # unsharded: cluster-wide
+    held = device.query(None, ("team-a",))
+    # the shard's pods, whichever label names their namespace, and the boards no pod label names
+    assert 'DCGM_FI_DEV_GPU_UTIL{namespace=~"team\\\\-a",exported_namespace="",pod_namespace=""}' in held
+    assert 'DCGM_FI_DEV_GPU_UTIL{exported_namespace=~"team\\\\-a"}' in held
+    assert 'DCGM_FI_DEV_GPU_UTIL{pod="",exported_pod="",pod_name=""}' in held
+    assert held.count("DCGM_FI_DEV_GPU_UTIL{") == 5 and "DCGM_FI_DEV_GPU_UTIL)" not in held
+    assert "namespace=~" not in device.query(None, ())  # no namespace of its own: the boards only
     assert 'namespace=~"a\\\\.b"' in gpu_pods(None, ("a.b",))  # a regex literal, escaped for PromQL
 
 
@@ -123,3 +148,36 @@ def test_an_opted_out_workload_of_another_shard_is_not_removed_by_this_one() -> 
     assert kube.deleted == []  # team-c is shard 0's
     cycle.run_cycle(sharded(0, kube), now=NOW)
     assert kube.deleted == ["team-c/Deployment/solo"]
+
+
+class UnheldAnswers:
+    """`read_unheld_gpus` of a Prometheus source: answers in turn, and the look-backs asked for."""
+
+    def __init__(self, *answers: list[UnheldGPU]) -> None:
+        self.answers = list(answers)
+        self.lookbacks: list[float] = []
+
+    def read_unheld_gpus(self, at: datetime, window_seconds: float) -> list[UnheldGPU]:
+        self.lookbacks.append(window_seconds)
+        return self.answers.pop(0)
+
+
+def test_the_unheld_gpus_maxima_are_read_back_to_the_previous_read_and_kept_for_a_window() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    answers = UnheldAnswers(
+        [UnheldGPU("n1", "H200", 0.002, None)],
+        [UnheldGPU("n1", "H200", 0.001, 5e6), UnheldGPU("n2", "L4", None, 1e6)],
+        [UnheldGPU("n1", "H200", 0.0005, 1e6)],
+        [UnheldGPU("n1", "H200", 0.0004, 2e6)],
+    )
+    maxima = UnheldMaxima()
+    read = lambda minutes: sorted(  # noqa: E731
+        maxima.read(answers, start + timedelta(minutes=minutes), 3600.0),  # type: ignore[arg-type]
+        key=lambda gpu: gpu.node,
+    )
+    assert read(0) == [UnheldGPU("n1", "H200", 0.002, None)]
+    assert read(1) == [UnheldGPU("n1", "H200", 0.002, 5e6), UnheldGPU("n2", "L4", None, 1e6)]
+    assert read(45) == [UnheldGPU("n1", "H200", 0.002, 5e6), UnheldGPU("n2", "L4", None, 1e6)]
+    assert answers.lookbacks == [3600.0, 60.0, 2640.0]  # the window once, then back to the last read
+    assert read(62) == [UnheldGPU("n1", "H200", 0.0005, 2e6)]  # the reads ending before 0:02 are gone
+    assert answers.lookbacks[-1] == 1020.0

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -39,17 +41,23 @@ def fleet() -> list[Scenario]:
     ]
 
 
-@pytest.fixture(scope="module")
-def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("chunks")
+@contextmanager
+def serving(workdir: Path, scenarios: list[Scenario]) -> Iterator[str]:
+    """A real Prometheus with the scenarios' window backfilled (and 10 minutes before it)."""
     history = workdir / "fleet.om"
-    write_openmetrics(history, fleet(), END - WINDOW - 600, END, STEP)
+    write_openmetrics(history, scenarios, END - WINDOW - 600, END, STEP)
     server = PrometheusServer(workdir=workdir / "prometheus", backfill=(history,))
     server.start()
     try:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(tmp_path_factory.mktemp("chunks"), fleet()) as url:
+        yield url
 
 
 def source(url: str) -> IncrementalSource:
