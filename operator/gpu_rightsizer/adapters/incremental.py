@@ -772,7 +772,7 @@ class IdentityCache:
         )
         lookback = max(lookback, self.step_seconds)
         claims = gpu_targets.claims_query(lookback, fold_labels, self.step_seconds, FACT_LABELS)
-        queries = {"claims": ("GPU facts", claims)}
+        queries = {"claims": ("GPU claims", claims)}
         if trusted:
             exported, targets = gpu_targets.relabelled_sides(lookback, self.step_seconds)
             queries["exported"] = ("GPU series' target labels", exported)

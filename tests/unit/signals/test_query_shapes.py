@@ -24,6 +24,7 @@ from gpu_rightsizer.adapters.incremental import (
     IncrementalSource,
     default_families,
 )
+from gpu_rightsizer.adapters.prom_answers import RangeSeries, matrix_of
 from gpu_rightsizer.adapters.prometheus import (
     _SENTINEL_FILTER,
     GPU_KEYS,
@@ -283,7 +284,9 @@ def test_identity_answers_are_none_without_trusted_targets() -> None:
     recorded.config = PrometheusConfig(url="http://recorded")
     report = CycleReport(backfilling=False)
     assert IdentityCache(3600.0, 60.0).read(recorded, 1_767_226_800.0, report) == {}  # type: ignore[arg-type]
-    assert report.queries == 0
+    # the claims are still asked once (who held each GPU, for sharers), the target checks are not
+    assert report.queries == 1
+    assert len(recorded.asked) == 1 and "hostname" in recorded.asked[0]
 
 
 def test_a_failed_coarse_query_alone_is_asked_again_from_where_it_stopped() -> None:
@@ -292,12 +295,12 @@ def test_a_failed_coarse_query_alone_is_asked_again_from_where_it_stopped() -> N
     asked: list[tuple[str, float, float]] = []
     failing = {"range:busy"}
 
-    def query(what: str, _query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def query(what: str, _query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         asked.append((what, start, end))
         if what in failing:
             raise PrometheusSourceError("Prometheus did not answer within 30s (range:busy)")
         points = [[t, "1"] for t in range(int(start), int(end) + 1, int(step))]
-        return [{"metric": {"namespace": "ml", "pod": "p"}, "values": points}]
+        return matrix_of([{"metric": {"namespace": "ml", "pod": "p"}, "values": points}])
 
     coarse = CoarseSeries(3600.0, 60.0)
     names = {"range:busy": "b", "range:cpu": "c"}
