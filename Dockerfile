@@ -33,6 +33,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    MALLOC_ARENA_MAX=2 \
     PATH=/opt/gpu-rightsizer/bin:$PATH
 
 RUN groupadd --system --gid 65532 nonroot \

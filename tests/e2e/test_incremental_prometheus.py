@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpu_rightsizer.adapters.incremental import IncrementalSource
+from gpu_rightsizer.adapters.incremental import UNREAD_SIGNALS, IncrementalSource
 from gpu_rightsizer.adapters.prom_answers import RangeSeries
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource
 from gpu_rightsizer.logic.engine import analyze_window
@@ -80,7 +80,10 @@ def test_incremental_read_gives_the_full_reads_diagnoses(prometheus_url: str) ->
         assert got.primary == expected.primary, window.workload.key
         assert sorted(f.code for f in got.findings) == sorted(f.code for f in expected.findings)
         for pod, twin in zip(window.pods, mine.pods, strict=True):
+            assert not set(twin.stats) & UNREAD_SIGNALS  # no rule reads them: not kept
             for signal, summary in pod.stats.items():
+                if signal in UNREAD_SIGNALS:
+                    continue
                 other = twin.stats[signal]
                 assert other.samples == summary.samples
                 assert other.p95 == pytest.approx(summary.p95, rel=RELATIVE_ACCURACY, abs=1e-6)
