@@ -15,8 +15,6 @@ used (older than the window, other families or settings, damaged) is discarded w
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import threading
 import time
@@ -47,27 +45,6 @@ LOG = logging.getLogger(__name__)
 
 #: How often a window looks again for recorded series (rules added, or removed, since the start).
 REDETECT_SECONDS = 900.0
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system after a read.
-
-    Why: a read's decoded answers are freed once their samples are in the windows, but glibc keeps
-    the freed pages in its arenas, so the resident set stays at the largest read's size (the cold
-    start's backfill) although the live objects are a fraction of it."""
-    if _TRIM is not None:
-        _TRIM(0)
 
 
 class WindowSources:
@@ -215,7 +192,6 @@ class WindowSources:
         self._detect_when_due(window_seconds, source, end)
         windows = source.read(at=end, namespace=namespace, budget_seconds=self.budget_seconds, **assembly)
         self.save(window_seconds)
-        release_freed_memory()
         return (windows if source.complete else None), source.report
 
     def _detect_when_due(self, window_seconds: float, source: IncrementalSource, at: datetime) -> None:
