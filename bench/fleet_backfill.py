@@ -21,7 +21,10 @@ cached TSDB, and this process runs what every operator cycle runs, in process:
 
 * the windows from `adapters.windows.sources_for` (one `IncrementalSource` per window, at most half
   an interval of backfill queries per cycle), plus the node capacity from kube-state-metrics;
-* `recommender.cycle.analyse` (the engine with the policy-less settings) on every workload window.
+* `recommender.cycle.analyse` (the engine with the policy-less settings) on every workload window,
+  the windows taken one chunk of namespaces at a time (`IncrementalSource.read_chunks`), as the
+  operator's cycle takes them, so that the resident set is the operator's; the chunks' assembly
+  counts in the engine's part of the cycle.
 
 The cold start is read as back-to-back operator cycles at one simulated "now" (the end of the
 window) until the backfill is complete, then the engine runs on every workload: its wall time is
@@ -62,7 +65,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -317,11 +320,18 @@ def one_cycle(
 ) -> Cycle:
     """The windows at `now` (None while backfilling) and, when there are, the engine on each; a
     `shard`'s only when given."""
-    answer: list[tuple[list[WorkloadWindow] | None, CycleReport, ClusterCapacity]] = []
+    answer: list[tuple[Iterator[list[WorkloadWindow]] | None, CycleReport, ClusterCapacity]] = []
     first = len(stats)
 
     def read() -> None:
-        windows, report = sources.fetch(cfg.window_seconds, now, progress=progress, shard=shard)
+        # as the operator's cycle reads them: the reads now, the windows one chunk of namespaces at
+        # a time (assembled as each chunk is taken, so the assembly counts in the engine's part)
+        source = sources.source(cfg.window_seconds, now)
+        windows = source.read_chunks(
+            at=now, shard=shard, budget_seconds=sources.budget_seconds, progress=progress
+        )
+        sources.save(cfg.window_seconds)
+        report = source.report
         capacity = ClusterCapacity()
         if windows is not None:
             try:
@@ -336,9 +346,10 @@ def one_cycle(
     started = time.perf_counter()
     if windows is not None:
         settings = settings_for_workload([], {}, {}, {})
-        for window in windows:
-            analysis = analyse(window, settings, now, cfg.window_seconds, capacity)
-            diagnoses[window.workload.key] = analysis.primary
+        for chunk in windows:
+            for window in chunk:
+                analysis = analyse(window, settings, now, cfg.window_seconds, capacity)
+                diagnoses[window.workload.key] = analysis.primary
     engine = time.perf_counter() - started
     return Cycle(
         read_wall + engine,
@@ -348,7 +359,7 @@ def one_cycle(
         spent.samples_touched,
         spent.cpu_seconds,
         report.samples,
-        None if windows is None else len(windows),
+        None if windows is None else len(diagnoses),
         report,
         diagnoses,
         stats[first:],
