@@ -545,23 +545,18 @@ class PrometheusSource:
             add_matchers(query, self.config.extra_matchers), self.config.trusted_gpu_targets, add_matchers
         )
 
-    def identity_answers(
-        self, at: float, window_seconds: float, claims: bool = True
-    ) -> dict[str, list[dict[str, Any]]]:
-        """The answers the assembly checks GPU identity with (`gpu_targets`); none without trusted
-        targets. Without `claims`, the relabelled series only (the caller has the claims already)."""
+    def identity_answers(self, at: float, window_seconds: float) -> dict[str, list[dict[str, Any]]]:
+        """The answers the assembly checks GPU identity with (`gpu_targets`); none without trusted targets."""
         if self.config.trusted_gpu_targets is None:
             return {}
-        answers = {
+        return {
+            gpu_targets.CLAIMS: self.instant(
+                "GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at
+            ),
             gpu_targets.RELABELLED: self.instant(
                 "relabelled GPU series", gpu_targets.relabelled_query(window_seconds), at
-            )
+            ),
         }
-        if claims:
-            answers[gpu_targets.CLAIMS] = self.instant(
-                "GPU claims", gpu_targets.claims_query(window_seconds, fold_labels), at
-            )
-        return answers
 
     def gpu_namespaces(self, at: float, window_seconds: float) -> list[str]:
         """Namespaces where kube-state-metrics shows a pod requesting a GPU resource in the window."""
@@ -623,18 +618,8 @@ class PrometheusSource:
     def label_names(self, start: float, end: float) -> set[str]:
         """Label names of the series with samples in `[start, end]` (`/api/v1/labels`: read from the
         index, no samples). A store that also holds other clusters answers a superset."""
-        self.queries_sent += 1
-        try:
-            names = self.client.get_label_names(params={"start": f"{start:.3f}", "end": f"{end:.3f}"})
-        except (
-            requests.exceptions.RequestException,
-            PrometheusApiClientException,
-            ValueError,
-            KeyError,
-        ) as error:
-            raise PrometheusSourceError(
-                f"cannot list the label names at {self.config.url}: {error}"
-            ) from error
+        params = {"start": f"{start:.3f}", "end": f"{end:.3f}"}
+        names = self._send("label names", lambda: self.client.get_label_names(params=params))
         if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
             raise PrometheusSourceError(f"{self.config.url} did not answer like Prometheus (label names)")
         return set(names)
@@ -899,7 +884,7 @@ class PrometheusSource:
         device families and the kube-state-metrics inventory and shared by every chunk; with `pods`
         the pod families' statistics are asked for per chunk, and a chunk's windows (and their
         statistics) are let go before the next is built. Without `pods` everything is one chunk.
-        `holders` ((node, device id) → pods, `gpu_facts.GPUFacts.holders`) adds the pods of every
+        `holders` ((node, device id) → pods, `incremental.IdentityCache.holders`) adds the pods of every
         namespace that held a device, so a shard whose device reads are its own pods' counts the
         sharers of other shards' namespaces too.
         """
