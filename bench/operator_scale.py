@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_rightsizer.commands.cluster import crd_objects, state_dir
 from gpu_rightsizer.commands.demo import deployment, managed_process
+from gpu_rightsizer.model.durations import parse_duration
 from gpu_rightsizer.sim.scenarios import Shape
 from gpu_rightsizer.testcluster.binaries import ensure_binaries
 from gpu_rightsizer.testcluster.kwok import LocalCluster
@@ -259,6 +260,9 @@ class Bench:
         self.marks: list[tuple[int, float]] = []  # (workloads in the cycle, Prometheus queries) at cycle ends
         self.lines_seen = 0
         self.deadline = float("inf")  # the whole benchmark's end: every wait stops there
+        #: When the operator's first window has filled: until then every status changes as its sample
+        #: counts grow, so the steady cycles are measured after it.
+        self.window_filled = 0.0
 
     def recommendations(self) -> list[dict[str, Any]]:
         self.own_lists += 1
@@ -310,6 +314,13 @@ class Bench:
             time.sleep(3)
         else:
             say(f"not every workload was diagnosed within {timeout:.0f} s; measuring cycles anyway")
+        if time.monotonic() < self.window_filled:
+            wait = min(self.window_filled, self.deadline) - time.monotonic()
+            say(f"waiting {max(wait, 0):.0f} s for the first window to fill before the steady cycles")
+            while time.monotonic() < min(self.window_filled, self.deadline):
+                self.alive()
+                self.mark_cycles()
+                time.sleep(2)
         self.steady(phase, steady_cycles)
         # Every cycle of this size that covered all its workloads, steady or not.
         phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
@@ -394,6 +405,12 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         [fmt(statistics.median(s for _, s in p.cycles) if p.cycles else None) for p in phases],
     )
     row("cycle duration max", [fmt(max((s for _, s in p.cycles), default=None)) for p in phases])
+    steady = [
+        [s for _, s in p.cycles[-p.steady_cycle_count :]] if p.steady_cycle_count else [] for p in phases
+    ]
+    row("steady cycle duration p50 / max", [
+        f"{statistics.median(s):.1f} / {max(s):.1f} s" if s else "n/a" for s in steady
+    ])  # fmt: skip
     row("cycle seconds per workload (p50)", [
         fmt(statistics.median(s for _, s in p.cycles) / p.workloads * 1000, " ms") if p.cycles else "n/a"
         for p in phases
@@ -601,6 +618,7 @@ def main() -> int:
             ) as operator:
                 bench = Bench(cluster, prometheus.url, operator, operator_log)
                 bench.deadline = time.monotonic() + args.budget
+                bench.window_filled = time.monotonic() + parse_duration(args.window)
                 started = time.monotonic()
                 expected: set[tuple[str, str]] = set()
                 for number, batch in enumerate(batches):

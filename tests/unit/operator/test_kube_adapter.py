@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpu_rightsizer.adapters.kube import KubeAdapter
+from gpu_rightsizer.adapters.kube import KubeAdapter, listed_objects
 from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.model.observation import WorkloadRef
 
@@ -429,6 +429,54 @@ async def test_listed_workloads_are_the_objects_as_the_api_server_sent_them(
     assert server["metadata"]["creationTimestamp"] == "2026-03-04T12:00:00Z", "as sent, not re-encoded"
     assert replica_sets[(NS, "trainer-5d4")]["metadata"]["ownerReferences"][0]["name"] == "trainer"
     assert not writes(kmock)
+
+
+async def test_listed_objects_leave_out_managed_fields_and_keep_the_rest_of_the_metadata(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    managed = [
+        {
+            "manager": "gpu-rightsizer",
+            "operation": "Update",
+            "subresource": "status",
+            "fieldsV1": {"f:status": {"f:diagnosis": {".": {}, "f:primary": {}}}},
+        }
+    ]
+    kmock.objects[REC_RESOURCE, NS, "trainer-gpu"] = {
+        "apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURecommendation",
+        "metadata": {"name": "trainer-gpu", "namespace": NS, "uid": "uid-rec", "generation": 4,
+                     "labels": {"team": "a"}, "finalizers": ["keep"], "managedFields": managed},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "trainer"}},
+        "status": {"diagnosis": {"primary": "Healthy"}},
+    }  # fmt: skip
+    seed_deployment_chain(kmock)
+    kmock.objects["apps/v1/deployments", NS, "trainer"]["metadata"]["managedFields"] = managed
+
+    in_namespace = await call(adapter.list_recommendations, (NS,))
+    everywhere = await call(adapter.list_recommendations)
+    deployment = (await call(adapter.list_workloads, "Deployment"))[(NS, "trainer")]
+
+    assert in_namespace == everywhere
+    (recommendation,) = everywhere
+    assert recommendation["metadata"] == {
+        "name": "trainer-gpu",
+        "namespace": NS,
+        "uid": "uid-rec",
+        "generation": 4,
+        "labels": {"team": "a"},
+        "finalizers": ["keep"],
+    }, "every key but managedFields, and no key the object does not have"
+    assert recommendation["status"] == {"diagnosis": {"primary": "Healthy"}}
+    assert "managedFields" not in deployment["metadata"]
+    assert deployment["metadata"]["uid"] == "uid-deploy"
+
+
+async def test_a_list_answer_that_is_not_a_kubernetes_list_is_a_clear_error() -> None:
+    assert listed_objects(b'{"kind": "DeploymentList"}') == []
+    with pytest.raises(ValueError, match="LIST answer could not be read"):
+        listed_objects(b'{"items": [{"metadata": "not an object"}]}')
+    with pytest.raises(ValueError, match="LIST answer could not be read"):
+        listed_objects(b"<html>proxy error</html>")
 
 
 async def test_listed_hpas_are_keyed_by_the_workload_they_scale(
