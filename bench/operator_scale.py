@@ -520,6 +520,10 @@ def create(cluster: LocalCluster, manifests: list[dict[str, Any]]) -> None:
         )
 
 
+#: The environment the operator's image sets for it (Dockerfile), so its resident set is the deployed one.
+IMAGE_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
 def operator_command(args: argparse.Namespace, prometheus_url: str, *extra: str) -> list[str]:
     """The recommender as the bench runs it (`extra`: more flags)."""
     return [sys.executable, "-m", "gpu_rightsizer", "run", "--role", "recommender",
@@ -614,7 +618,7 @@ def main() -> int:
             with managed_process(
                 operator_command(args, prometheus.url),
                 operator_log,
-                env={"KUBECONFIG": str(cluster.kubeconfig)},
+                env={"KUBECONFIG": str(cluster.kubeconfig), **IMAGE_ENV},
             ) as operator:
                 bench = Bench(cluster, prometheus.url, operator, operator_log)
                 bench.deadline = time.monotonic() + args.budget
@@ -634,7 +638,7 @@ def main() -> int:
                 one_chunk_log = logs / "operator-one-chunk.log"
                 with managed_process(
                     operator_command(args, prometheus.url, "--chunk-pods", "1000000"), one_chunk_log,
-                    env={"KUBECONFIG": str(cluster.kubeconfig)},
+                    env={"KUBECONFIG": str(cluster.kubeconfig), **IMAGE_ENV},
                 ) as operator:  # fmt: skip
                     bench = Bench(cluster, prometheus.url, operator, one_chunk_log)
                     bench.deadline = time.monotonic() + args.budget
