@@ -29,10 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import prometheus_cpu_seconds
 
 from gpu_rightsizer.adapters.incremental import default_families
-from gpu_rightsizer.adapters.prometheus import LABEL_FOLDS, without_folds
+from gpu_rightsizer.adapters.prometheus import GPU_KEYS, LABEL_FOLDS, fold_labels, without_folds
 from gpu_rightsizer.testcluster.prometheus import PrometheusServer
-
-KEYS = "namespace, pod, hostname, UUID, gpu, GPU_I_ID, GPU_I_PROFILE, modelName, vgpu"
 
 
 def range_query(url: str, query: str, start: float, end: float, step: float) -> tuple[int, int]:
@@ -54,7 +52,11 @@ def shapes(url: str, step: float) -> dict[str, list[str]]:
         present = set(json.loads(answer.read())["data"])
     absent = {source for _, source in LABEL_FOLDS if source not in present}
     sent = [without_folds(family.query(None), absent) for family in families]
-    fold = '"hostname", "$1", "Hostname", "(.+)"'
+    keys = ", ".join(GPU_KEYS)
+
+    def folded(selector: str) -> str:
+        return without_folds(fold_labels(selector), absent)
+
     merged = (
         sent[-1]
         .replace("max by (", "max by (__name__, ", 1)
@@ -62,9 +64,9 @@ def shapes(url: str, step: float) -> dict[str, list[str]]:
     )
     return {
         "as sent (max by, fold, filter)": sent,
-        "without the max by": [f"label_replace({n} < 9.2e18, {fold})" for n in names],
-        "without the label fold": [f"max by ({KEYS}) ({n} < 9.2e18)" for n in names],
-        "without the sentinel filter": [f"max by ({KEYS}) (label_replace({n}, {fold}))" for n in names],
+        "without the max by": [folded(f"{n} < 9.2e18") for n in names],
+        "without the label fold": [f"max by ({keys}) ({n} < 9.2e18)" for n in names],
+        "without the sentinel filter": [f"max by ({keys}) ({folded(n)})" for n in names],
         "bare selectors": names,
         "one query by __name__": [merged],
     }
