@@ -341,8 +341,7 @@ class KubeAdapter:
 
     def list_policies(self) -> list[dict[str, Any]]:
         """Every GPURightsizingPolicy as stored (parsing is the caller's business)."""
-        listed = _as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, POLICIES))
-        return list(listed.get("items", []))
+        return _listed_items(self.custom.list_cluster_custom_object, GROUP, VERSION, POLICIES)
 
     def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch a policy's status subresource (retried on 429 and 5xx, as recommendations are)."""

@@ -471,6 +471,21 @@ async def test_listed_objects_leave_out_managed_fields_and_keep_the_rest_of_the_
     assert deployment["metadata"]["uid"] == "uid-deploy"
 
 
+async def test_listed_policies_leave_out_managed_fields(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    kmock.objects["gpurightsizer.io/v1alpha1/gpurightsizingpolicies", None, "staging"] = {
+        "apiVersion": "gpurightsizer.io/v1alpha1", "kind": "GPURightsizingPolicy",
+        "metadata": {"name": "staging", "generation": 2, "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"mode": "Recommend"},
+    }  # fmt: skip
+
+    (policy,) = await call(adapter.list_policies)
+
+    assert policy["metadata"] == {"name": "staging", "generation": 2}
+    assert policy["spec"] == {"mode": "Recommend"}
+
+
 async def test_a_list_answer_that_is_not_a_kubernetes_list_is_a_clear_error() -> None:
     assert listed_objects(b'{"kind": "DeploymentList"}') == []
     with pytest.raises(ValueError, match="LIST answer could not be read"):
