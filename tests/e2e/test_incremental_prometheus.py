@@ -156,3 +156,33 @@ def test_a_restart_from_saved_state_reads_only_the_gap_and_diagnoses_the_same(pr
         f"cold start: {cold_steps} steps asked, {cold.report.samples} samples, {cold_in:.2f} s"
     )
     assert resumed.report.samples * 2 < cold.report.samples
+
+
+def test_steady_reads_take_cpu_and_busy_coarse_points_from_the_family_answers(prometheus_url: str) -> None:
+    """After the coarse series have read their window once, `range:cpu` and `range:busy` come from the
+    CPU, engine-activity and utilisation family answers: no query of their own, and the same points,
+    pod for pod, as a reader that still sends their queries gets from Prometheus."""
+    derived_source = Recording(PrometheusConfig(url=prometheus_url))
+    derived = IncrementalSource(derived_source, window_seconds=WINDOW, step_seconds=STEP)
+    queried = IncrementalSource(
+        PrometheusSource(PrometheusConfig(url=prometheus_url)), window_seconds=WINDOW, step_seconds=STEP
+    )
+    queried.derive_coarse = lambda: (frozenset(), None)  # type: ignore[method-assign]
+    for source in (derived, queried):
+        source.read(at=datetime.fromtimestamp(END - 900, tz=UTC))
+        assert source.complete
+    derived_source.spans.clear()
+    for at in (END - 600, END - 300, END):
+        for source in (derived, queried):
+            source.read(at=datetime.fromtimestamp(at, tz=UTC))
+            assert source.report.chunks_failed == 0
+    assert {what for what, _, _ in derived_source.spans}.isdisjoint({"range:cpu", "range:busy"})
+    assert any(what == "range:requests_per_s" for what, _, _ in derived_source.spans)  # still queried
+    for name in ("range:cpu", "range:busy"):
+        mine = {tuple(sorted(r["metric"].items())): list(r["values"]) for r in derived.coarse.rows(name)}
+        theirs = {tuple(sorted(r["metric"].items())): list(r["values"]) for r in queried.coarse.rows(name)}
+        assert mine.keys() == theirs.keys() and len(mine) >= 5, name
+        for pod, points in theirs.items():
+            assert [t for t, _ in mine[pod]] == [t for t, _ in points], (name, pod)
+            assert [v for _, v in mine[pod]] == pytest.approx([v for _, v in points], rel=1e-9), (name, pod)
+            assert points[-1][0] == END, (name, pod)

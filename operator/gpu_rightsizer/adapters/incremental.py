@@ -16,6 +16,13 @@ A reader restored from saved state (`IncrementalReader.restore`) backfills only 
 end of its saved reads and now, the same way; state older than the window is refused (the gap would
 be a hole in the window), so that start is a cold one.
 
+The GPU gauge and XID families are sent as bare selectors (`Family.raw_series`): the reader folds the
+label variants and keeps, per device identity and time, the largest value, which is what `max by` of
+the folded, sentinel-filtered selector gives, while Prometheus evaluates no expression node per series
+and step (a third of its CPU for those families, docs/scaling.md). Once the coarse series have read
+their window, `range:cpu` and `range:busy` are taken from the CPU, engine-activity and utilisation
+family answers instead of queries of their own (`IncrementalSource.derive_coarse`).
+
 Everything here is driven through one `RangeQuery` callable, the signature of
 `PrometheusSource.range`, so tests run on recorded answers.
 """
@@ -50,12 +57,12 @@ from gpu_rightsizer.adapters.prometheus import (
     PrometheusSource,
     PrometheusSourceError,
     _gauge_by_pod,
-    _gpu_expr,
     _promql_regex_literal,
     _rate_by_pod,
     _throttle_expr,
     device_id_of,
     fold_labels,
+    folded_labels,
     in_namespaces,
     pressure_by_pod,
     serving_exprs,
@@ -63,7 +70,7 @@ from gpu_rightsizer.adapters.prometheus import (
     without_folds,
 )
 from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
-from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR
+from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR, is_missing
 from gpu_rightsizer.logic.streaming import (
     DEFAULT_SLOTS,
     SeriesWindow,
@@ -93,6 +100,8 @@ Labels = tuple[tuple[str, str], ...]
 #: Label sets shared before the table is started afresh (about a hundred thousand pods and devices).
 MAX_SHARED_LABEL_SETS = 200_000
 SeriesId = tuple[str, Labels]
+#: One series of an answer as the windows take it: (identity, sample times, values).
+Decoded = tuple[Labels, "array[float]", "array[float]"]
 #: The signals whose sawtooth score a rule reads (the GPU's busy series, `figures.busy_sawtooth`): only
 #: their windows keep the steps between samples it is computed from.
 SAWTOOTH_SIGNALS = frozenset({Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL}) & mn.RATIO_SIGNALS
@@ -163,6 +172,11 @@ class Family:
     #: Pod families are joined on GPU pods and can be split by namespace; device families are not
     #: (their number follows the GPUs, and board-level series have no pod or namespace).
     per_pod: bool = False
+    #: The expression is a bare selector whose raw series the reader folds (`folded_labels`) and
+    #: merges per identity, keeping the largest value at each time: what `max by (keys)` of the folded
+    #: selector gives (`_gpu_expr`), at a third of Prometheus' CPU (docs/scaling.md). Missing values
+    #: (NaN, DCGM blanks) are dropped before the merge, as the sentinel filter drops them in PromQL.
+    raw_series: bool = False
 
     def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
         """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
@@ -191,11 +205,12 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
     families = [
         Family(
             name=f"gpu:{source.metric}",
-            expression=_gpu_expr(source.metric)(""),
+            expression=source.metric,
             signal=source.signal,
             keys=GPU_KEYS,
             scale=source.scale,
             activity_floor=_raw_floor(source.signal, source.scale),
+            raw_series=True,
         )
         for source in mn.GPU_SIGNAL_SOURCES
     ]
@@ -380,6 +395,9 @@ class IncrementalReader:
         self.restored_series = 0
         #: A shard's namespaces: pod families read only these (None: every namespace).
         self.within: tuple[str, ...] | None = None
+        #: Family name → called with each answer's series as they went into the windows (the coarse
+        #: series that are the same points, `IncrementalSource.derive_coarse`).
+        self.taps: dict[str, Callable[[Sequence[Decoded]], object]] = {}
 
     @property
     def complete(self) -> bool:
@@ -569,13 +587,51 @@ class IncrementalReader:
             raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
         sawtooth_floor = DEFAULT_SAWTOOTH_FLOOR if family.signal in SAWTOOTH_SIGNALS else None
         kept = 0
-        for labels, times, values in decoded:
-            identity = shared_labels((key, labels[key]) for key in family.keys if labels.get(key))
+        series: list[Decoded]
+        if family.raw_series:
+            series = largest_per_identity(decoded, family.keys)
+        else:
+            series = [
+                (shared_labels((key, labels[key]) for key in family.keys if labels.get(key)), times, values)
+                for labels, times, values in decoded
+            ]
+        for identity, times, values in series:
             window = self.store.window(
                 (family.name, identity), activity_floor=family.activity_floor, sawtooth_floor=sawtooth_floor
             )
             kept += window.add_series(times, values)
+        if (tap := self.taps.get(family.name)) is not None:
+            tap(series)
         return kept
+
+
+def largest_per_identity(
+    decoded: Sequence[tuple[Mapping[str, str], array[float], array[float]]], keys: Sequence[str]
+) -> list[Decoded]:
+    """Raw series (labels, times, values) as `max by (keys)` of their folded labels gives them: one
+    series per identity, the largest value at each time, missing values (`stats.is_missing`) left out
+    before the merge. Most identities have one raw series, which is kept as it came; several are
+    one device scraped twice, or a label that changed (a driver version) within the read."""
+    groups: dict[Labels, list[tuple[array[float], array[float]]]] = defaultdict(list)
+    for labels, times, values in decoded:
+        folded = folded_labels(labels)
+        groups[shared_labels((key, folded[key]) for key in keys if folded.get(key))].append((times, values))
+    out: list[Decoded] = []
+    for identity, members in groups.items():
+        if len(members) == 1:
+            out.append((identity, *members[0]))
+            continue
+        largest: dict[float, float] = {}
+        for times, values in members:
+            for time_, value in zip(times, values, strict=True):
+                if is_missing(value):
+                    continue
+                known = largest.get(time_)
+                if known is None or value > known:
+                    largest[time_] = value
+        ordered = sorted(largest)
+        out.append((identity, array("d", ordered), array("d", (largest[t] for t in ordered))))
+    return out
 
 
 def _series_id(raw: Any) -> SeriesId:
@@ -645,17 +701,29 @@ class CoarseSeries:
                 report.chunks_failed += 1
                 report.errors.append(f"{name}: malformed range answer: {error}")
                 continue
-            for labels, times, values in decoded:
-                identity = shared_labels((key, labels[key]) for key in POD_KEYS if labels.get(key))
-                flat = self.points.setdefault((name, identity), array("d"))
-                newest = flat[-2] if flat else -math.inf
-                for t, v in zip(times, values, strict=True):
-                    if t > newest:
-                        flat.append(t)
-                        flat.append(v)
-                        report.samples += 1
+            report.samples += self.append(
+                name,
+                [
+                    (shared_labels((key, labels[key]) for key in POD_KEYS if labels.get(key)), times, values)
+                    for labels, times, values in decoded
+                ],
+            )
             self.ends[name] = spans[name][1]
         self.expire(now)
+
+    def append(self, name: str, series: Iterable[Decoded]) -> int:
+        """Each series' points after the newest one it holds (a read that comes again adds nothing twice);
+        how many were added."""
+        added = 0
+        for identity, times, values in series:
+            flat = self.points.setdefault((name, identity), array("d"))
+            newest = flat[-2] if flat else -math.inf
+            for t, v in zip(times, values, strict=True):
+                if t > newest:
+                    flat.append(t)
+                    flat.append(v)
+                    added += 1
+        return added
 
     def expire(self, now: float) -> None:
         horizon = now - self.window_seconds
@@ -676,6 +744,48 @@ class CoarseSeries:
             for (series, identity), flat in self.points.items()
             if series == name
         ]
+
+
+class BusyPoints:
+    """`range:busy` from one read's engine-activity and utilisation family answers: per pod and time,
+    the mean of its devices' engine activity, or where it has none then, of their utilisation as a
+    ratio: what the coarse query (`avg by (namespace, pod) (engine) or avg by (namespace, pod) (util)
+    / 100`) gives, over the families' merged device identities. Series without a pod (board-level)
+    belong to no pod's mean."""
+
+    def __init__(self) -> None:
+        #: pod → time → [engine sum, engine count, utilisation sum, utilisation count]
+        self.sums: dict[Labels, dict[float, list[float]]] = defaultdict(dict)
+
+    def engine(self, series: Sequence[Decoded]) -> None:
+        self._add(series, 0, 1.0)
+
+    def utilisation(self, series: Sequence[Decoded]) -> None:
+        self._add(series, 2, mn.GPU_SIGNAL_BY_METRIC[mn.DCGM_GPU_UTIL].scale)
+
+    def _add(self, series: Sequence[Decoded], at: int, scale: float) -> None:
+        for identity, times, values in series:
+            labels = dict(identity)
+            if not labels.get("pod"):
+                continue
+            points = self.sums[shared_labels((key, labels[key]) for key in POD_KEYS if labels.get(key))]
+            for t, value in zip(times, values, strict=True):
+                if is_missing(value):
+                    continue
+                entry = points.get(t)
+                if entry is None:
+                    points[t] = entry = [0.0, 0.0, 0.0, 0.0]
+                entry[at] += value * scale
+                entry[at + 1] += 1
+
+    def series(self) -> list[Decoded]:
+        out: list[Decoded] = []
+        for pod, points in self.sums.items():
+            times = sorted(points)
+            entries = [points[t] for t in times]
+            values = (e[0] / e[1] if e[1] else e[2] / e[3] for e in entries)
+            out.append((pod, array("d", times), array("d", values)))
+        return out
 
 
 class KsmCache:
@@ -833,9 +943,10 @@ def _source_families(step_seconds: float, recorded: Mapping[str, str] | None) ->
     families.append(
         Family(
             name="xid",
-            expression=_gpu_expr(mn.DCGM_XID_ERRORS, xid_keys)(""),
+            expression=mn.DCGM_XID_ERRORS,
             signal=Signal.GR_ENGINE_ACTIVE,  # unused: XID codes are read from the maximum only
             keys=xid_keys,
+            raw_series=True,
         )
     )
     return families
@@ -949,6 +1060,32 @@ class IncrementalSource:
         """Whether the window has been read completely since the start."""
         return self.reader.complete
 
+    def derive_coarse(self) -> tuple[frozenset[str], BusyPoints | None]:
+        """Coarse series that this read takes from the family answers instead of their own queries:
+        the names, and the busy points to fill (`BusyPoints`, appended once the read has no failed
+        chunk, so a failed interval is asked again whole).
+
+        Only at the coarse step equal to the step (windows up to `COARSE_POINTS` steps), where the
+        families' points are the coarse ones, and only once a coarse name has read its whole window
+        itself (after a restart from saved state the families read only the gap). `range:cpu` is the
+        CPU family's own query; `range:busy` the engine-activity and utilisation families' mean."""
+        self.reader.taps = {}
+        if self.coarse.step_seconds != self.step_seconds:
+            return frozenset(), None
+        names = {family.name for family in self.reader.families}
+        derived: set[str] = set()
+        cpu = f"pod:{Signal.CPU_USAGE_CORES.value}"
+        if "range:cpu" in self.coarse.ends and cpu in names:
+            self.reader.taps[cpu] = lambda series: self.coarse.append("range:cpu", series)
+            derived.add("range:cpu")
+        engine, utilisation = f"gpu:{mn.DCGM_GR_ENGINE_ACTIVE}", f"gpu:{mn.DCGM_GPU_UTIL}"
+        busy = None
+        if "range:busy" in self.coarse.ends and {engine, utilisation} <= names:
+            busy = BusyPoints()
+            self.reader.taps[engine], self.reader.taps[utilisation] = busy.engine, busy.utilisation
+            derived.add("range:busy")
+        return frozenset(derived), busy
+
     def coarse_queries(self, within: Sequence[str] | None = None) -> dict[str, str]:
         """The coarse series the assembly needs: GPU busy and CPU per pod, serving signals per pod."""
         # the serving sums stay raw: they count serving pods without a GPU too, the rules do not
@@ -999,13 +1136,18 @@ class IncrementalSource:
         self.reader.families = [
             replace(family, expression=without_folds(family.expression, absent)) for family in self.families
         ]
+        derived, busy = self.derive_coarse()
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
         self.report.queries += 1  # the label names
+        if busy is not None and self.report.chunks_failed == 0:
+            self.coarse.append("range:busy", busy.series())
         if not self.reader.complete:
             return None
         self.ksm.read(self.source, now, self.report)
         coarse = {
-            name: without_folds(query, absent) for name, query in self.coarse_queries(namespaces).items()
+            name: without_folds(query, absent)
+            for name, query in self.coarse_queries(namespaces).items()
+            if name not in derived
         }
         self.coarse.read(self.source.range_series, coarse, now, self.report)
         results, summarised = self.results(now, pods=False)

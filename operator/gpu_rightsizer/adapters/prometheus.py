@@ -198,6 +198,20 @@ def fold_labels(expr: str) -> str:
     return expr
 
 
+def folded_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """One series' labels as `fold_labels` leaves them (the same `LABEL_FOLDS`, in the same order), for
+    the answers of bare selectors, whose series the reader folds instead of Prometheus.
+
+    `label_replace(..., "(.+)")` is an anchored RE2 match whose `.` stops at a newline: a source
+    value that is empty or holds one leaves the target as it was."""
+    out = dict(labels)
+    for target, source in LABEL_FOLDS:
+        value = out.get(source)
+        if value and "\n" not in value:
+            out[target] = value
+    return out
+
+
 def without_folds(query: str, absent: Iterable[str]) -> str:
     """`query` without the `fold_labels` steps whose source label no series has (`absent`).
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpu_rightsizer.adapters import prometheus
 from gpu_rightsizer.adapters.incremental import (
     MAX_POINTS_PER_SERIES,
     Chunk,
@@ -262,3 +263,64 @@ def test_a_window_as_long_as_a_slice_is_one_query_per_family() -> None:
         [GPU, CPU], now=NOW, last_end=None, window_seconds=3600.0, step_seconds=60.0, slice_seconds=3600.0
     )
     assert [(c.family.name, c.end - c.start) for c in chunks] == [(GPU.name, 3600.0), (CPU.name, 3600.0)]
+
+
+RAW = Family(
+    name="gpu:raw",
+    expression=mn.DCGM_GR_ENGINE_ACTIVE,
+    signal=Signal.GR_ENGINE_ACTIVE,
+    keys=prometheus.GPU_KEYS,
+    activity_floor=0.05,
+    raw_series=True,
+)
+
+
+def raw_rows(rows: list[tuple[dict[str, str], list[tuple[float, float]]]]) -> list[RangeSeries]:
+    return matrix_of(
+        [{"metric": labels, "values": [[t, repr(v)] for t, v in points]} for labels, points in rows]
+    )
+
+
+def test_bare_selector_series_are_folded_and_merged_per_identity_keeping_the_largest_value() -> None:
+    """What `max by (GPU_KEYS)` of the folded, sentinel-filtered selector gives: the exported pod is
+    the identity, two scrapes of one device merge to the larger value at each time, a DCGM blank or a
+    NaN in one of them leaves the other's value, and a device of its own stays apart."""
+    device = {"__name__": mn.DCGM_GR_ENGINE_ACTIVE, "UUID": "GPU-1", "gpu": "0", "Hostname": "node-a"}
+    renamed = {**device, "namespace": "gpu-operator", "pod": "dcgm-exporter-x", "exported_namespace": "ml",
+               "exported_pod": "trainer-0", "instance": "10.0.0.1:9400", "job": "dcgm"}  # fmt: skip
+    twice = {**renamed, "instance": "10.0.0.2:9400", "job": "dcgm-copy"}
+    alone = {**renamed, "UUID": "GPU-2", "gpu": "1"}
+    times = [NOW - 120, NOW - 60, NOW]
+    blank = float(0x7FFFFFFFFFFFFFF0)
+    answer = raw_rows(
+        [
+            (renamed, [(times[0], 0.2), (times[1], blank), (times[2], 0.9)]),
+            (twice, [(times[0], 0.4), (times[1], 0.3), (times[2], math.nan)]),
+            (alone, [(t, 0.7) for t in times]),
+        ]
+    )
+    reader = IncrementalReader(lambda *_: answer, window_seconds=WINDOW, step_seconds=60.0, families=[RAW])
+    reader.read(NOW)
+    series = {dict(labels)["UUID"]: window for (_, labels), window in reader.store.series.items()}
+    assert set(series) == {"GPU-1", "GPU-2"}
+    identity = next(labels for (_, labels) in reader.store.series if dict(labels)["UUID"] == "GPU-1")
+    assert dict(identity) == {"namespace": "ml", "pod": "trainer-0", "hostname": "node-a", "UUID": "GPU-1",
+                              "gpu": "0"}  # fmt: skip
+    merged = series["GPU-1"].figures(NOW)
+    assert merged is not None
+    assert merged["count"] == 3 and merged["max"] == pytest.approx(0.9, rel=0.02)
+    assert merged["min"] == pytest.approx(0.3, rel=0.02) and merged["mean"] == pytest.approx(
+        1.6 / 3, rel=0.02
+    )
+    lone = series["GPU-2"].figures(NOW)
+    assert lone is not None and lone["count"] == 3 and lone["mean"] == pytest.approx(0.7, rel=0.02)
+
+
+def test_folded_labels_follow_label_replace() -> None:
+    """Each fold sets its target from a non-empty source, in `LABEL_FOLDS` order; an empty source, or
+    one with a newline (RE2's `.` stops there), leaves the target; other labels are kept."""
+    labels = {"pod": "exporter", "exported_pod": "trainer", "pod_name": "old", "Hostname": "", "uuid": "a\nb",
+              "UUID": "GPU-1", "job": "dcgm"}  # fmt: skip
+    assert prometheus.folded_labels(labels) == {**labels, "pod": "trainer"}
+    assert prometheus.folded_labels({"Hostname": "n", "uuid": "GPU-9"}) == {
+        "Hostname": "n", "hostname": "n", "uuid": "GPU-9", "UUID": "GPU-9"}  # fmt: skip

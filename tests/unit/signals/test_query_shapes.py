@@ -11,7 +11,8 @@ the one in today's shape, series for series and sample for sample. The increment
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from gpu_rightsizer.adapters import gpu_targets, incremental, prometheus
 from gpu_rightsizer.adapters.incremental import (
     CoarseSeries,
     IdentityCache,
+    IncrementalReader,
     IncrementalSource,
+    _source_families,
     default_families,
 )
 from gpu_rightsizer.adapters.prom_answers import RangeSeries, matrix_of
@@ -33,6 +36,7 @@ from gpu_rightsizer.adapters.prometheus import (
     PrometheusSource,
     PrometheusSourceError,
     _duration,
+    _gpu_expr,
     _throttle_expr,
     fold_labels,
     throttle_flag,
@@ -83,11 +87,44 @@ def counter_lines(counters_per_device: int = 1) -> list[str]:
     return lines
 
 
-def serve(tmp_path_factory: pytest.TempPathFactory, counters_per_device: int) -> PrometheusServer:
+def raw_gauge_lines() -> list[str]:
+    """Gauges whose raw series fold and merge: a device renamed by `honor_labels: false` (exported
+    labels) and scraped by two jobs, with DCGM blanks and NaN in each copy at other times, next to a
+    device in the plain labels."""
+    renamed = (
+        'Hostname="gpu-node-14",UUID="GPU-1111",gpu="0",modelName="NVIDIA H100 80GB HBM3",'
+        'namespace="gpu-operator",pod="dcgm-exporter-abc",exported_namespace="ml",exported_pod="chat-1"'
+    )
+    copies = (
+        f'{renamed},instance="10.0.0.1:9400",job="dcgm"',
+        f'{renamed},instance="10.0.0.2:9400",job="scrape"',
+    )
+    plain_device = f'{LONE_DEVICE},namespace="ml",pod="chat-2"'
+    blank = "9223372036854775794"
+    lines: list[str] = []
+    for metric, base in ((mn.DCGM_DRAM_ACTIVE, 0.3), (mn.DCGM_SM_CLOCK, 1400.0), (mn.DCGM_GPU_TEMP, 60.0)):
+        lines.append(f"# TYPE {metric} gauge")
+        for t in range(FIRST, LAST + 1, EVERY):
+            phase = (t - FIRST) // EVERY
+            for index, labels in enumerate(copies):
+                value = base * (1 + 0.1 * ((phase + 3 * index) % 7))
+                shown = blank if phase % 5 == index else "NaN" if phase % 11 == 4 + index else f"{value:g}"
+                lines.append(f"{metric}{{{labels}}} {shown} {t}")
+            lines.append(f"{metric}{{{plain_device}}} {base * (1 + 0.05 * (phase % 4)):g} {t}")
+    lines.append("# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL gauge")  # not read: another family's name
+    lines.extend(
+        f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{copies[0]}}} 5 {t}" for t in range(FIRST, LAST + 1, EVERY)
+    )
+    return lines
+
+
+def serve(
+    tmp_path_factory: pytest.TempPathFactory, counters_per_device: int, extra: Sequence[str] = ()
+) -> PrometheusServer:
     plain = PLAIN.read_text().splitlines()
     assert plain[-1] == "# EOF"
     history = tmp_path_factory.mktemp("shapes") / "shapes.om"
-    history.write_text("\n".join([*plain[:-1], *counter_lines(counters_per_device), "# EOF", ""]))
+    history.write_text("\n".join([*plain[:-1], *counter_lines(counters_per_device), *extra, "# EOF", ""]))
     server = PrometheusServer(workdir=tmp_path_factory.mktemp("shapes-prometheus"), backfill=(history,))
     server.start()
     return server
@@ -334,14 +371,15 @@ def test_without_folds_removes_exactly_the_absent_folds() -> None:
 
 @needs_prometheus
 def test_every_query_answers_the_same_without_the_folds_of_absent_labels(prometheus_url: str) -> None:
-    """The folds of label variants no series has change no answer: every family and coarse query,
-    with and without them, over the fixture history (it has `Hostname`, not the other variants)."""
+    """The folds of label variants no series has change no answer: every family and coarse query
+    that folds in PromQL (the bare-selector families fold in the reader), with and without them,
+    over the fixture history (it has `Hostname`, not the other variants)."""
     config = PrometheusConfig(url=prometheus_url)
     source = PrometheusSource(config)
     incremental = IncrementalSource(source, window_seconds=1800.0, step_seconds=STEP)
     absent = incremental.absent_folds(float(LAST))
     assert "Hostname" not in absent and {"pod_name", "exported_pod", "uuid"} <= absent
-    queries = {family.name: family.query(None) for family in incremental.families}
+    queries = {family.name: family.query(None) for family in incremental.families if not family.raw_series}
     queries.update(incremental.coarse_queries())
     with_data = 0
     for name, query in queries.items():
@@ -351,3 +389,43 @@ def test_every_query_answers_the_same_without_the_folds_of_absent_labels(prometh
         assert_same(name, before, after)
         with_data += bool(before)
     assert with_data >= 10
+
+
+@needs_prometheus
+def test_bare_gauge_selectors_give_the_windows_of_max_by_over_folded_series(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The gauge and XID families are sent as bare selectors and folded and merged by the reader; over
+    the fixture history plus renamed devices scraped twice with blanks and NaN (`raw_gauge_lines`),
+    served by a real Prometheus, every window equals the one today's shape (`max by` of the folded,
+    sentinel-filtered selector, `_gpu_expr`) gives, series for series."""
+    server = serve(tmp_path_factory, 1, raw_gauge_lines())
+    try:
+        source = PrometheusSource(PrometheusConfig(url=server.url))
+        raw = [family for family in _source_families(STEP, None) if family.raw_series]
+        assert {family.expression for family in raw} >= {mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_XID_ERRORS}
+        assert all(family.expression.isidentifier() for family in raw)  # bare selectors
+        aggregated = [
+            replace(family, raw_series=False, expression=_gpu_expr(family.expression, family.keys)(""))
+            for family in raw
+        ]
+        stores = []
+        for families in (aggregated, raw):
+            reader = IncrementalReader(
+                source.range_series, window_seconds=1800.0, step_seconds=STEP, families=families
+            )
+            report = reader.read(float(LAST))
+            assert reader.complete and report.chunks_failed == 0
+            stores.append({key: window.figures(float(LAST)) for key, window in reader.store.series.items()})
+        before, after = stores
+        assert after.keys() == before.keys()
+        merged = [key for key in after if ("UUID", "GPU-1111") in key[1]]
+        added = (mn.DCGM_DRAM_ACTIVE, mn.DCGM_SM_CLOCK, mn.DCGM_GPU_TEMP)
+        assert {name for name, _ in merged} == {f"gpu:{metric}" for metric in added}
+        assert all(("pod", "chat-1") in labels and ("namespace", "ml") in labels for _, labels in merged)
+        for key, figures in before.items():
+            assert figures is not None and after[key] is not None, key
+            assert after[key] == pytest.approx(figures, rel=1e-12, abs=1e-12), key
+        assert len({name for name, _ in before}) >= 7  # the plain fixture's gauges and the added ones
+    finally:
+        server.stop()
