@@ -65,6 +65,7 @@ from gpu_rightsizer.adapters.prometheus import (
     folded_labels,
     in_namespaces,
     pressure_by_pod,
+    series_selected,
     serving_exprs,
     summary_from_figures,
     without_folds,
@@ -1035,16 +1036,35 @@ class IncrementalSource:
         self.families = [fresh.get(family.name, family) for family in self.families]
         self.reader.families = list(self.families)
 
-    def absent_folds(self, now: float) -> frozenset[str]:
-        """The label variants (`LABEL_FOLDS` sources) no series has from a window and a rate window
-        before `now` on: their folds change nothing. None when the label names cannot be listed."""
+    def absent_folds(self, now: float, queries: Mapping[str, str]) -> tuple[dict[str, frozenset[str]], int]:
+        """Per query, the label variants (`LABEL_FOLDS` sources) that no series of the metrics it
+        selects (`series_selected`) has from a window and a rate window before `now` on: their folds
+        change nothing. A variant one exporter has (the DCGM series' `exported_pod` under
+        `honor_labels: false`) keeps its fold in the queries of that exporter's metrics only. One
+        label-names request per distinct set of metrics (their number is returned with the folds);
+        where one fails, every fold is kept."""
         start = now - self.window_seconds - self.rate_window - 300.0 - self.step_seconds  # + lookback
-        try:
-            present = self.source.label_names(start, now)
-        except PrometheusSourceError as error:
-            LOG.debug("label names unknown, every label fold is kept: %s", error)
-            return frozenset()
-        return frozenset(source for _, source in LABEL_FOLDS if source not in present)
+        names_of: dict[str | None, list[str]] = defaultdict(list)
+        for name, query in queries.items():
+            if "label_replace(" in query:
+                names_of[series_selected(query)].append(name)
+
+        def present(match: str | None) -> set[str] | None:
+            try:
+                return self.source.label_names(start, now, () if match is None else (match,))
+            except PrometheusSourceError as error:
+                LOG.debug("label names of %s unknown, every label fold is kept: %s", match, error)
+                return None
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpurs-labels") as pool:
+            answers = dict(zip(names_of, pool.map(present, names_of), strict=True))
+        absent = dict.fromkeys(queries, frozenset[str]())
+        for match, names in names_of.items():
+            labels = answers[match]
+            if labels is not None:
+                for name in names:
+                    absent[name] = frozenset(source for _, source in LABEL_FOLDS if source not in labels)
+        return absent, len(answers)
 
     def _namespaces(self, at: float | None = None) -> list[str]:
         """Namespaces with GPU pods (where a chunk split by namespace has anything to read)."""
@@ -1132,23 +1152,25 @@ class IncrementalSource:
         sharded = shard is not None and shard.sharded
         namespaces = shard.owned(self._namespaces(now)) if shard is not None and sharded else None
         self.reader.within = namespaces
-        absent = self.absent_folds(now)
-        self.reader.families = [
-            replace(family, expression=without_folds(family.expression, absent)) for family in self.families
-        ]
         derived, busy = self.derive_coarse()
+        coarse_queries = {
+            name: query for name, query in self.coarse_queries(namespaces).items() if name not in derived
+        }
+        absent, labels_asked = self.absent_folds(
+            now, {**{family.name: family.expression for family in self.families}, **coarse_queries}
+        )
+        self.reader.families = [
+            replace(family, expression=without_folds(family.expression, absent[family.name]))
+            for family in self.families
+        ]
         self.report = self.reader.read(now, progress=progress, budget_seconds=budget_seconds)
-        self.report.queries += 1  # the label names
+        self.report.queries += labels_asked
         if busy is not None and self.report.chunks_failed == 0:
             self.coarse.append("range:busy", busy.series())
         if not self.reader.complete:
             return None
         self.ksm.read(self.source, now, self.report)
-        coarse = {
-            name: without_folds(query, absent)
-            for name, query in self.coarse_queries(namespaces).items()
-            if name not in derived
-        }
+        coarse = {name: without_folds(query, absent[name]) for name, query in coarse_queries.items()}
         self.coarse.read(self.source.range_series, coarse, now, self.report)
         results, summarised = self.results(now, pods=False)
         results.update(self.identity.read(self.source, now, self.report))

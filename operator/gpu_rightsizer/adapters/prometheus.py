@@ -12,6 +12,7 @@ GPU/CPU correlation. Queries run with bounded concurrency and a timeout. Label v
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -398,7 +399,7 @@ def add_matchers(query: str, matchers: Sequence[str], names: Sequence[str] = _SE
     if not matchers:
         return query
     extra = ",".join(matchers)
-    pattern = re.compile(r'(?<![\w:"|])(' + "|".join(map(re.escape, names)) + r")(?![\w:])(\{[^}]*\})?")
+    pattern = _selectors_of(tuple(names))
 
     def add(match: re.Match[str]) -> str:
         body = (match.group(2) or "{}")[1:-1].strip()
@@ -408,6 +409,27 @@ def add_matchers(query: str, matchers: Sequence[str], names: Sequence[str] = _SE
     if names is _SELECTED_NAMES:
         query = query.replace("{__name__=~", "{" + extra + ",__name__=~")
     return query
+
+
+@functools.cache
+def _selectors_of(names: tuple[str, ...]) -> re.Pattern[str]:
+    """Selectors of these metric names (not inside a `__name__` regex or another name), with their
+    matchers if any: group 1 the name, group 2 the `{...}`."""
+    return re.compile(r'(?<![\w:"|])(' + "|".join(map(re.escape, names)) + r")(?![\w:])(\{[^}]*\})?")
+
+
+_NAME_REGEX = re.compile(r'__name__=~"((?:[^"\\]|\\.)*)"')
+
+
+def series_selected(query: str) -> str | None:
+    """A `match[]` selector of at least every series `query` selects: the metric names it selects by
+    name (`_SELECTED_NAMES`) or by `__name__` regex; None when it names none of them (a recorded
+    series), for which the whole store's label names stand."""
+    names = {match.group(1) for match in _selectors_of(_SELECTED_NAMES).finditer(query)}
+    names.update(f"(?:{regex})" for regex in _NAME_REGEX.findall(query))
+    if not names:
+        return None
+    return '{__name__=~"' + "|".join(sorted(names)) + '"}'
 
 
 #: Longest namespace alternation put into every cAdvisor selector (characters).
@@ -629,10 +651,13 @@ class PrometheusSource:
 
         return self._send(what, send)
 
-    def label_names(self, start: float, end: float) -> set[str]:
-        """Label names of the series with samples in `[start, end]` (`/api/v1/labels`: read from the
-        index, no samples). A store that also holds other clusters answers a superset."""
-        params = {"start": f"{start:.3f}", "end": f"{end:.3f}"}
+    def label_names(self, start: float, end: float, match: Sequence[str] = ()) -> set[str]:
+        """Label names of the series with samples in `[start, end]`, of those `match` selects when
+        given (`/api/v1/labels`: read from the index, no samples). A store that also holds other
+        clusters answers a superset."""
+        params: dict[str, Any] = {"start": f"{start:.3f}", "end": f"{end:.3f}"}
+        if match:
+            params["match[]"] = list(match)
         names = self._send("label names", lambda: self.client.get_label_names(params=params))
         if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
             raise PrometheusSourceError(f"{self.config.url} did not answer like Prometheus (label names)")

@@ -87,6 +87,16 @@ def counter_lines(counters_per_device: int = 1) -> list[str]:
     return lines
 
 
+#: Gauges `raw_gauge_lines` adds renamed devices to (with a base value): the engine activity is a
+#: family of the plain fixture too (its family lines come again further on, which promtool takes).
+RENAMED_GAUGES = (
+    (mn.DCGM_DRAM_ACTIVE, 0.3),
+    (mn.DCGM_SM_CLOCK, 1400.0),
+    (mn.DCGM_GPU_TEMP, 60.0),
+    (mn.DCGM_GR_ENGINE_ACTIVE, 0.5),
+)
+
+
 def raw_gauge_lines() -> list[str]:
     """Gauges whose raw series fold and merge: a device renamed by `honor_labels: false` (exported
     labels) and scraped by two jobs, with DCGM blanks and NaN in each copy at other times, next to a
@@ -102,7 +112,7 @@ def raw_gauge_lines() -> list[str]:
     plain_device = f'{LONE_DEVICE},namespace="ml",pod="chat-2"'
     blank = "9223372036854775794"
     lines: list[str] = []
-    for metric, base in ((mn.DCGM_DRAM_ACTIVE, 0.3), (mn.DCGM_SM_CLOCK, 1400.0), (mn.DCGM_GPU_TEMP, 60.0)):
+    for metric, base in RENAMED_GAUGES:
         lines.append(f"# TYPE {metric} gauge")
         for t in range(FIRST, LAST + 1, EVERY):
             phase = (t - FIRST) // EVERY
@@ -132,7 +142,7 @@ def serve(
 
 @pytest.fixture(scope="module")
 def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = serve(tmp_path_factory, 1)
+    server = serve(tmp_path_factory, 1, raw_gauge_lines())
     try:
         yield server.url
     finally:
@@ -370,20 +380,29 @@ def test_without_folds_removes_exactly_the_absent_folds() -> None:
 
 
 @needs_prometheus
-def test_every_query_answers_the_same_without_the_folds_of_absent_labels(prometheus_url: str) -> None:
-    """The folds of label variants no series has change no answer: every family and coarse query
-    that folds in PromQL (the bare-selector families fold in the reader), with and without them,
-    over the fixture history (it has `Hostname`, not the other variants)."""
+def test_every_query_answers_the_same_without_the_folds_of_labels_its_series_lack(
+    prometheus_url: str,
+) -> None:
+    """The folds of label variants that no series of a query's metrics has change no answer: every
+    family and coarse query that folds in PromQL (the bare-selector families fold in the reader),
+    with and without them, over the fixture history. Its DCGM series have `Hostname`, the renamed
+    engine-activity ones `exported_*` too: the cAdvisor queries lose those folds, the DCGM ones keep them."""
     config = PrometheusConfig(url=prometheus_url)
     source = PrometheusSource(config)
     incremental = IncrementalSource(source, window_seconds=1800.0, step_seconds=STEP)
-    absent = incremental.absent_folds(float(LAST))
-    assert "Hostname" not in absent and {"pod_name", "exported_pod", "uuid"} <= absent
     queries = {family.name: family.query(None) for family in incremental.families if not family.raw_series}
     queries.update(incremental.coarse_queries())
+    absent, asked = incremental.absent_folds(float(LAST), queries)
+    assert 1 < asked < len(queries)  # one request per distinct set of metrics
+    variants = {source for _, source in LABEL_FOLDS}
+    cpu = f"pod:{Signal.CPU_USAGE_CORES.value}"
+    assert absent[cpu] == variants  # cAdvisor series have none of them
+    assert {"Hostname", "exported_pod", "exported_namespace"}.isdisjoint(absent["range:busy"])
+    assert {"pod_name", "uuid"} <= absent["range:busy"]
+    assert "Hostname" not in absent["gpu:throttle"]
     with_data = 0
     for name, query in queries.items():
-        lean = without_folds(query, absent)
+        lean = without_folds(query, absent[name])
         assert lean.count("label_replace(") < query.count("label_replace("), name
         before, after = answer(source, query), answer(source, lean)
         assert_same(name, before, after)
@@ -391,41 +410,49 @@ def test_every_query_answers_the_same_without_the_folds_of_absent_labels(prometh
     assert with_data >= 10
 
 
+def test_series_selected_covers_every_metric_a_query_names() -> None:
+    """The `match[]` of a query names every metric it selects, by name or `__name__` regex, and none
+    that only appears in a label value; a query of no known metric has none (the whole store's)."""
+    query = (
+        'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[3m])) '
+        'or {__name__=~"vllm:request_success_total|tgi_request_count"} '
+        'and on (namespace, pod) kube_pod_container_resource_requests{resource=~"nvidia.com.(gpu|mig).*"}'
+    )
+    assert prometheus.series_selected(query) == (
+        '{__name__=~"(?:vllm:request_success_total|tgi_request_count)|container_cpu_usage_seconds_total|'
+        'kube_pod_container_resource_requests"}'
+    )
+    assert prometheus.series_selected('namespace_pod:gpu_rightsizer_cpu{gpu_rightsizer_expr="x"}') is None
+
+
 @needs_prometheus
-def test_bare_gauge_selectors_give_the_windows_of_max_by_over_folded_series(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_bare_gauge_selectors_give_the_windows_of_max_by_over_folded_series(prometheus_url: str) -> None:
     """The gauge and XID families are sent as bare selectors and folded and merged by the reader; over
     the fixture history plus renamed devices scraped twice with blanks and NaN (`raw_gauge_lines`),
     served by a real Prometheus, every window equals the one today's shape (`max by` of the folded,
     sentinel-filtered selector, `_gpu_expr`) gives, series for series."""
-    server = serve(tmp_path_factory, 1, raw_gauge_lines())
-    try:
-        source = PrometheusSource(PrometheusConfig(url=server.url))
-        raw = [family for family in _source_families(STEP, None) if family.raw_series]
-        assert {family.expression for family in raw} >= {mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_XID_ERRORS}
-        assert all(family.expression.isidentifier() for family in raw)  # bare selectors
-        aggregated = [
-            replace(family, raw_series=False, expression=_gpu_expr(family.expression, family.keys)(""))
-            for family in raw
-        ]
-        stores = []
-        for families in (aggregated, raw):
-            reader = IncrementalReader(
-                source.range_series, window_seconds=1800.0, step_seconds=STEP, families=families
-            )
-            report = reader.read(float(LAST))
-            assert reader.complete and report.chunks_failed == 0
-            stores.append({key: window.figures(float(LAST)) for key, window in reader.store.series.items()})
-        before, after = stores
-        assert after.keys() == before.keys()
-        merged = [key for key in after if ("UUID", "GPU-1111") in key[1]]
-        added = (mn.DCGM_DRAM_ACTIVE, mn.DCGM_SM_CLOCK, mn.DCGM_GPU_TEMP)
-        assert {name for name, _ in merged} == {f"gpu:{metric}" for metric in added}
-        assert all(("pod", "chat-1") in labels and ("namespace", "ml") in labels for _, labels in merged)
-        for key, figures in before.items():
-            assert figures is not None and after[key] is not None, key
-            assert after[key] == pytest.approx(figures, rel=1e-12, abs=1e-12), key
-        assert len({name for name, _ in before}) >= 7  # the plain fixture's gauges and the added ones
-    finally:
-        server.stop()
+    source = PrometheusSource(PrometheusConfig(url=prometheus_url))
+    raw = [family for family in _source_families(STEP, None) if family.raw_series]
+    assert {family.expression for family in raw} >= {mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_XID_ERRORS}
+    assert all(family.expression.isidentifier() for family in raw)  # bare selectors
+    aggregated = [
+        replace(family, raw_series=False, expression=_gpu_expr(family.expression, family.keys)(""))
+        for family in raw
+    ]
+    stores = []
+    for families in (aggregated, raw):
+        reader = IncrementalReader(
+            source.range_series, window_seconds=1800.0, step_seconds=STEP, families=families
+        )
+        report = reader.read(float(LAST))
+        assert reader.complete and report.chunks_failed == 0
+        stores.append({key: window.figures(float(LAST)) for key, window in reader.store.series.items()})
+    before, after = stores
+    assert after.keys() == before.keys()
+    merged = [key for key in after if ("UUID", "GPU-1111") in key[1]]
+    assert {name for name, _ in merged} == {f"gpu:{metric}" for metric, _ in RENAMED_GAUGES}
+    assert all(("pod", "chat-1") in labels and ("namespace", "ml") in labels for _, labels in merged)
+    for key, figures in before.items():
+        assert figures is not None and after[key] is not None, key
+        assert after[key] == pytest.approx(figures, rel=1e-12, abs=1e-12), key
+    assert len({name for name, _ in before}) >= 7  # the plain fixture's gauges and the added ones
