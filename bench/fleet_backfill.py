@@ -46,7 +46,7 @@ events). `bench/operator_scale.py` runs the real operator against a live cluster
 
     .venv/bin/python bench/fleet_backfill.py [--workloads 10000] [--window 1h] [--step 60] \\
         [--interval 5m] [--cycles 3] [--batch 500] [--profile /tmp/fleet] [--tracemalloc] \\
-        [--total-shards 2 [--shards-only]]
+        [--total-shards 2 [--shards-only]] [--baseline DIR [--steady-reads-only]]
 """
 
 from __future__ import annotations
@@ -821,6 +821,12 @@ def main() -> int:
     )
     parser.add_argument("--baseline-runs", type=int, default=2, help="warm steady reads per side")
     parser.add_argument(
+        "--steady-reads-only",
+        action="store_true",
+        help="with --baseline: compare the steady reads on the cached TSDB without the cycles before "
+        "(no cold start, no operator figures)",
+    )
+    parser.add_argument(
         "--generate-only", action="store_true", help="build (or find) the cached TSDB, measure nothing"
     )
     parser.add_argument(
@@ -837,6 +843,8 @@ def main() -> int:
         parser.error("--workloads, --batch and --per-namespace must be positive, --cycles not negative")
     if args.total_shards < 1:
         parser.error("--total-shards must be positive")
+    if args.steady_reads_only and not args.baseline:
+        parser.error("--steady-reads-only compares with a --baseline")
     fleet_ = fleet(args.workloads, args.per_namespace)
     pods = sum(len(pod_contexts(s, 0.0, args.window)) for s in fleet_)
     start = END - args.window - args.margin
@@ -847,7 +855,13 @@ def main() -> int:
         flush=True,
     )
     workdir = cached_tsdb(args, fleet_, start, end)
-    if not args.generate_only:
+    if args.steady_reads_only:
+        server = serve(workdir, bench_config(args))
+        try:
+            compare_steady_reads(args, server.url)
+        finally:
+            server.stop()
+    elif not args.generate_only:
         if args.tracemalloc:
             tracemalloc.start()
         if args.total_shards > 1:

@@ -100,6 +100,9 @@ class PrometheusServer:
                     # scrapes kube-state-metrics (honorLabels: true)
                     "job_name": "gpu-workloads",
                     "scrape_interval": self.scrape_interval,
+                    # a whole interval, not Prometheus' 10 s: the simulator renders a large fleet's
+                    # exposition slowly on a loaded machine, and a timed-out scrape loses every series
+                    "scrape_timeout": self.scrape_interval,
                     "honor_labels": True,
                     "static_configs": [{"targets": list(self.scrape_targets)}],
                     "metric_relabel_configs": [{**dcgm, "action": "drop"}],
@@ -110,6 +113,7 @@ class PrometheusServer:
                     # (its ServiceMonitor: honorLabels false, so pod/namespace arrive as exported_*)
                     "job_name": GPU_OPERATOR_JOB,
                     "scrape_interval": self.scrape_interval,
+                    "scrape_timeout": self.scrape_interval,
                     "honor_labels": False,
                     "static_configs": [
                         {"targets": [target], "labels": gpu_operator_target_labels(index)}
