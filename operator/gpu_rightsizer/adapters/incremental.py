@@ -158,6 +158,11 @@ def shared_labels(pairs: Iterable[tuple[str, str]]) -> Labels:
     return found
 
 
+def identity_of(labels: Mapping[str, str], keys: Sequence[str]) -> Labels:
+    """A series' identity: its non-empty labels among `keys`, shared (`shared_labels`)."""
+    return shared_labels((key, labels[key]) for key in keys if labels.get(key))
+
+
 @dataclass(frozen=True)
 class Family:
     """One signal family: one range query per chunk, one streaming window per series it returns."""
@@ -592,10 +597,7 @@ class IncrementalReader:
         if family.raw_series:
             series = largest_per_identity(decoded, family.keys)
         else:
-            series = [
-                (shared_labels((key, labels[key]) for key in family.keys if labels.get(key)), times, values)
-                for labels, times, values in decoded
-            ]
+            series = [(identity_of(labels, family.keys), times, values) for labels, times, values in decoded]
         for identity, times, values in series:
             window = self.store.window(
                 (family.name, identity), activity_floor=family.activity_floor, sawtooth_floor=sawtooth_floor
@@ -615,8 +617,7 @@ def largest_per_identity(
     one device scraped twice, or a label that changed (a driver version) within the read."""
     groups: dict[Labels, list[tuple[array[float], array[float]]]] = defaultdict(list)
     for labels, times, values in decoded:
-        folded = folded_labels(labels)
-        groups[shared_labels((key, folded[key]) for key in keys if folded.get(key))].append((times, values))
+        groups[identity_of(folded_labels(labels), keys)].append((times, values))
     out: list[Decoded] = []
     for identity, members in groups.items():
         if len(members) == 1:
@@ -703,11 +704,7 @@ class CoarseSeries:
                 report.errors.append(f"{name}: malformed range answer: {error}")
                 continue
             report.samples += self.append(
-                name,
-                [
-                    (shared_labels((key, labels[key]) for key in POD_KEYS if labels.get(key)), times, values)
-                    for labels, times, values in decoded
-                ],
+                name, [(identity_of(labels, POD_KEYS), times, values) for labels, times, values in decoded]
             )
             self.ends[name] = spans[name][1]
         self.expire(now)
@@ -769,7 +766,7 @@ class BusyPoints:
             labels = dict(identity)
             if not labels.get("pod"):
                 continue
-            points = self.sums[shared_labels((key, labels[key]) for key in POD_KEYS if labels.get(key))]
+            points = self.sums[identity_of(labels, POD_KEYS)]
             for t, value in zip(times, values, strict=True):
                 if is_missing(value):
                     continue
