@@ -31,6 +31,10 @@ Script = Iterator[None]
 ROUND = 2.0
 #: The whole matrix must settle within this time.
 MATRIX_TIMEOUT = 900.0
+#: How long an applied change may take to be abandoned once no Apply policy selects it: a time that
+#: says "not stuck", not how fast (one actuator pass over the matrix's workloads took 29 s on a
+#: loaded machine, and the policy's removal is seen one pass later).
+ABANDON_WAIT = 240.0
 
 
 class CaseFailedError(Exception):
@@ -231,9 +235,7 @@ def mode_switch(env: Env, case: Case) -> Script:
     yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
     before = generation(kube, ns)
     policy(kube, ns, mode="Recommend", verifyFor="10m", onDisable="Keep")
-    # a time that says "not stuck", not how fast: one actuator pass over the matrix's workloads took
-    # 29 s on a loaded machine, and the policy's removal is seen one pass later
-    yield from until(lambda: in_phase(kube, ns, "Abandoned"), 240, "the change to be abandoned")
+    yield from until(lambda: in_phase(kube, ns, "Abandoned"), ABANDON_WAIT, "the change to be abandoned")
     yield from hold(20)
     writes = generation(kube, ns) - before
     state = apply_status(kube, ns, "deployment-trainer")
@@ -493,9 +495,7 @@ def policy_deleted(env: Env, case: Case) -> Script:
     yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
     before = generation(kube, ns)
     kube.kubectl("delete", "gpurightsizingpolicy", f"matrix-{ns}")
-    # a time that says "not stuck", not how fast: one actuator pass over the matrix's workloads took
-    # 29 s on a loaded machine, and the policy's removal is seen one pass later
-    yield from until(lambda: in_phase(kube, ns, "Abandoned"), 240, "the change to be abandoned")
+    yield from until(lambda: in_phase(kube, ns, "Abandoned"), ABANDON_WAIT, "the change to be abandoned")
     yield from hold(20)
     writes = generation(kube, ns) - before
     state = apply_status(kube, ns, "deployment-trainer")
@@ -576,7 +576,7 @@ def forged_record(env: Env, case: Case) -> Script:
     events = refusal_events()
     condition = next((c for c in record.get("conditions") or [] if c.get("type") == "RecordValid"), {})
     case.seen = f"{record.get('phase')}: {record.get('reason', '')[:70]}; RecordValid {condition.get('status')}; replicas {replicas}"
-    case.ok = replicas == 2 and condition.get("status") == "False" and bool(events.strip())
+    case.ok = replicas == 2 and condition.get("status") == "False" and bool(events)
 
 
 def error_storm(env: Env, case: Case) -> Script:
