@@ -257,7 +257,7 @@ FIGURE_TOLERANCE = 0.05
 #: Figures closer than this are the same whatever their ratio: shares and fractions (busy, throttled,
 #: confidence) are read in whole percent, and around a small share two points are noise (a 1 % busy
 #: GPU at 2 %, a throttle fraction of 0.01 at 0.03). Numbers shown as percentages in texts count the
-#: same two points.
+#: same two points, or one sample's weight when that is more (SAMPLE_SHARES).
 FIGURE_FLOOR = 0.02
 #: The samples a window holds move as the window slides over scrape times, and by several at once
 #: when a loaded Prometheus misses scrapes of a short window; what they gate (a count under the
@@ -268,6 +268,12 @@ SAMPLES_TOLERANCE = 0.25
 #: (`memoryLookback`): a higher peak is written once it passes this share, so the stored peak is
 #: never more than that below the one seen (the slice's memory headroom is far wider).
 PEAK_TOLERANCE = 0.01
+#: Figures that are the share of the window's samples in which a flag was up (the throttle fraction):
+#: as the window slides one sample enters and one leaves, so they move by one sample's weight (1 /
+#: `window.samples`) with nothing new to say; that weight is their floor when it is above FIGURE_FLOOR
+#: (a window of 10 samples, where one sample is 10 points), and so for percentages in texts, which
+#: print these shares. Windows of more than 1 / FIGURE_FLOOR samples (50) keep FIGURE_FLOOR.
+SAMPLE_SHARES = ("throttleFraction",)
 
 #: Paths (keys, `*` for any key or list index) that are left out of the comparison: the window's
 #: times move every cycle (how old the stored window may grow is the refresh period's business), and
@@ -293,7 +299,7 @@ _FIGURES = (
 )
 #: Paths holding text for people, made from the same figures: their words must match, their numbers
 #: only within FIGURE_TOLERANCE or one step of the digits shown ("21%" and "22%" are one rounding
-#: apart), percentages within FIGURE_FLOOR.
+#: apart), percentages within FIGURE_FLOOR or one sample's weight, whichever is more.
 _TEXTS = (
     ("diagnosis", "summary"),
     ("diagnosis", "findings", "*", "message"),
@@ -309,10 +315,12 @@ _TEXTS = (
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)(%?)")
 
 
-_IGNORE, _FIGURE, _SAMPLES, _PEAK, _TEXT = "ignore", "figure", "samples", "peak", "text"
-#: How a figure of each kind compares: (share of the larger value, absolute floor).
+_IGNORE, _FIGURE, _SHARE, _SAMPLES, _PEAK, _TEXT = "ignore", "figure", "share", "samples", "peak", "text"
+#: How a figure of each kind compares: (share of the larger value, absolute floor); a share of the
+#: samples (`_SHARE`) has the larger of FIGURE_FLOOR and one sample's weight as its floor.
 _TOLERANCES = {
     _FIGURE: (FIGURE_TOLERANCE, FIGURE_FLOOR),
+    _SHARE: (FIGURE_TOLERANCE, FIGURE_FLOOR),
     _SAMPLES: (SAMPLES_TOLERANCE, 0.0),
     _PEAK: (PEAK_TOLERANCE, 0.0),
 }
@@ -325,6 +333,7 @@ def _rule_tree() -> _Rules:
     for how, paths in (
         (_IGNORE, _IGNORED),
         (_FIGURE, _FIGURES),
+        (_SHARE, tuple(("diagnosis", "findings", "*", "evidence", key) for key in SAMPLE_SHARES)),
         (_SAMPLES, (("window", "samples"),)),
         (_PEAK, (("memoryLookback", "maxGib"),)),
         (_TEXT, _TEXTS),
@@ -354,23 +363,37 @@ def same_figure(
     return abs(old - new) <= max(floor, share * max(abs(old), abs(new)))
 
 
-def _same_shown_number(old: str, new: str, percent: bool) -> bool:
+def _same_shown_number(old: str, new: str, percent: bool, share_floor: float = FIGURE_FLOOR) -> bool:
     decimals = max(len(text.partition(".")[2]) for text in (old, new))
     a, b = float(old), float(new)
-    floor = FIGURE_FLOOR * 100 if percent else 0.0
+    floor = share_floor * 100 if percent else 0.0
     return abs(a - b) <= max(10.0**-decimals, FIGURE_TOLERANCE * max(abs(a), abs(b)), floor)
 
 
-def same_text(old: object, new: object) -> bool:
-    """True when two texts have the same words and their numbers are the same figures, as shown."""
+def same_text(old: object, new: object, share_floor: float = FIGURE_FLOOR) -> bool:
+    """True when two texts have the same words and their numbers are the same figures, as shown;
+    percentages within `share_floor` (FIGURE_FLOOR, or one sample's weight: `sample_weight`)."""
     if not isinstance(old, str) or not isinstance(new, str):
         return old == new
     if _NUMBER.sub(r"#\2", old) != _NUMBER.sub(r"#\2", new):
         return False
     return all(
-        _same_shown_number(a[0], b[0], bool(a[1]))
+        _same_shown_number(a[0], b[0], bool(a[1]), share_floor)
         for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True)
     )
+
+
+def sample_weight(old: object, new: object) -> float:
+    """One sample's share of the window two statuses were analysed over: 1 / the larger of their
+    `window.samples` (the stricter), 0 when neither says."""
+    counts = [
+        count
+        for status in (old, new)
+        if isinstance(status, dict)
+        for count in [(status.get("window") or {}).get("samples")]
+        if isinstance(count, int | float) and not isinstance(count, bool) and count > 0
+    ]
+    return 1.0 / max(counts) if counts else 0.0
 
 
 def materially_same(old: object, new: object) -> bool:
@@ -378,18 +401,26 @@ def materially_same(old: object, new: object) -> bool:
     return material_difference(old, new) is None
 
 
-def material_difference(old: object, new: object, rules: _Rules | str = _RULES, path: str = "") -> str | None:
+def material_difference(old: object, new: object) -> str | None:
     """Where the status `new` first says something `old` does not, as a path with `*` for list
     indices ("diagnosis.findings.*.code"); None when it says the same: the same diagnosis codes,
     actions and their targets, allocation, conditions and generations, and figures within
-    FIGURE_TOLERANCE; the window's times are left out. Both are statuses as JSON (old as the API
-    server returned it). The path names why a status is written (the cycle counts them)."""
+    FIGURE_TOLERANCE (shares of the samples, SAMPLE_SHARES, within one sample's weight); the window's
+    times are left out. Both are statuses as JSON (old as the API server returned it). The path names
+    why a status is written (the cycle counts them)."""
+    # a hair above one sample's weight, so k/n and (k+1)/n compare as one sample apart in floats
+    share_floor = max(FIGURE_FLOOR, sample_weight(old, new) * (1 + 1e-9))
+    return _difference(old, new, _RULES, "", share_floor)
+
+
+def _difference(old: object, new: object, rules: _Rules | str, path: str, share_floor: float) -> str | None:
     if type(old) is type(new) and old == new:  # most of a status does not move: no walk needed
         return None
     if isinstance(rules, str) and rules in _TOLERANCES:
-        return None if same_figure(old, new, *_TOLERANCES[rules]) else path
+        share, floor = _TOLERANCES[rules]
+        return None if same_figure(old, new, share, share_floor if rules == _SHARE else floor) else path
     if rules == _TEXT:
-        return None if same_text(old, new) else path
+        return None if same_text(old, new, share_floor) else path
     tree = rules if isinstance(rules, dict) else _NO_RULES
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(old.keys() | new.keys(), key=str):
@@ -399,7 +430,7 @@ def material_difference(old: object, new: object, rules: _Rules | str = _RULES, 
             where = f"{path}.{key}" if path else str(key)
             if key not in old or key not in new:
                 return where
-            found = material_difference(old[key], new[key], rule, where)
+            found = _difference(old[key], new[key], rule, where, share_floor)
             if found is not None:
                 return found
         return None
@@ -409,7 +440,7 @@ def material_difference(old: object, new: object, rules: _Rules | str = _RULES, 
         if len(old) != len(new):
             return path
         for a, b in zip(old, new, strict=True):
-            found = material_difference(a, b, rule, where)
+            found = _difference(a, b, rule, where, share_floor)
             if found is not None:
                 return found
         return None

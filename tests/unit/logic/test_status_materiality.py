@@ -18,6 +18,7 @@ from gpu_rightsizer.logic.status import (
     materially_same,
     same_figure,
     same_text,
+    sample_weight,
 )
 
 
@@ -230,3 +231,58 @@ def test_a_finding_or_action_more_or_less_is_a_difference_of_the_list() -> None:
     new = jittered()
     del new["diagnosis"]["findings"][0]["evidence"]["throttled"]
     assert material_difference(stored_steady(), new) == "diagnosis.findings.*.evidence.throttled"
+
+
+def throttled(fraction: float, samples: int) -> dict[str, Any]:
+    """A throttled workload's status over a window of `samples`, flagged in `fraction` of them."""
+    text = f"GPU-1 was clock-throttled for {fraction:.0%} of the window (limit 5%)."
+    return moved(
+        window__samples=samples,
+        diagnosis__summary=text,
+        diagnosis__findings__0__message=text,
+        diagnosis__findings__0__evidence={"throttleFraction": fraction, "smClockRatio": 0.7},
+        conditions__0__message=text,
+    )
+
+
+def test_a_share_of_the_samples_moving_by_one_sample_says_nothing_new() -> None:
+    """One sample entering and one leaving a 10-sample window moves the throttle fraction, and the
+    percentage its texts print, by 0.1: the same status."""
+    assert sample_weight(throttled(0.3, 10), throttled(0.4, 10)) == pytest.approx(0.1)
+    assert materially_same(throttled(0.3, 10), throttled(0.4, 10))
+    assert materially_same(throttled(0.7, 10), throttled(0.6, 10))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        (throttled(0.3, 10), throttled(0.5, 10), "conditions.*.message"),  # two samples
+        (throttled(0.3, 60), throttled(0.4, 60), "conditions.*.message"),  # 6 samples of 60
+        (throttled(0.3, 10), throttled(0.4, 100), "conditions.*.message"),  # the larger count rules
+    ],
+)
+def test_a_share_of_the_samples_moving_by_more_than_one_sample_is_written(
+    old: dict[str, Any], new: dict[str, Any], where: str
+) -> None:
+    assert material_difference(old, new) == where
+
+
+def test_one_samples_weight_loosens_only_shares_and_percentages() -> None:
+    """The evidence that is not a share of the samples keeps FIGURE_FLOOR in a short window."""
+    old, new = throttled(0.3, 10), throttled(0.3, 10)
+    new["diagnosis"]["findings"][0]["evidence"]["smClockRatio"] = 0.7 + FIGURE_FLOOR * 2
+    assert material_difference(old, new) == "diagnosis.findings.*.evidence.smClockRatio"
+    old, new = throttled(0.3, 10), throttled(0.3, 10)
+    new["diagnosis"]["findings"][0]["evidence"]["throttleFraction"] = 0.3 + 0.1 * 1.5
+    assert material_difference(old, new) == "diagnosis.findings.*.evidence.throttleFraction"
+    assert not same_text("3 pods", "5 pods", share_floor=0.1), "counts are not shares"
+    assert same_text("30% busy", "40% busy", share_floor=0.1)
+    assert not same_text("30% busy", "45% busy", share_floor=0.1)
+
+
+def test_without_a_sample_count_shares_keep_the_floor() -> None:
+    old, new = throttled(0.3, 10), throttled(0.4, 10)
+    for each in (old, new):
+        del each["window"]["samples"]
+    assert sample_weight(old, new) == 0.0
+    assert material_difference(old, new) == "conditions.*.message"
