@@ -61,6 +61,11 @@ CYCLE_LINE = re.compile(
 )
 #: The line before a cycle's own: which part of the status said something new first, counted.
 CHANGED_LINE = re.compile(r"status writes by what changed first: (.*)$")
+#: The line before those: seconds each part of the cycle took (`recommender.cycle`).
+PHASES_LINE = re.compile(
+    r"cycle phases: listing ([0-9.]+) s, metrics ([0-9.]+) s, analysis and writes ([0-9.]+) s, policies ([0-9.]+) s"
+)
+PHASE_NAMES = ("listing", "metrics", "analysis and writes", "policies")
 APISERVER_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -201,6 +206,24 @@ def cycle_writes(log: Path) -> list[tuple[int, str]]:
     ]
 
 
+def cycle_phases(log: Path) -> list[tuple[int, tuple[float, ...]]]:
+    """(recommendations updated, seconds of each of PHASE_NAMES) of each finished cycle whose operator
+    logs its phases."""
+    found: list[tuple[int, tuple[float, ...]]] = []
+    pending: tuple[float, ...] | None = None
+    for line in log.read_text(errors="replace").splitlines():
+        spans = PHASES_LINE.search(line)
+        if spans:
+            pending = tuple(float(s) for s in spans.groups())
+            continue
+        done = CYCLE_LINE.search(line)
+        if done:
+            if pending is not None:
+                found.append((int(done.group(1)), pending))
+            pending = None
+    return found
+
+
 def cycle_changes(log: Path) -> list[tuple[int, Counter[str]]]:
     """(recommendations updated, status paths that changed first -> writes) of each finished cycle
     (empty for a cycle that wrote nothing it counted as changed, or an operator that does not say)."""
@@ -232,6 +255,7 @@ class Phase:
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
     written: list[str] = field(default_factory=list)  # "written/refreshed" statuses of those cycles
     changed: list[Counter[str]] = field(default_factory=list)  # what changed first, per such cycle
+    phase_spans: list[tuple[float, ...]] = field(default_factory=list)  # PHASE_NAMES seconds, per cycle
     queries_per_cycle: list[float] = field(default_factory=list)
     prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
     cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
@@ -331,6 +355,7 @@ class Bench:
         phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
         phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected)]
         phase.changed = [c for n, c in cycle_changes(self.log)[first_line:] if n == len(expected)]
+        phase.phase_spans = [c for n, c in cycle_phases(self.log)[first_line:] if n == len(expected)]
         phase.queries_per_cycle = self.queries_per_cycle(len(expected))
         if phase.rss == (0.0, 0.0):
             phase.rss = rss_mib(self.operator.pid)
@@ -432,6 +457,11 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         if late:
             print(f"what changed first in the steady cycles at N={p.workloads}: "
                   + ", ".join(f"{path} {n}" for path, n in late.most_common(8)))  # fmt: skip
+        spans = p.phase_spans[-p.steady_cycle_count :] if p.steady_cycle_count else []
+        if spans:
+            print(f"steady cycle phases at N={p.workloads} (median s): "
+                  + ", ".join(f"{name} {statistics.median(s[i] for s in spans):.1f}"
+                              for i, name in enumerate(PHASE_NAMES)))  # fmt: skip
     row(
         "Prometheus queries per cycle",
         [",".join(f"{q:.0f}" for q in p.queries_per_cycle) or "n/a" for p in phases],
