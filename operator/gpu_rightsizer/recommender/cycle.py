@@ -453,8 +453,8 @@ def _analyse_and_write(
     """Analyse one workload and (recommender) write its status; None when the analysis failed.
 
     Runs on a worker thread: it reads the shared cycle state and changes nothing in it. The status is
-    refreshed within `refresh_period` of the workload's governing maxStaleness, so skipping a write
-    never makes the actuator's freshness gate call it stale.
+    refreshed within `refresh_period`: under an Apply policy within its governing maxStaleness, so
+    skipping a write never makes the actuator's freshness gate call it stale.
     """
     ref, settings = item.ref, item.settings
     hpa = state.hpa_of(kube, ref) if is_scalable(ref.kind) else None
@@ -484,6 +484,7 @@ def _analyse_and_write(
             settings.max_staleness,
             f"{ref.key} {window_end_of(item.recommendation)}",
             item.window_seconds,
+            acted_on=settings.may_change,
         ),
         workload_generation=(item.workload.get("metadata") or {}).get("generation"),
         figures=figures,

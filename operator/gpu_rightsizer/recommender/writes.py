@@ -43,16 +43,27 @@ LOG = logging.getLogger(__name__)
 
 
 #: A status that says nothing new (`logic.status.material_difference`) is still rewritten once its stored
-#: window is this share of the governing policy's `maxStaleness` old (15 min by default), so the
-#: actuator's freshness gate, which reads the stored window's end, never finds a status stale because
-#: a write was skipped: in the same cycle the stored window is younger than this share, and an
-#: actuator in another process, one cycle behind at most, still finds it younger than maxStaleness
-#: while a cycle (interval and run) is shorter than the rest.
+#: window is this share of the governing policy's `maxStaleness` old (15 min by default) while an Apply
+#: policy governs the workload, so the actuator's freshness gate, which reads the stored window's end,
+#: never finds a status stale because a write was skipped: in the same cycle the stored window is
+#: younger than this share, and an actuator in another process, one cycle behind at most, still finds
+#: it younger than maxStaleness while a cycle (interval and run) is shorter than the rest. Without an
+#: Apply policy nothing acts on the stored window's age; a policy that becomes Apply finds the status
+#: stale (its gate refuses) until the next cycle, which refreshes it under this share.
 REFRESH_STALENESS_SHARE = 0.5
 
 
 #: ... and at the latest after this long whatever maxStaleness says (it may be up to 24 h).
 REFRESH_AT_MOST = timedelta(hours=1)
+
+
+#: ... and before the next window stops overlapping the stored one, so the GPU-memory look-back the
+#: stored status carries continues instead of counting again (`logic.engine.continued_lookback`): the
+#: stored window may grow this share of the observation window old, and at least
+#: REFRESH_WINDOW_MARGIN_INTERVALS short of the whole window (the cycle that refreshes comes up to an
+#: interval and a cycle's run after the period ends), but never less than half the window.
+REFRESH_WINDOW_SHARE = 0.75
+REFRESH_WINDOW_MARGIN_INTERVALS = 3
 
 
 #: Each refresh period is shortened by up to this share (drawn anew after each write from the workload
@@ -66,20 +77,34 @@ def refresh_period(
     max_staleness: timedelta,
     spread_key: str = "",
     window_seconds: float | None = None,
+    *,
+    acted_on: bool = True,
 ) -> timedelta:
     """How old a stored window may grow before a status that says nothing new is rewritten anyway:
-    REFRESH_STALENESS_SHARE of `max_staleness` (at most REFRESH_AT_MOST, and at most that share of
-    the observation window `window_seconds`), shortened by up to REFRESH_SPREAD as `spread_key`
-    draws, but not below 1.5 intervals. Never longer than the share, so the actuator's freshness
-    gate holds whatever is drawn; and the stored window always overlaps the next one, so the
-    GPU-memory look-back it carries continues instead of counting again
-    (`logic.engine.continued_lookback`)."""
-    longest = min(max_staleness * REFRESH_STALENESS_SHARE, REFRESH_AT_MOST)
+    at most REFRESH_AT_MOST; with `acted_on` (an Apply policy governs the workload) at most
+    REFRESH_STALENESS_SHARE of `max_staleness`, so the actuator's freshness gate holds whatever is
+    drawn; and short of the observation window `window_seconds` (`window_overlap_limit`), so the
+    stored window always overlaps the next one. Shortened by up to REFRESH_SPREAD as `spread_key`
+    draws, but not below 1.5 intervals."""
+    longest = REFRESH_AT_MOST
+    if acted_on:
+        longest = min(longest, max_staleness * REFRESH_STALENESS_SHARE)
     if window_seconds is not None:
-        longest = min(longest, timedelta(seconds=window_seconds) * REFRESH_STALENESS_SHARE)
+        longest = min(longest, window_overlap_limit(window_seconds, interval_seconds))
     draw = (zlib.crc32(spread_key.encode()) % 1000) / 1000
     shortest = min(longest, timedelta(seconds=1.5 * interval_seconds))
     return max(longest * (1 - REFRESH_SPREAD * draw), shortest)
+
+
+def window_overlap_limit(window_seconds: float, interval_seconds: float) -> timedelta:
+    """The longest refresh period that keeps the next window overlapping the stored one:
+    REFRESH_WINDOW_SHARE of the window, and REFRESH_WINDOW_MARGIN_INTERVALS intervals short of it,
+    but not below half the window."""
+    limit = min(
+        window_seconds * REFRESH_WINDOW_SHARE,
+        window_seconds - REFRESH_WINDOW_MARGIN_INTERVALS * interval_seconds,
+    )
+    return timedelta(seconds=max(limit, window_seconds / 2))
 
 
 @dataclass(frozen=True)

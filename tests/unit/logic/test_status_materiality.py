@@ -157,7 +157,12 @@ def test_the_install_guide_states_the_tolerance_and_refresh_period_the_code_uses
         in text
     )
     assert writes.REFRESH_STALENESS_SHARE == 0.5
-    assert "refresh period: half of the governing policy's `spec.safety.maxStaleness`" in text
+    assert (
+        "refresh period: under an Apply policy (dry-run included) half of the governing policy's "
+        "`spec.safety.maxStaleness`" in text
+    )
+    assert writes.REFRESH_WINDOW_SHARE == 0.75 and writes.REFRESH_WINDOW_MARGIN_INTERVALS == 3
+    assert "at most three quarters of the observation window and three intervals short of it" in text
     assert f"at most {writes.REFRESH_AT_MOST.total_seconds() / 3600:g}h" in text
     assert f"shortened by up to {writes.REFRESH_SPREAD * 100:g} %" in text
 

@@ -4,6 +4,7 @@ until its window grows old."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -136,7 +137,11 @@ def test_an_unchanged_status_is_written_again_only_when_its_window_grows_old(
     assert kube.status_patches == []
     assert stored_status(kube, "team-a", "one") == first
 
-    refreshed = NOW + timedelta(minutes=10)  # beyond half the default maxStaleness (15 min)
+    kube.status_patches.clear()
+    cycle.run_cycle(memo, now=NOW + timedelta(minutes=20))  # beyond half the default maxStaleness
+    assert kube.status_patches == [], "no Apply policy: the refresh follows the hour's window"
+
+    refreshed = NOW + timedelta(minutes=46)  # beyond three quarters of the hour's window
     cycle.run_cycle(memo, now=refreshed)
     assert len(kube.status_patches) == 4
     window = stored_status(kube, "team-a", "one")["window"]
@@ -396,26 +401,37 @@ def test_a_status_saying_nothing_new_is_refreshed_within_half_the_max_staleness(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The actuator's freshness gate reads the stored window's end: a skipped write must never make it
-    stale. With a 5 min interval, 10 intervals would be 50 min, far beyond maxStaleness (15 min)."""
-    kube = listing_cluster()
+    stale. With a 5 min interval, 10 intervals would be 50 min, far beyond maxStaleness (15 min).
+    Workloads no Apply policy governs are refreshed as the window allows, less often."""
+    apply_policy = policy("a", "team-a")
+    apply_policy["spec"].update(mode="Apply", actions=["cpu"])
+    kube = ListingKube(cluster(apply_policy))
     monkeypatch.setattr(cycle, "analyse", moving_analysis({"busy": 0.2, "confidence": 0.8, "samples": 60}))
     memo = memo_for(kube, interval_seconds=300.0)
     max_staleness = timedelta(minutes=15)  # the default spec.safety.maxStaleness
     cycle.run_cycle(memo, now=NOW)
+    written: Counter[str] = Counter()
     for minutes in range(5, 65, 5):  # every cycle of an hour, 5 min apart
         kube.status_patches.clear()
         moment = NOW + timedelta(minutes=minutes)
         cycle.run_cycle(memo, now=moment)
+        written.update(key.split("/")[0] for key, _ in kube.status_patches)
         for namespace, name in kube.workloads:
             end = stored_status(kube, namespace, name)["window"]["end"]
             age = moment - datetime.fromisoformat(end.replace("Z", "+00:00"))
+            if namespace != "team-a":  # nothing acts on it: the window's overlap bounds it
+                assert age < writes.window_overlap_limit(3600.0, 300.0), f"{namespace}/{name} is {age} old"
+                continue
             assert age < max_staleness / 2, f"{namespace}/{name}: the stored window is {age} old"
             # an actuator in another process, up to one interval later, still finds it fresh
             assert age + timedelta(minutes=5) <= max_staleness
+        acted = [key for key, _ in kube.status_patches if key.startswith("team-a/")]
         if minutes % 10 == 5:
-            assert kube.status_patches == [], f"at +{minutes} min the stored window was young"
+            assert acted == [], f"at +{minutes} min the stored window was young"
         else:
-            assert len(kube.status_patches) == 4, f"at +{minutes} min the stored window was old"
+            assert len(acted) == 2, f"at +{minutes} min the stored window was old"
+    assert written["team-a"] == 2 * 6
+    assert 2 <= written["team-b"] + written["team-c"] < 2 * 6, written
 
 
 def test_refresh_periods_follow_the_policy_max_staleness_and_spread_over_cycles() -> None:
@@ -475,33 +491,62 @@ def test_skipped_writes_never_make_the_actuators_freshness_gate_find_a_status_st
     monkeypatch.setattr(Actuator, "_set_state", lambda *args: None)
     ctx = memo_for(kube, role="all", interval_seconds=300.0)
     ctx.elector = _Elector(leader=True)  # type: ignore[assignment]
-    writes = []
+    acted = []
     for minutes in range(0, 65, 5):
         kube.status_patches.clear()
         cycle.run_cycle(ctx, now=NOW + timedelta(minutes=minutes))
-        writes.append(len(kube.status_patches))
+        acted.append(sum(1 for key, _ in kube.status_patches if key.startswith("team-a/")))
         loop.run_once(kube, NoRecords(), actuator_for(kube), NOW + timedelta(minutes=minutes))  # type: ignore[arg-type]
     governed = [reason for key, reason in verdicts if key.startswith("team-a/")]
     assert len(governed) == 13 * 2, "the actuator stepped team-a's two workloads every cycle"
     assert set(governed) == {"all safety gates passed"}, governed
-    assert writes == [4] + [0, 4] * 6, "written at first, then every second cycle (10 min of the 20)"
+    assert acted == [2] + [0, 2] * 6, "written at first, then every second cycle (10 min of the 20)"
 
 
 def test_a_skipped_write_never_lets_the_stored_window_fall_out_of_the_next_one() -> None:
     """The memory look-back continues only from a stored window the next window overlaps
-    (`continued_lookback`): with a window shorter than maxStaleness, the refresh follows the window."""
+    (`continued_lookback`): the cycle that refreshes, an interval and a cycle's run (up to another
+    interval) after the period ends, still reads a window that starts before the stored one ended,
+    for short and long windows, intervals and maxStaleness, and whether or not an Apply policy acts."""
     from gpu_rightsizer.logic.engine import continued_lookback
     from gpu_rightsizer.model.result import MemoryLookback
 
-    window = 300.0
-    for key in (f"team-a/Deployment/w{i}" for i in range(50)):
-        period = writes.refresh_period(15.0, timedelta(minutes=15), key, window)
-        assert period <= timedelta(seconds=window) * writes.REFRESH_STALENESS_SHARE
-        stored_end = NOW
-        next_start = NOW + period - timedelta(seconds=window)  # the last cycle the write is skipped
-        since = NOW - timedelta(hours=2)
-        lookback = continued_lookback(MemoryLookback(max_gib=10.0, since=since), stored_end, next_start)
-        assert lookback is not None and lookback.since == since
+    since = NOW - timedelta(hours=2)
+    for window, interval in ((300.0, 15.0), (300.0, 60.0), (900.0, 300.0), (3600.0, 15.0), (3600.0, 300.0)):
+        for acted_on in (True, False):
+            for key in (f"team-a/Deployment/w{i}" for i in range(50)):
+                period = writes.refresh_period(
+                    interval, timedelta(minutes=15), key, window, acted_on=acted_on
+                )
+                assert period <= timedelta(seconds=window) * writes.REFRESH_WINDOW_SHARE
+                gap = timedelta(seconds=2 * interval)  # the interval and a cycle as long as it
+                at = NOW
+                while at - NOW < period:  # the cycles that skip the write
+                    at += gap
+                stored = MemoryLookback(max_gib=10.0, since=since)
+                lookback = continued_lookback(stored, NOW, at - timedelta(seconds=window))
+                assert lookback is not None and lookback.since == since, (window, interval, key)
     assert writes.refresh_period(15.0, timedelta(minutes=15), "x", 24 * 3600.0) == writes.refresh_period(
         15.0, timedelta(minutes=15), "x"
     ), "a long window changes nothing"
+
+
+def test_without_an_apply_policy_the_refresh_follows_the_window_not_max_staleness() -> None:
+    """Nothing acts on the stored window's age of a workload no Apply policy governs: its refresh
+    waits up to REFRESH_AT_MOST and what the window allows, not half maxStaleness."""
+    fifteen = timedelta(minutes=15)
+    draws = [f"ns/Deployment/wl-{i} 2026-03-04T12:00:{i % 60:02d}Z" for i in range(200)]
+    hour = 3600.0
+    acted = {writes.refresh_period(15.0, fifteen, key, hour) for key in draws}
+    unacted = {writes.refresh_period(15.0, fifteen, key, hour, acted_on=False) for key in draws}
+    assert max(acted) <= fifteen / 2
+    assert timedelta(minutes=44) < max(unacted) <= timedelta(minutes=45), (
+        "three quarters of the hour's window"
+    )
+    assert min(unacted) >= timedelta(minutes=45) * (1 - writes.REFRESH_SPREAD)
+    day = {writes.refresh_period(15.0, fifteen, key, 24 * hour, acted_on=False) for key in draws}
+    assert writes.REFRESH_AT_MOST * 0.98 < max(day) <= writes.REFRESH_AT_MOST
+    # a short window: three quarters of it, never closer than three intervals to its end, never below half
+    assert writes.window_overlap_limit(300.0, 15.0) == timedelta(seconds=225)
+    assert writes.window_overlap_limit(300.0, 60.0) == timedelta(seconds=150)
+    assert writes.window_overlap_limit(900.0, 300.0) == timedelta(seconds=450)
