@@ -206,41 +206,43 @@ def cycle_writes(log: Path) -> list[tuple[int, str]]:
     ]
 
 
-def cycle_phases(log: Path) -> list[tuple[int, tuple[float, ...]]]:
-    """(recommendations updated, seconds of each of PHASE_NAMES) of each finished cycle whose operator
-    logs its phases."""
-    found: list[tuple[int, tuple[float, ...]]] = []
-    pending: tuple[float, ...] | None = None
+def lines_before_cycles(log: Path, pattern: re.Pattern[str]) -> list[tuple[int, list[re.Match[str]]]]:
+    """(recommendations updated, the lines matching `pattern` since the cycle before) of each finished
+    cycle: one entry per cycle line, so the list indexes as `cycle_lines` does."""
+    found: list[tuple[int, list[re.Match[str]]]] = []
+    pending: list[re.Match[str]] = []
     for line in log.read_text(errors="replace").splitlines():
-        spans = PHASES_LINE.search(line)
-        if spans:
-            pending = tuple(float(s) for s in spans.groups())
+        match = pattern.search(line)
+        if match:
+            pending.append(match)
             continue
         done = CYCLE_LINE.search(line)
         if done:
-            if pending is not None:
-                found.append((int(done.group(1)), pending))
-            pending = None
+            found.append((int(done.group(1)), pending))
+            pending = []
     return found
+
+
+def cycle_phases(log: Path) -> list[tuple[int, tuple[float, ...] | None]]:
+    """(recommendations updated, seconds of each of PHASE_NAMES; None when the cycle did not log them)
+    of each finished cycle."""
+    return [
+        (n, tuple(float(s) for s in spans[-1].groups()) if spans else None)
+        for n, spans in lines_before_cycles(log, PHASES_LINE)
+    ]
 
 
 def cycle_changes(log: Path) -> list[tuple[int, Counter[str]]]:
     """(recommendations updated, status paths that changed first -> writes) of each finished cycle
     (empty for a cycle that wrote nothing it counted as changed, or an operator that does not say)."""
     found: list[tuple[int, Counter[str]]] = []
-    pending: Counter[str] = Counter()
-    for line in log.read_text(errors="replace").splitlines():
-        changed = CHANGED_LINE.search(line)
-        if changed:
-            for part in changed.group(1).split(", "):
-                path, _, count = part.rpartition(" ")
-                if count.isdigit():
-                    pending[path] += int(count)
-            continue
-        done = CYCLE_LINE.search(line)
-        if done:
-            found.append((int(done.group(1)), pending))
-            pending = Counter()
+    for n, lines in lines_before_cycles(log, CHANGED_LINE):
+        changed: Counter[str] = Counter()
+        for part in (part for line in lines for part in line.group(1).split(", ")):
+            path, _, count = part.rpartition(" ")
+            if count.isdigit():
+                changed[path] += int(count)
+        found.append((n, changed))
     return found
 
 
@@ -255,7 +257,8 @@ class Phase:
     cycles: list[tuple[int, float]] = field(default_factory=list)  # steady cycles: (updated, seconds)
     written: list[str] = field(default_factory=list)  # "written/refreshed" statuses of those cycles
     changed: list[Counter[str]] = field(default_factory=list)  # what changed first, per such cycle
-    phase_spans: list[tuple[float, ...]] = field(default_factory=list)  # PHASE_NAMES seconds, per cycle
+    #: PHASE_NAMES seconds per such cycle (None: the cycle did not log them)
+    phase_spans: list[tuple[float, ...] | None] = field(default_factory=list)
     queries_per_cycle: list[float] = field(default_factory=list)
     prometheus_cpu_per_cycle: list[float] = field(default_factory=list)
     cycle_spans: list[float] = field(default_factory=list)  # seconds between the steady cycles' ends
@@ -457,10 +460,11 @@ def report(phases: list[Phase], args: argparse.Namespace, nodes: int, gpus: int)
         if late:
             print(f"what changed first in the steady cycles at N={p.workloads}: "
                   + ", ".join(f"{path} {n}" for path, n in late.most_common(8)))  # fmt: skip
-        spans = p.phase_spans[-p.steady_cycle_count :] if p.steady_cycle_count else []
-        if spans:
+        phase_rows = p.phase_spans[-p.steady_cycle_count :] if p.steady_cycle_count else []
+        logged = [s for s in phase_rows if s is not None]
+        if logged:
             print(f"steady cycle phases at N={p.workloads} (median s): "
-                  + ", ".join(f"{name} {statistics.median(s[i] for s in spans):.1f}"
+                  + ", ".join(f"{name} {statistics.median(s[i] for s in logged):.1f}"
                               for i, name in enumerate(PHASE_NAMES)))  # fmt: skip
     row(
         "Prometheus queries per cycle",
