@@ -104,8 +104,9 @@ class Kube:
             + (f" (last error: {last_error})" if last_error else "")
         )
 
-    def create_namespace(self, prefix: str, labels: dict[str, str] | None = None) -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    def create_namespace(self, prefix: str, labels: dict[str, str] | None = None, *, name: str = "") -> str:
+        """A namespace `prefix-<random>` (or exactly `name`), deleted after the test."""
+        name = name or f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
         )
