@@ -198,11 +198,12 @@ def cycle_lines(log: Path) -> list[tuple[int, float]]:
     return [(int(n), float(s)) for n, s, _, _ in CYCLE_LINE.findall(log.read_text(errors="replace"))]
 
 
-def cycle_writes(log: Path) -> list[tuple[int, str]]:
-    """(recommendations updated, "statuses written/of them refreshed") of each finished cycle whose
-    log line says so."""
+def cycle_writes(log: Path) -> list[tuple[int, str | None]]:
+    """(recommendations updated, "statuses written/of them refreshed"; None when the line does not say)
+    of each finished cycle: one entry per cycle line, so the list indexes as `cycle_lines` does."""
     return [
-        (int(n), f"{w}/{r or '?'}") for n, _, w, r in CYCLE_LINE.findall(log.read_text(errors="replace")) if w
+        (int(n), f"{w}/{r or '?'}" if w else None)
+        for n, _, w, r in CYCLE_LINE.findall(log.read_text(errors="replace"))
     ]
 
 
@@ -356,7 +357,7 @@ class Bench:
         self.steady(phase, steady_cycles)
         # Every cycle of this size that covered all its workloads, steady or not.
         phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
-        phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected)]
+        phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected) and w]
         phase.changed = [c for n, c in cycle_changes(self.log)[first_line:] if n == len(expected)]
         phase.phase_spans = [c for n, c in cycle_phases(self.log)[first_line:] if n == len(expected)]
         phase.queries_per_cycle = self.queries_per_cycle(len(expected))
