@@ -55,6 +55,11 @@ def testbins() -> TestBinaries:
         pytest.skip(f"local cluster binaries unavailable: {error}")
 
 
+def unique_name(prefix: str) -> str:
+    """`prefix-` and six random hex digits: a name no other test or run on this machine takes."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
 @dataclass
 class Kube:
     """What a test needs of the cluster: kubeconfig, kubectl, a Python API client."""
@@ -105,8 +110,8 @@ class Kube:
         )
 
     def create_namespace(self, prefix: str, labels: dict[str, str] | None = None, *, name: str = "") -> str:
-        """A namespace `prefix-<random>` (or exactly `name`), deleted after the test."""
-        name = name or f"{prefix}-{uuid.uuid4().hex[:6]}"
+        """A namespace `unique_name(prefix)` (or exactly `name`), deleted after the test."""
+        name = name or unique_name(prefix)
         self.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +19,7 @@ import yaml
 
 from gpu_rightsizer.model.shards import shard_of_namespace
 from gpu_rightsizer.testcluster.prometheus import free_port
-from tests.e2e.conftest import Background, Kube, _wait_http, start_background
+from tests.e2e.conftest import Background, Kube, _wait_http, start_background, unique_name
 from tests.e2e.workloads import gpu_deployment
 
 WINDOW_SECONDS = 120
@@ -112,7 +111,7 @@ def namespaces_for_both_layouts(kube: Kube, label: dict[str, str]) -> list[str]:
     owner from 2 to 3. The owner is a hash of the name, so names are drawn until five of them do, and
     only those are made (twelve names made at random missed a shard of three about once in 40 runs)."""
     for _ in range(1000):
-        names = [f"shard-{uuid.uuid4().hex[:6]}" for _ in range(5)]
+        names = [unique_name("shard") for _ in range(5)]
         two = {shard_of_namespace(n, 2) for n in names}
         three = {shard_of_namespace(n, 3) for n in names}
         if (
