@@ -193,18 +193,28 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+@dataclass(frozen=True)
+class FinishedCycle:
+    """One finished analysis cycle as its log line tells it."""
+
+    updated: int  # recommendations updated
+    seconds: float
+    #: "statuses written/of them refreshed"; None when the line does not say.
+    written: str | None
+
+
+def finished_cycles(log: Path) -> list[FinishedCycle]:
+    """Each finished analysis cycle in the operator log, in order (one entry per cycle line, so the
+    lists of `lines_before_cycles` and `cycle_phases` index as this one does)."""
+    return [
+        FinishedCycle(int(n), float(s), f"{w}/{r or '?'}" if w else None)
+        for n, s, w, r in CYCLE_LINE.findall(log.read_text(errors="replace"))
+    ]
+
+
 def cycle_lines(log: Path) -> list[tuple[int, float]]:
     """(recommendations updated, seconds) of each finished analysis cycle in the operator log."""
-    return [(int(n), float(s)) for n, s, _, _ in CYCLE_LINE.findall(log.read_text(errors="replace"))]
-
-
-def cycle_writes(log: Path) -> list[tuple[int, str | None]]:
-    """(recommendations updated, "statuses written/of them refreshed"; None when the line does not say)
-    of each finished cycle: one entry per cycle line, so the list indexes as `cycle_lines` does."""
-    return [
-        (int(n), f"{w}/{r or '?'}" if w else None)
-        for n, _, w, r in CYCLE_LINE.findall(log.read_text(errors="replace"))
-    ]
+    return [(cycle.updated, cycle.seconds) for cycle in finished_cycles(log)]
 
 
 def lines_before_cycles(log: Path, pattern: re.Pattern[str]) -> list[tuple[int, list[re.Match[str]]]]:
@@ -356,8 +366,9 @@ class Bench:
                 time.sleep(2)
         self.steady(phase, steady_cycles)
         # Every cycle of this size that covered all its workloads, steady or not.
-        phase.cycles = [c for c in cycle_lines(self.log)[first_line:] if c[0] == len(expected)]
-        phase.written = [w for n, w in cycle_writes(self.log)[first_line:] if n == len(expected) and w]
+        covering = [c for c in finished_cycles(self.log)[first_line:] if c.updated == len(expected)]
+        phase.cycles = [(c.updated, c.seconds) for c in covering]
+        phase.written = [c.written for c in covering if c.written]
         phase.changed = [c for n, c in cycle_changes(self.log)[first_line:] if n == len(expected)]
         phase.phase_spans = [c for n, c in cycle_phases(self.log)[first_line:] if n == len(expected)]
         phase.queries_per_cycle = self.queries_per_cycle(len(expected))

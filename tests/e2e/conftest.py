@@ -123,7 +123,7 @@ class Kube:
 def kube(testbins: TestBinaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     """One real cluster for the whole session, with the project's CRDs installed."""
     workdir = tmp_path_factory.mktemp("cluster")
-    cluster = LocalCluster(name=f"gpurs-{uuid.uuid4().hex[:6]}", workdir=workdir, bins=testbins)
+    cluster = LocalCluster(name=unique_name("gpurs"), workdir=workdir, bins=testbins)
     try:
         cluster.up()
         crds = sorted((REPO_ROOT / "crds").glob("*.yaml"))

@@ -8,14 +8,13 @@ import os
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.e2e.conftest import Kube
+from tests.e2e.conftest import Kube, unique_name
 from tests.e2e.workloads import gpu_deployment
 
 FAST = ("--window", "1m", "--interval", "5s", "--lease-seconds", "6")
@@ -78,7 +77,7 @@ def operator_args(url: str, namespace: str) -> list[str]:
         "-n",
         namespace,
         "--lease-name",
-        f"lease-{uuid.uuid4().hex[:6]}",
+        unique_name("lease"),
         *FAST,
     ]
 
@@ -329,7 +328,7 @@ def test_workloads_the_actuator_must_leave_alone(kube: Kube, live_metrics: str, 
                  "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]},
     })  # fmt: skip
     operator = run_operator(
-        "--role", "all", "--prometheus-url", live_metrics, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}", *FAST,
+        "--role", "all", "--prometheus-url", live_metrics, "--lease-name", unique_name("lease"), *FAST,
         *[arg for ns in (limited, outside, hpa_ns, declared) for arg in ("-n", ns)],
     )  # fmt: skip
 

@@ -15,14 +15,13 @@ import calendar
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Background, Kube
+from tests.e2e.conftest import Background, Kube, unique_name
 from tests.e2e.test_actuation_e2e import FAST, create, fault, recommendation
 from tests.e2e.workloads import gpu_deployment, gpu_statefulset
 
@@ -277,7 +276,7 @@ def crash_during_apply(env: Env, case: Case) -> Script:
     kube, ns = env.kube, case.namespace
     policy(kube, ns)
     trainer(kube, ns)
-    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    lease = unique_name("lease")
     crashing = own_operator(env, case, lease, "crashing", fault("intent"))
     yield from until(lambda: crashing.process.poll() is not None, 300, "the crash after the intent")
     intent = apply_status(kube, ns, "deployment-trainer")
@@ -306,7 +305,7 @@ def crash_during_rollback(env: Env, case: Case) -> Script:
     trainer(kube, ns)
     yield from first_revision(kube, ns)
     initial = newest_hash(kube, ns)
-    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    lease = unique_name("lease")
     crashing = own_operator(env, case, lease, "crashing", fault("rollback"))
     yield from until(lambda: in_phase(kube, ns, "Applied", "RolledOut"), 300, "the change to be applied")
     yield from changed_revision(kube, ns, initial)
@@ -337,7 +336,7 @@ def delayed_renewals(env: Env, case: Case) -> Script:
     kube, ns = env.kube, case.namespace
     policy(kube, ns)
     trainer(kube, ns)
-    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    lease = unique_name("lease")
     slow = own_operator(env, case, lease, "slow", fault(renew_delay=30))
     yield from until(lambda: "now the leader" in slow.output(), 60, "the slow actuator to lead")
     healthy = own_operator(env, case, lease, "healthy")
@@ -671,7 +670,7 @@ def garbage_at_verify_end(env: Env, case: Case) -> Script:
     proxy = GarbageProxy(env.url)
     policy(kube, ns, verifyFor="30s")
     trainer(kube, ns)
-    own_operator(env, case, f"lease-{uuid.uuid4().hex[:6]}", "proxied", url=proxy.url)
+    own_operator(env, case, unique_name("lease"), "proxied", url=proxy.url)
     yield from until(lambda: change_record(kube, ns).get("rolledOutAt"), 300, "the rollout")
     rolled_out = change_record(kube, ns)["rolledOutAt"]
     end = calendar.timegm(time.strptime(rolled_out, "%Y-%m-%dT%H:%M:%SZ")) + 30
@@ -762,7 +761,7 @@ def policy_off_across_restart(env: Env, case: Case) -> Script:
     as the change is in flight (an Off policy removes it only once the change has settled)."""
     kube, ns = env.kube, case.namespace
     # a lease that outlives the restart: this row is about the change, not about a failover
-    own_operator(env, case, f"lease-{uuid.uuid4().hex[:6]}", "restart", extra_args=("--lease-seconds", "90"))
+    own_operator(env, case, unique_name("lease"), "restart", extra_args=("--lease-seconds", "90"))
     _, bad = yield from changed_trainer(kube, ns)
     before = change_record(kube, ns)
     history_before = before.get("history") or []
@@ -848,7 +847,7 @@ def test_actuation_matrix(
     # without namespaces the shared operator would watch them all, the other rows' included
     operator = (
         run_operator(
-            "--role", "all", "--prometheus-url", live_metrics, "--lease-name", f"lease-{uuid.uuid4().hex[:6]}",
+            "--role", "all", "--prometheus-url", live_metrics, "--lease-name", unique_name("lease"),
             *FAST, *[arg for ns in shared for arg in ("-n", ns)], name="shared",
         )
         if shared
@@ -1112,7 +1111,7 @@ def crash_during_resize_rollback(env: Env, case: Case) -> Script:
     kube, ns = env.kube, case.namespace
     policy(kube, ns, verifyFor="10m")
     starved_job(kube, ns)
-    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    lease = unique_name("lease")
     crashing = own_operator(env, case, lease, "crashing", fault("resize-rollback"))
     yield from until(lambda: in_phase(kube, ns, "RolledOut", name="job-train"), 480, "the resize to be done")
     before = set(workload_pods(kube, ns))

@@ -9,7 +9,6 @@ the API server, so the three judges are held to one list.
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from gpu_rightsizer.model.crd import (
     RecommendationSummary,
 )
 from gpu_rightsizer.model.result import Action, ActionTarget, Finding, Savings
+from tests.e2e.conftest import unique_name
 from tests.unit.test_crd_models import INVALID_SPECS, VALID_SPECS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_crds_are_established_with_names_and_categories(crds: Any) -> None:
 
 @pytest.mark.parametrize("case", sorted(VALID_SPECS))
 def test_valid_policy_is_accepted_and_parses_after_defaulting(crds: Any, case: str) -> None:
-    name = f"e2e-valid-{case}-{uuid.uuid4().hex[:5]}"
+    name = unique_name(f"e2e-valid-{case}")
     try:
         crds.kubectl("create", "-f", "-", input_text=_policy(name, VALID_SPECS[case]))
         stored = crds.get_json(f"gpurightsizingpolicy/{name}")
@@ -92,7 +92,7 @@ def test_valid_policy_is_accepted_and_parses_after_defaulting(crds: Any, case: s
 @pytest.mark.parametrize("case", sorted(INVALID_SPECS))
 def test_invalid_policy_is_rejected_naming_the_field(crds: Any, case: str) -> None:
     invalid = INVALID_SPECS[case]
-    name = f"e2e-invalid-{case}-{uuid.uuid4().hex[:5]}"
+    name = unique_name(f"e2e-invalid-{case}")
     result = crds.kubectl("create", "-f", "-", input_text=_policy(name, invalid.spec), check=False)
     try:
         assert result.returncode != 0, f"{case} was accepted: {result.stdout}"
@@ -229,7 +229,7 @@ def test_status_is_a_subresource(crds: Any) -> None:
 
 
 def test_policy_columns(crds: Any) -> None:
-    name = f"e2e-columns-{uuid.uuid4().hex[:5]}"
+    name = unique_name("e2e-columns")
     spec = {"priority": 7, "mode": "Apply", "dryRun": True, "actions": ["cpu", "memory"]}
     try:
         crds.kubectl("create", "-f", "-", input_text=_policy(name, spec))

@@ -8,14 +8,13 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from gpu_rightsizer.testcluster.binaries import TestBinaries
 from gpu_rightsizer.testcluster.kwok import ClusterError, ClusterPorts, LocalCluster
-from tests.e2e.conftest import Kube
+from tests.e2e.conftest import Kube, unique_name
 
 
 def test_a_component_that_cannot_bind_fails_the_start_with_its_log(
@@ -26,9 +25,7 @@ def test_a_component_that_cannot_bind_fails_the_start_with_its_log(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ports = ClusterPorts.pick(kube_apiserver=taken.getsockname()[1])
-        cluster = LocalCluster(
-            name=f"exits-{uuid.uuid4().hex[:6]}", workdir=tmp_path, bins=testbins, ports=ports
-        )
+        cluster = LocalCluster(name=unique_name("exits"), workdir=tmp_path, bins=testbins, ports=ports)
         started = time.monotonic()
         with pytest.raises(ClusterError) as caught:
             cluster.up(timeout=240)

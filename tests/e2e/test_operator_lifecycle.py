@@ -10,7 +10,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import Background, Kube
+from tests.e2e.conftest import Background, Kube, unique_name
 from tests.e2e.test_actuation_e2e import change_status
 from tests.e2e.workloads import gpu_deployment
 
@@ -241,7 +240,7 @@ def test_dry_run_shows_the_patch_and_changes_nothing(
     )
     operator = run_operator(
         "-n", namespace, "--role", "all", "--prometheus-url", live_metrics, "--lease-name",
-        f"lease-{uuid.uuid4().hex[:6]}", *FAST,
+        unique_name("lease"), *FAST,
     )  # fmt: skip
 
     def dry_run_apply() -> dict[str, Any] | None:

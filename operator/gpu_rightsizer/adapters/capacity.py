@@ -52,11 +52,9 @@ ALLOWLIST_HINT = (
 )
 
 
-def read_nodes_capacity(core: Any) -> ClusterCapacity:
-    """Pools from the API server's nodes (`core` is a CoreV1Api)."""
-    listed = core.list_node()
-    nodes = [core.api_client.sanitize_for_serialization(item) for item in listed.items]
-    return capacity_from_nodes(nodes, source="api")
+def read_nodes_capacity(kube: Any) -> ClusterCapacity:
+    """Pools from the API server's nodes (`kube.list_nodes()`, `adapters.kube.KubeAdapter`)."""
+    return capacity_from_nodes(kube.list_nodes(), source="api")
 
 
 def capacity_from_ksm(
@@ -95,10 +93,10 @@ def capacity_from_ksm(
 
 
 def load_capacity(kube: Any, fallback: Any = None) -> ClusterCapacity:
-    """The cluster's capacity from the API (`kube.core`), else from `fallback()` (kube-state-metrics),
+    """The cluster's capacity from the API (`kube.list_nodes`), else from `fallback()` (kube-state-metrics),
     else unknown (nothing is then constrained, and the log says why)."""
     try:
-        return read_nodes_capacity(kube.core)
+        return read_nodes_capacity(kube)
     except Exception as error:  # RBAC, network: the analysis goes on without node facts
         LOG.warning("cannot list nodes (%s); trying kube-state-metrics for node capacity", error)
     if fallback is not None:

@@ -447,6 +447,11 @@ class KubeAdapter:
             )
         ]
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node as plain JSON (without managedFields): read each cycle for the pools' capacity,
+        so not through the typed client models (`_listed_items`)."""
+        return _listed_items(self.core.list_node)
+
     def read_node(self, name: str) -> dict[str, Any] | None:
         """A node as a plain dict; None when it does not exist."""
         try:

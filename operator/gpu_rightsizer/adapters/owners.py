@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.logic.owners import (
     KNOWN_CONTROLLERS,
     ObjectLink,
@@ -26,7 +27,8 @@ LOG = logging.getLogger(__name__)
 
 #: Groups whose kinds the operator's RBAC always covers: a refusal there is a broken install, raised.
 _BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
-#: Built-in kinds listed once per cycle by the metric path's owner walk.
+#: Built-in kinds a cycle reads from the watched copies, else lists once (`WorkloadListings`); bare Pods
+#: are read one by one (a LIST of every pod would cost more than it saves).
 _LISTED_KINDS = frozenset(kind.kind for kind in POD_OWNERS)
 
 
@@ -165,44 +167,94 @@ def resolve_pod(reader: OwnerReader, pod: Mapping[str, Any]) -> tuple[ObjectLink
     return top, obj, resolution.via
 
 
+class WorkloadListings:
+    """The pod-owning built-in workloads one cycle reads: the watched copies first, else one LIST per
+    kind (made on the first miss, in `namespaces` when given, else cluster-wide).
+
+    Why: the cycle reads only the metadata of these objects (labels, annotations, uid, generation,
+    controller reference), which the slim copies of `kube.owner_cache` keep, fed by the watch events
+    the pod handler already needs. Listing every Deployment and ReplicaSet each cycle (pod templates
+    included) was a LIST answer per kind to serialise, send and decode; with a warm cache a steady
+    cycle lists none. A miss lists the kind once for the cycle, as every cycle did before, so a cold
+    cache or one the watch has not filled costs what it did. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        kube: ApiReads,
+        namespaces: tuple[str, ...] = (),
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.namespaces = namespaces
+        #: Told of a failed LIST (the cycle counts it in its error metric).
+        self.on_error = on_error
+        self.cache: OwnerCache | None = getattr(kube, "owner_cache", None)
+        #: kind -> (namespace, name) -> object; None when the LIST failed (read one by one instead).
+        self._listed: dict[str, Mapping[tuple[str, str], Mapping[str, Any]] | None] = {}
+        self._lock = threading.Lock()
+
+    def _listing(self, kind: str) -> Mapping[tuple[str, str], Mapping[str, Any]] | None:
+        with self._lock:
+            if kind in self._listed:
+                return self._listed[kind]
+            try:
+                listed: Mapping[tuple[str, str], Mapping[str, Any]] | None = self.kube.list_workloads(
+                    kind, self.namespaces
+                )
+            except Exception as error:  # RBAC or API trouble: read one by one instead
+                LOG.warning("listing %s objects failed; reading them one by one: %s", kind, error)
+                if self.on_error is not None:
+                    self.on_error(error)
+                listed = None
+            self._listed[kind] = listed
+            return listed
+
+    def find(self, kind: str, namespace: str, name: str) -> tuple[Mapping[str, Any] | None, bool]:
+        """(the object or None, whether the watched copies or a listing answered for it). Not answered:
+        a kind that is not listed here, or whose listing failed; the caller reads it one by one."""
+        if kind not in _LISTED_KINDS:
+            return None, False
+        if self.cache is not None:
+            cached = self.cache.get(kind, namespace, name)
+            if cached is not None:
+                return cached, True
+        listing = self._listing(kind)
+        if listing is None:
+            return None, False
+        return listing.get((namespace, name)), True
+
+    @property
+    def listed_kinds(self) -> tuple[str, ...]:
+        """The kinds this cycle had to list (for the tests and the cycle's log)."""
+        with self._lock:
+            return tuple(sorted(kind for kind, listed in self._listed.items() if listed is not None))
+
+
 def api_parent_lookup(
-    kube: ApiReads,
-    namespaces: tuple[str, ...] = (),
-    listed: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]] | None = None,
+    kube: ApiReads, listings: WorkloadListings | None = None
 ) -> Callable[[str, ObjectLink], ObjectLink | None]:
     """The controller owner of an object, from the API, for one cycle's batch.
 
     Lets the metric path walk past what kube-state-metrics tells (StatefulSet, Deployment and custom
-    kind owners), so it reaches the same workload as the pod watch. Built-in kinds are listed once
-    (in `namespaces`, else cluster-wide; `listed` holds the cycle's listings already made), so the
-    cost does not grow with the number of workloads; custom kinds are read one by one. A failed read
-    ends the walk there.
+    kind owners), so it reaches the same workload as the pod watch. Built-in kinds come from
+    `listings` (the watched copies, else one LIST per kind for the cycle), so the cost does not grow
+    with the number of workloads; custom kinds are read one by one. A failed read ends the walk there.
     """
     reader = OwnerReader(kube)
-    listings: dict[str, Mapping[tuple[str, str], Mapping[str, Any]] | None] = dict(listed or {})
+    listings = listings or WorkloadListings(kube)
     cache: dict[tuple[str, str, str], ObjectLink | None] = {}
-
-    def listing(kind: str) -> Mapping[tuple[str, str], Mapping[str, Any]] | None:
-        if kind not in listings:
-            try:
-                listings[kind] = kube.list_workloads(kind, namespaces)
-            except Exception as error:  # RBAC or API trouble: read one by one instead
-                LOG.warning(
-                    "cannot list %s objects to find owners (%s); reading them one by one", kind, error
-                )
-                listings[kind] = None
-        return listings[kind]
 
     def parent_of(namespace: str, link: ObjectLink) -> ObjectLink | None:
         key = (namespace, link.kind, link.name)
         if key in cache:
             return cache[key]
         found: Mapping[str, Any] | None = None
+        answered = False
         group = api_version_for(link.kind, link.api_version).rpartition("/")[0]
-        listed_kind = listing(link.kind) if group in _BUILT_IN_GROUPS and link.kind in _LISTED_KINDS else None
-        if listed_kind is not None:
-            found = listed_kind.get((namespace, link.name))
-        else:
+        if group in _BUILT_IN_GROUPS:
+            found, answered = listings.find(link.kind, namespace, link.name)
+        if not answered:
             try:
                 found, _ = reader.lookup(link.api_version, link.kind, namespace, link.name)
             except (ApiException, TypeError) as error:

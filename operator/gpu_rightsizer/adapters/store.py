@@ -148,15 +148,69 @@ def status_body(status: GPURecommendationStatus, fields: Iterable[str] | None = 
     return status.model_dump(mode="json", by_alias=True, exclude_none=True, include=set(wanted))
 
 
+class ParsedRecommendations:
+    """The last parse of each listed recommendation, with the resourceVersion it was parsed at.
+
+    Why: a steady cycle lists every recommendation but writes only those whose status says something
+    new, so most come back exactly as the last cycle parsed them; validating each status into its
+    models again was the cycle's largest share of pydantic work. A resourceVersion names one stored
+    state of one object (every write changes it), so an object listed at the version it was parsed at
+    is that parse. Objects without a resourceVersion are parsed every time. One caller at a time (the
+    analysis cycle, which runs one cycle after the other); the parses are read, never changed.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], tuple[str, StoredRecommendation | None]] = {}
+        #: Parses reused and made (for the tests and the cycle's log).
+        self.reused = 0
+        self.parsed = 0
+
+    def parse_all(self, listed: Iterable[Mapping[str, Any]]) -> list[StoredRecommendation | None]:
+        """Each listed object typed, reusing the parse of those unchanged since; the parses of objects
+        not listed any more are let go."""
+        found: list[StoredRecommendation | None] = []
+        listed_at: dict[tuple[str, str], tuple[str, StoredRecommendation | None]] = {}
+        kept = self._kept
+        for raw in listed:
+            metadata = raw.get("metadata")
+            metadata = metadata if isinstance(metadata, Mapping) else {}
+            version = metadata.get("resourceVersion")
+            if version is None:
+                found.append(parse_recommendation(raw))
+                self.parsed += 1
+                continue
+            key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+            before = kept.get(key)
+            if before is not None and before[0] == str(version):
+                parsed = before[1]
+                self.reused += 1
+            else:
+                parsed = parse_recommendation(raw)
+                self.parsed += 1
+            listed_at[key] = (str(version), parsed)
+            found.append(parsed)
+        self._kept = listed_at
+        return found
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
 class RecommendationStore:
     """Typed reads and apply-free status writes of GPURecommendations."""
 
-    def __init__(self, api: RecommendationApi) -> None:
+    def __init__(self, api: RecommendationApi, parsed: ParsedRecommendations | None = None) -> None:
         self.api = api
+        #: Parses kept from the last listing (the cycle's store keeps one for the process's life).
+        self.parsed = parsed
 
     def list(self, namespaces: tuple[str, ...] = ()) -> list[StoredRecommendation]:
         """Every readable recommendation (in `namespaces` when given); unreadable ones are logged."""
-        found = [parse_recommendation(raw) for raw in self.api.list_recommendations(namespaces)]
+        listed = self.api.list_recommendations(namespaces)
+        if self.parsed is not None:
+            found = self.parsed.parse_all(listed)
+        else:
+            found = [parse_recommendation(raw) for raw in listed]
         return [stored for stored in found if stored is not None]
 
     def get(self, ref: WorkloadRef) -> StoredRecommendation | None:

@@ -98,6 +98,21 @@ def recommendation_name(ref: WorkloadRef) -> str:
     return name[:253]
 
 
+def resources_of(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a pod spec `allocation_from_pod_spec` reads: each container's name and resources.
+
+    Why: the recommender keeps a pod spec per known workload for the rest of its life (to make the
+    recommendation's first status again when it is deleted); a whole spec (volumes, env, probes,
+    tolerations) is many times this."""
+    return {
+        "containers": [
+            {"name": container.get("name"), "resources": container.get("resources") or {}}
+            for container in pod_spec.get("containers", []) or []
+            if isinstance(container, Mapping)
+        ]
+    }
+
+
 def _container_sum(pod_spec: Mapping[str, Any], section: str, resource: str) -> float | None:
     total, seen = 0.0, False
     for container in pod_spec.get("containers", []) or []:

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpu_rightsizer.adapters.capacity import IDLE_FLOOR_LOOKBACK_SECONDS, load_capacity, with_idle_floors
 from gpu_rightsizer.adapters.kube import KubeAdapter
-from gpu_rightsizer.adapters.owners import api_parent_lookup, read_workload
+from gpu_rightsizer.adapters.owners import WorkloadListings, api_parent_lookup, read_workload
 from gpu_rightsizer.adapters.source import (
     KeepsWindows,
 )
@@ -45,7 +45,7 @@ from gpu_rightsizer.model.codes import SharingStrategy
 from gpu_rightsizer.model.crd import (
     GPURightsizingPolicy,
 )
-from gpu_rightsizer.model.kinds import POD_OWNERS, is_scalable
+from gpu_rightsizer.model.kinds import is_scalable
 from gpu_rightsizer.model.observation import HPAInfo, WorkloadRef, WorkloadWindow
 from gpu_rightsizer.model.result import Analysis, MemoryLookback
 from gpu_rightsizer.recommender.policies import load_policies, update_policy_statuses
@@ -64,11 +64,6 @@ from gpu_rightsizer.runtime.context import OperatorContext
 from gpu_rightsizer.runtime.startup import runs
 
 LOG = logging.getLogger(__name__)
-
-
-#: Kinds listed once per cycle instead of read one by one (bare Pods are read: a LIST of every pod
-#: would cost more than it saves).
-LISTED_KINDS = frozenset(kind.kind for kind in POD_OWNERS)
 
 
 #: Pause between cycles while a window is being backfilled (a cold start reads back to back).
@@ -181,16 +176,19 @@ class CycleState:
     policies: list[GPURightsizingPolicy]
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     governed: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
-    #: kind -> (namespace, name) -> object, for the kinds listed this cycle.
-    workloads: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
+    #: The pod-owning workloads: watched copies, else one LIST per kind (set by `load`).
+    listings: WorkloadListings | None = None
     #: (namespace, kind, name) of the scaled workload -> HPA; None when not listed (read one by one).
     hpas: dict[tuple[str, str, str], dict[str, Any]] | None = None
     #: What the nodes offer (node pools), read once per cycle.
     capacity: ClusterCapacity = field(default_factory=ClusterCapacity)
 
-    def workload(self, kube: KubeAdapter, ref: WorkloadRef) -> dict[str, Any] | None:
-        """The workload from this cycle's listing, else (a kind not listed, or not found) a GET."""
-        found = self.workloads.get(ref.kind, {}).get((ref.namespace, ref.name))
+    def workload(self, kube: KubeAdapter, ref: WorkloadRef) -> Mapping[str, Any] | None:
+        """The workload from the watched copies or this cycle's listing, else (a kind not listed, not
+        found, or its listing refused) a GET. Read for its metadata only."""
+        found = None
+        if self.listings is not None:
+            found, _ = self.listings.find(ref.kind, ref.namespace, ref.name)
         if found is None:  # any kind: a PyTorchJob, a LeaderWorkerSet, ... (adapters.owners)
             found = read_workload(kube, ref.api_version, ref.kind, ref.namespace, ref.name)
         return found
@@ -202,13 +200,11 @@ class CycleState:
         return self.hpas.get((ref.namespace, ref.kind, ref.name))
 
     def load(self, kube: KubeAdapter, refs: list[WorkloadRef], namespaces: tuple[str, ...]) -> None:
-        """List the workload kinds and HPAs `refs` need, once; whatever fails is read one by one."""
-        for kind in sorted({ref.kind for ref in refs} & LISTED_KINDS):
-            try:
-                self.workloads[kind] = kube.list_workloads(kind, namespaces)
-            except Exception as error:
-                metrics.ERRORS.labels("kubernetes").inc()
-                LOG.warning("listing %s objects failed; reading them one by one: %s", kind, error)
+        """Set up the workload reads and list the HPAs `refs` need, once; whatever fails is read one
+        by one. Workload kinds are listed only where the watched copies miss (`WorkloadListings`)."""
+        self.listings = WorkloadListings(
+            kube, namespaces, on_error=lambda _: metrics.ERRORS.labels("kubernetes").inc()
+        )
         if any(is_scalable(ref.kind) for ref in refs):
             try:
                 self.hpas = kube.list_hpas(namespaces)
@@ -234,7 +230,7 @@ class _Pending:
 
     ref: WorkloadRef
     recommendation: StoredRecommendation
-    workload: dict[str, Any]
+    workload: Mapping[str, Any]
     settings: EffectiveSettings
     window_seconds: float
 
@@ -249,7 +245,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
     cfg, kube = ctx.config, ctx.kube
     if not runs(cfg, "recommender"):
         return 0  # an actuator-only process never analyses (it does not import this wing's wiring)
-    store = RecommendationStore(kube)
+    store = RecommendationStore(kube, ctx.parsed_recommendations)
     end = now or datetime.now(UTC)
     marks = [time.monotonic()]  # phase ends: listing, metrics, analysis and writes, policies
     try:
@@ -298,7 +294,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         window_lengths,
         end,
         scope_of(cfg),
-        api_parent_lookup(kube, cfg.namespaces if not cfg.all_namespaces else (), state.workloads),
+        api_parent_lookup(kube, state.listings),
         failures,
         backfilling,
     )
@@ -416,7 +412,7 @@ def _prepare(
 
 def _count_governed(
     ctx: OperatorContext, state: CycleState, ref: WorkloadRef
-) -> tuple[dict[str, Any], EffectiveSettings] | None:
+) -> tuple[Mapping[str, Any], EffectiveSettings] | None:
     """The workload and the settings its policies give it, counted for the policies' statuses (unless
     it opted out); None when the workload is gone."""
     kube = ctx.kube

@@ -105,7 +105,7 @@ def gpu_pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
         known = ctx.known.get(key)
         if known is not None and known.workload.uid == workload.uid:
             return  # a recreated workload (another uid) is made a recommendation again
-    known = KnownWorkload(workload=workload, pod_spec=dict(body.get("spec") or {}))
+    known = KnownWorkload.kept(workload, body.get("spec") or {})
     writes.ensure_recommendation(store, config, known)
     with ctx.lock:
         ctx.known[key] = known

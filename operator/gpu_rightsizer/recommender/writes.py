@@ -262,7 +262,7 @@ def restore_missing(
                     ctx.known.pop(ref.key, None)
                 continue
             uid = str((current.get("metadata") or {}).get("uid") or known.workload.uid)
-            fresh = KnownWorkload(ResolvedWorkload(ref=ref, uid=uid, obj=current), known.pod_spec)
+            fresh = KnownWorkload.kept(ResolvedWorkload(ref=ref, uid=uid, obj=current), known.pod_spec)
             stored = ensure_recommendation(store, ctx.config, fresh)
         except Exception:
             metrics.ERRORS.labels("kubernetes").inc()

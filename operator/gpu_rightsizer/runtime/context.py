@@ -18,8 +18,11 @@ from typing import Any
 import kopf
 
 from gpu_rightsizer.adapters.kube import KubeAdapter, LeaseElector, ResolvedWorkload
+from gpu_rightsizer.adapters.owner_cache import slim
 from gpu_rightsizer.adapters.source import WindowSource
+from gpu_rightsizer.adapters.store import ParsedRecommendations
 from gpu_rightsizer.config import OperatorConfig
+from gpu_rightsizer.logic.workloads import resources_of
 from gpu_rightsizer.model.crd import GPURightsizingPolicy
 
 
@@ -29,6 +32,14 @@ class KnownWorkload:
 
     workload: ResolvedWorkload
     pod_spec: Mapping[str, Any]
+
+    @classmethod
+    def kept(cls, workload: ResolvedWorkload, pod_spec: Mapping[str, Any]) -> KnownWorkload:
+        """What is kept of a workload for the life of the process: the owner's slim copy
+        (`owner_cache.slim`: identity, controller reference, labels, annotations, replicas) and the
+        pod spec's containers' resources (`logic.workloads.resources_of`), not whole objects."""
+        resolved = ResolvedWorkload(ref=workload.ref, uid=workload.uid, obj=slim(workload.obj))
+        return cls(workload=resolved, pod_spec=resources_of(pod_spec))
 
 
 @dataclass
@@ -53,6 +64,8 @@ class OperatorContext:
     last_refreshed: int = 0
     cycle_task: asyncio.Task[Any] | None = None
     elector: LeaseElector | None = None
+    #: The cycle's parses of the listed recommendations, reused while an object is unchanged.
+    parsed_recommendations: ParsedRecommendations = field(default_factory=ParsedRecommendations)
     #: Where the recommender reads every workload's windows (None: no metrics backend configured).
     source: WindowSource | None = None
     #: Where the actuator reads one workload's window to verify a change: whole windows, scoped to

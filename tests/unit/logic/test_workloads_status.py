@@ -24,6 +24,7 @@ from gpu_rightsizer.logic.workloads import (
     parse_quantity,
     recommendation_name,
     requests_gpu,
+    resources_of,
 )
 from gpu_rightsizer.model.codes import ActionType, ApplyState, DiagnosisCode
 from gpu_rightsizer.model.observation import Allocation, WorkloadRef
@@ -92,6 +93,22 @@ def test_allocation_of_a_mig_pod_knows_its_profile_and_not_the_whole_gpu_memory(
     assert (allocation.mig_profile, allocation.sharing, allocation.gpu_count) == ("1g.18gb", "mig", 1)
     assert allocation.gpu_memory_mib is None  # the slice is not the whole GPU
     assert (allocation.cpu_limit_cores, allocation.replicas, allocation.gpu_model) == (2.0, 3, "NVIDIA-H200")
+
+
+def test_the_kept_part_of_a_pod_spec_gives_the_same_allocation() -> None:
+    spec = {
+        "containers": [
+            {**container({"nvidia.com/gpu": "2", "cpu": "4", "memory": "16Gi"}), "env": [{"name": "A"}]},
+            {**container({"cpu": "500m", "memory": "1Gi"}), "image": "sidecar:1"},
+        ],
+        "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {}}]}}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+    }
+    kept = resources_of(spec)
+    assert set(kept) == {"containers"}
+    assert all(set(kept_container) == {"name", "resources"} for kept_container in kept["containers"])
+    assert allocation_from_pod_spec(kept, replicas=2) == allocation_from_pod_spec(spec, replicas=2)
+    assert resources_of({}) == {"containers": []}
 
 
 def test_waiting_status_is_honest_insufficient_data_with_no_action() -> None:

@@ -14,6 +14,7 @@ from tests.unit.operator.test_cycle_windows import NOW, FakeKube, cluster, memo_
 
 from gpu_rightsizer.actuator import loop
 from gpu_rightsizer.actuator.step import Actuator
+from gpu_rightsizer.adapters.owner_cache import OwnerCache
 from gpu_rightsizer.model.k8s import merge_patched
 from gpu_rightsizer.model.observation import WorkloadRef, WorkloadWindow
 from gpu_rightsizer.recommender import cycle, writes
@@ -121,6 +122,60 @@ def test_when_listing_is_refused_each_workload_is_read(monkeypatch: pytest.Monke
 
     assert sorted(kube.reads) == ["team-a/one", "team-a/two", "team-b/three", "team-c/solo"]
     assert sorted(kube.hpa_reads) == sorted(key for key, _ in kube.status_patches)
+
+
+def watched(kube: ListingKube, *, skip: tuple[str, str] | None = None) -> OwnerCache:
+    """An owner cache fed the fake cluster's Deployments as the watch's initial listing delivers them
+    (`skip`: one the watch has not delivered yet)."""
+    cache = OwnerCache()
+    for key, obj in kube.workloads.items():
+        if key != skip:
+            cache.event(None, obj, "Deployment")
+    kube.owner_cache = cache  # type: ignore[attr-defined]
+    return cache
+
+
+def test_with_the_watched_copies_a_cycle_lists_no_workloads() -> None:
+    kube = listing_cluster()
+    watched(kube)
+
+    assert cycle.run_cycle(memo_for(kube), now=NOW) == 4
+
+    assert kube.workload_lists == [] and kube.reads == []
+    assert kube.hpa_lists == [()]
+    assert len(kube.status_patches) == 4
+
+
+def test_an_opt_out_the_watch_delivered_is_honoured_without_a_listing() -> None:
+    kube = ListingKube(cluster(annotations={"gpurightsizer.io/ignore": "true"}))
+    watched(kube)
+
+    assert cycle.run_cycle(memo_for(kube), now=NOW) == 3
+
+    assert kube.workload_lists == []
+    assert kube.deleted == ["team-c/Deployment/solo"]
+    assert "team-c/Deployment/solo" not in {key for key, _ in kube.status_patches}
+
+
+def test_a_workload_the_watch_missed_costs_one_listing_for_the_cycle() -> None:
+    kube = listing_cluster()
+    watched(kube, skip=("team-b", "three"))
+
+    assert cycle.run_cycle(memo_for(kube), now=NOW) == 4
+
+    assert kube.workload_lists == [("Deployment", ())]  # once, whatever else misses after it
+    assert kube.reads == []
+    assert len(kube.status_patches) == 4
+
+
+def test_a_refused_listing_after_a_miss_reads_only_the_missed_workload() -> None:
+    kube = listing_cluster()
+    watched(kube, skip=("team-b", "three"))
+    kube.failing_lists = True
+
+    assert cycle.run_cycle(memo_for(kube), now=NOW) == 4
+
+    assert kube.reads == ["team-b/three"]
 
 
 def test_an_unchanged_status_is_written_again_only_when_its_window_grows_old(

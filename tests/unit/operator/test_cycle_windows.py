@@ -377,3 +377,32 @@ def test_a_recreated_workload_gets_its_recommendation_again_from_its_pods() -> N
     assert kube.created == ["team-b/Deployment/three"]
     assert ctx.known[ref.key].workload.uid == "uid-new"
     assert dict(kube.status_patches)["team-b/Deployment/three"]["diagnosis"]["primary"] == "InsufficientData"
+
+
+def test_a_known_workload_keeps_only_what_its_first_status_needs() -> None:
+    import kopf
+
+    from gpu_rightsizer.recommender import wiring as recommender
+
+    kube = cluster()
+    ref = WorkloadRef(namespace="team-b", kind="Deployment", name="three")
+    owner = {**kube.workloads[("team-b", "three")], "spec": {"replicas": 2, "template": {"spec": {}}}}
+    kube.resolve_owner = lambda pod: ResolvedWorkload(ref=ref, uid="uid-3", obj=owner)  # type: ignore[attr-defined]
+    del kube.recommendations[("team-b", "three")]
+    gpu = {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}}
+    pod = {
+        "metadata": {"name": "three-0", "namespace": "team-b"},
+        "spec": {
+            "containers": [{"name": "main", "image": "trainer:1", "env": [{"name": "A"}], "resources": gpu}],
+            "volumes": [{"name": "token", "projected": {"sources": []}}],
+        },
+    }
+    ctx = memo_for(kube)
+
+    recommender.gpu_pod_event(type="ADDED", body=pod, memo=kopf.Memo(context=ctx))  # type: ignore[arg-type]
+
+    known = ctx.known[ref.key]
+    assert known.pod_spec == {"containers": [{"name": "main", "resources": gpu}]}
+    assert known.workload.obj["spec"] == {"replicas": 2}  # the slim copy: no pod template
+    allocation = dict(kube.status_patches)["team-b/Deployment/three"]["allocation"]
+    assert (allocation["gpuCount"], allocation["replicas"]) == (1, 2)

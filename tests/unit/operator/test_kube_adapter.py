@@ -486,6 +486,29 @@ async def test_listed_policies_leave_out_managed_fields(
     assert policy["spec"] == {"mode": "Recommend"}
 
 
+async def test_the_nodes_capacity_is_read_from_their_listing_as_sent(
+    kmock: kmock.KubernetesEmulator, adapter: KubeAdapter
+) -> None:
+    from gpu_rightsizer.adapters.capacity import load_capacity
+
+    for i, labels in enumerate(({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {})):
+        kmock.objects["v1/nodes", None, f"gpu-{i}"] = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f"gpu-{i}", "labels": labels, "managedFields": [{"manager": "kubelet"}]},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}},
+        }  # fmt: skip
+
+    nodes = await call(adapter.list_nodes)
+    capacity = await call(load_capacity, adapter)
+
+    assert sorted(node["metadata"]["name"] for node in nodes) == ["gpu-0", "gpu-1"]
+    assert all("managedFields" not in node["metadata"] for node in nodes)
+    assert capacity.source == "api"
+    assert sorted(node for pool in capacity.pools for node in pool.nodes) == ["gpu-0", "gpu-1"]
+    assert {pool.gpu_product for pool in capacity.pools} == {"NVIDIA-H100-80GB-HBM3", None}
+    assert all(pool.gpu_resources == {"nvidia.com/gpu": 8.0} for pool in capacity.pools)
+
+
 async def test_a_list_answer_that_is_not_a_kubernetes_list_is_a_clear_error() -> None:
     assert listed_objects(b'{"kind": "DeploymentList"}') == []
     with pytest.raises(ValueError, match="LIST answer could not be read"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_rightsizer.adapters.store import RecommendationStore, parse_recommendation
+from gpu_rightsizer.adapters.store import ParsedRecommendations, RecommendationStore, parse_recommendation
 from gpu_rightsizer.model.crd import ApplyStatus, ChangePhase, GPURecommendationStatus
 from gpu_rightsizer.model.observation import WorkloadRef
 
@@ -80,3 +80,60 @@ def test_a_partial_patch_sends_only_the_fields_asked_for() -> None:
         REF, GPURecommendationStatus(workload_generation=2), fields={"conditions"}
     )
     assert api.patches == [{"conditions": []}]
+
+
+def versioned(name: str, version: str | None, status: Any) -> dict[str, Any]:
+    raw = stored(status)
+    raw["metadata"] = {**raw["metadata"], "name": f"deployment-{name}"}
+    raw["spec"] = {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}}
+    if version is not None:
+        raw["metadata"]["resourceVersion"] = version
+    return raw
+
+
+def test_a_listed_recommendation_is_parsed_again_only_when_its_version_moved() -> None:
+    parsed = ParsedRecommendations()
+    api = Api(
+        versioned("a", "10", {"workloadGeneration": 1}), versioned("b", "11", {"workloadGeneration": 2})
+    )
+    store = RecommendationStore(api, parsed)
+    first = {found.ref.name: found for found in store.list()}
+
+    api.objects[1] = versioned("b", "12", {"workloadGeneration": 5})  # b was written since
+    second = {found.ref.name: found for found in store.list()}
+
+    assert second["a"] is first["a"]  # the same parse: the object did not change
+    assert second["b"] is not first["b"] and second["b"].status.workload_generation == 5
+    assert (parsed.parsed, parsed.reused) == (3, 1)
+
+
+def test_a_recommendation_gone_from_the_listing_is_forgotten_and_parsed_anew_when_back() -> None:
+    parsed = ParsedRecommendations()
+    api = Api(versioned("a", "10", {"workloadGeneration": 1}), versioned("b", "11", {}))
+    store = RecommendationStore(api, parsed)
+    store.list()
+    api.objects = api.objects[:1]
+    store.list()
+    assert len(parsed) == 1
+
+    api.objects.append(versioned("b", "11", {"workloadGeneration": 7}))  # same version, new content
+    back = {found.ref.name: found for found in store.list()}
+    assert back["b"].status.workload_generation == 7
+
+
+def test_without_a_resource_version_every_listing_parses() -> None:
+    parsed = ParsedRecommendations()
+    store = RecommendationStore(Api(versioned("a", None, {"workloadGeneration": 1})), parsed)
+    one, two = store.list(), store.list()
+    assert one[0] is not two[0] and len(parsed) == 0 and parsed.parsed == 2
+
+
+def test_an_unreadable_listed_recommendation_stays_unreadable_when_reused() -> None:
+    parsed = ParsedRecommendations()
+    damaged = versioned("a", "10", {"apply": {"phase": "Sent-ish"}})
+    store = RecommendationStore(Api(damaged, {"metadata": {"resourceVersion": "9"}, "spec": {}}), parsed)
+    for _ in range(2):
+        found = store.list()
+        assert [item.ref.name for item in found] == ["a"]
+        assert found[0].unreadable == {"apply"}
+    assert parsed.reused == 2  # the damaged one and the one that names no target, each once

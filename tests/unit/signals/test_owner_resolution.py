@@ -197,6 +197,32 @@ def test_the_operator_walk_lists_built_in_kinds_once_per_cycle() -> None:
     assert kube.gets == ["leaderworkersets/g"]  # the custom top, once
 
 
+def test_the_operator_walk_reads_watched_owners_without_listing() -> None:
+    from typing import Any, cast
+
+    from gpu_rightsizer.adapters.owner_cache import OwnerCache
+    from gpu_rightsizer.adapters.owners import WorkloadListings, api_parent_lookup
+
+    kube = _ListingKube()
+    cache = OwnerCache()
+    for (namespace, _name), obj in kube.objects.items():
+        cache.event(None, {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}, "StatefulSet")
+    kube.owner_cache = cache  # type: ignore[attr-defined]
+    listings = WorkloadListings(cast(Any, kube))
+    parent_of = api_parent_lookup(cast(Any, kube), listings)
+    inventory = Inventory(extra_owners=parent_of)
+    for i in range(50):
+        _owner(inventory, f"sts-{i}-0", "StatefulSet", f"sts-{i}")
+    refs = {inventory.workload_of(NS, f"sts-{i}-0").key for i in range(50)}
+    assert refs == {f"{NS}/LeaderWorkerSet/g"}
+    assert kube.lists == []
+
+    _owner(inventory, "late-0", "StatefulSet", "late")  # not delivered by the watch: one listing
+    assert inventory.workload_of(NS, "late-0").key == f"{NS}/StatefulSet/late"
+    assert kube.lists == ["StatefulSet"] and listings.listed_kinds == ("StatefulSet",)
+    assert kube.gets == ["leaderworkersets/g"]
+
+
 def test_a_core_object_as_controller_is_not_a_workload() -> None:
     """A Deployment whose controller is a ConfigMap stays the workload (and actuation refuses it)."""
     chain = {
