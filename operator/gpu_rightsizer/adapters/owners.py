@@ -226,7 +226,7 @@ class WorkloadListings:
 
     @property
     def listed_kinds(self) -> tuple[str, ...]:
-        """The kinds this cycle had to list (for the tests and the cycle's log)."""
+        """The kinds this cycle had to list (read by the tests; nothing else counts on it)."""
         with self._lock:
             return tuple(sorted(kind for kind, listed in self._listed.items() if listed is not None))
 

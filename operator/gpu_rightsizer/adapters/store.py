@@ -161,7 +161,7 @@ class ParsedRecommendations:
 
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str], tuple[str, StoredRecommendation | None]] = {}
-        #: Parses reused and made (for the tests and the cycle's log).
+        #: Parses reused and made (read by the tests; nothing else counts on them).
         self.reused = 0
         self.parsed = 0
 
@@ -170,24 +170,23 @@ class ParsedRecommendations:
         not listed any more are let go."""
         found: list[StoredRecommendation | None] = []
         listed_at: dict[tuple[str, str], tuple[str, StoredRecommendation | None]] = {}
-        kept = self._kept
         for raw in listed:
             metadata = raw.get("metadata")
             metadata = metadata if isinstance(metadata, Mapping) else {}
-            version = metadata.get("resourceVersion")
-            if version is None:
+            if metadata.get("resourceVersion") is None:
                 found.append(parse_recommendation(raw))
                 self.parsed += 1
                 continue
+            version = str(metadata["resourceVersion"])
             key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
-            before = kept.get(key)
-            if before is not None and before[0] == str(version):
+            before = self._kept.get(key)
+            if before is not None and before[0] == version:
                 parsed = before[1]
                 self.reused += 1
             else:
                 parsed = parse_recommendation(raw)
                 self.parsed += 1
-            listed_at[key] = (str(version), parsed)
+            listed_at[key] = (version, parsed)
             found.append(parsed)
         self._kept = listed_at
         return found
