@@ -23,6 +23,13 @@ and step (a third of its CPU for those families, docs/scaling.md). Once the coar
 their window, `range:cpu` and `range:busy` are taken from the CPU, engine-activity and utilisation
 family answers instead of queries of their own (`IncrementalSource.derive_coarse`).
 
+The counter families (the cAdvisor rates and the CPU throttled ratio, `CounterRead`) are read as raw
+samples, one instant query of `metric[interval + rate window]` each, and the reader computes what
+their expression gives: `max(rate(), deriv())` per series at each step (`logic.counters`), the
+per-pod sum, and the join on the pods that request a GPU at that step (one range query of those
+pods per span, shared by the counter families). Prometheus then only reads the samples, once, where
+the range query evaluated three functions over every series at every step.
+
 Everything here is driven through one `RangeQuery` callable, the signature of
 `PrometheusSource.range`, so tests run on recorded answers.
 """
@@ -35,11 +42,12 @@ import logging
 import math
 import re
 import sys
+import threading
 import time
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -52,6 +60,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _SENTINEL_FILTER,
     GPU_KEYS,
     LABEL_FOLDS,
+    MAX_NAMESPACE_REGEX,
     POD_KEYS,
     PodSeries,
     PrometheusSource,
@@ -71,6 +80,7 @@ from gpu_rightsizer.adapters.prometheus import (
     without_folds,
 )
 from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
+from gpu_rightsizer.logic.counters import rates_at
 from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR, is_missing
 from gpu_rightsizer.logic.streaming import (
     DEFAULT_SLOTS,
@@ -97,6 +107,10 @@ GPU_REQUEST_SELECTOR = f'{mn.KSM_POD_REQUESTS}{{resource=~"nvidia.com.(gpu|mig).
 #: Messages with which Prometheus (or the client's timeout) says a query was too big to answer.
 TOO_BIG = re.compile(r"did not answer within|timed? ?out|too many samples|exceeded maximum resolution", re.I)
 
+#: Label variants folded onto `namespace` (`LABEL_FOLDS`).
+NAMESPACE_FOLDS = tuple(source for target, source in LABEL_FOLDS if target == "namespace")
+#: The application containers of a cAdvisor selector (not the pod's cgroup, not the pause container).
+APP_CONTAINERS = '{container!="",container!="POD"}'
 Labels = tuple[tuple[str, str], ...]
 #: Label sets shared before the table is started afresh (about a hundred thousand pods and devices).
 MAX_SHARED_LABEL_SETS = 200_000
@@ -119,6 +133,21 @@ class RangeQuery(Protocol):
     def __call__(
         self, what: str, query: str, start: float, end: float, step: float
     ) -> Sequence[RangeSeries]: ...
+
+
+class MatrixQuery(Protocol):
+    """`PrometheusSource.matrix_series`: (what, range-selector query, at) → the raw samples' series."""
+
+    def __call__(self, what: str, query: str, at: float) -> Sequence[RangeSeries]: ...
+
+
+@dataclass(frozen=True)
+class CounterAnswer:
+    """A counter family's chunk as fetched: the raw samples and the GPU pods at each step."""
+
+    raw: Sequence[RangeSeries]
+    gpu_pods: Sequence[RangeSeries]
+    grid: tuple[float, ...]
 
 
 def gpu_pods(namespace: str | None, within: Sequence[str] | None = None) -> str:
@@ -164,6 +193,35 @@ def identity_of(labels: Mapping[str, str], keys: Sequence[str]) -> Labels:
 
 
 @dataclass(frozen=True)
+class CounterRead:
+    """How the reader computes a counter family from the raw samples of `selector`, as its PromQL
+    expression would: `max(rate(), deriv())` of each series over the rate window
+    (`logic.counters.rates_at`, `prometheus.counter_rate`), folded labels, then per pod:
+
+    - "sum": the series summed (`sum by (namespace, pod)`, `_rate_by_pod`);
+    - "interface": the largest per interface, summed over interfaces (the network counters, which
+      every container of a pod reports for the pod's one network namespace);
+    - "ratio": the sum of the `metrics[0]` series over the sum of the `metrics[1]` series, where
+      that is above zero (the CPU throttled ratio);
+    - "pressure": the largest `metrics[0]` series, or where a pod has none at a step the largest
+      `metrics[1]` series (`pressure_by_pod`: waiting, else stalled).
+
+    Every pod is kept only at the steps it requests a GPU, the join the expression ends with.
+    Prometheus then only reads the samples, once: a range query of the expression evaluates three
+    functions over every series at every step, most of a steady read's CPU (docs/scaling.md)."""
+
+    selector: str
+    combine: str = "sum"
+    metrics: tuple[str, str] | None = None
+
+
+#: How each `CounterRead.combine` groups a pod's series into parts (by a label), and which merge the
+#: series of a part at a step by their largest value (the others sum them).
+_PART_LABEL = {"sum": None, "interface": "interface", "ratio": "__name__", "pressure": "__name__"}
+_WITHIN_PART_MAX = frozenset({"interface", "pressure"})
+
+
+@dataclass(frozen=True)
 class Family:
     """One signal family: one range query per chunk, one streaming window per series it returns."""
 
@@ -183,6 +241,10 @@ class Family:
     #: selector gives (`_gpu_expr`), at a third of Prometheus' CPU (docs/scaling.md). Missing values
     #: (NaN, DCGM blanks) are dropped before the merge, as the sentinel filter drops them in PromQL.
     raw_series: bool = False
+    #: A counter family the reader computes from raw samples when it can fetch them (`CounterRead`);
+    #: `expression` is then what those samples give, kept for the label folds, the fingerprint and
+    #: readers without raw fetches.
+    counter: CounterRead | None = None
 
     def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
         """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
@@ -230,12 +292,16 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
         )
     )
     for source in mn.POD_SIGNAL_SOURCES:
+        counter = None
         if source.counter:
             expression = _rate_by_pod(source.metric, rate_window, True)("")
-        else:
-            expression = _gauge_by_pod(f'{source.metric}{{container!="",container!="POD"}}', source.combine)(
-                ""
+            network = source.metric in mn.CADVISOR_NETWORK_METRICS
+            counter = CounterRead(
+                source.metric if network else f"{source.metric}{APP_CONTAINERS}",
+                "interface" if network else "sum",
             )
+        else:
+            expression = _gauge_by_pod(f"{source.metric}{APP_CONTAINERS}", source.combine)("")
         families.append(
             Family(
                 name=f"pod:{source.signal.value}",
@@ -244,6 +310,7 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
                 keys=POD_KEYS,
                 activity_floor=mn.ACTIVITY_FLOORS.get(source.signal),
                 per_pod=True,
+                counter=counter,
             )
         )
     families.extend(
@@ -253,6 +320,11 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
             signal=pressure.signal,
             keys=POD_KEYS,
             per_pod=True,
+            counter=CounterRead(
+                f'{{__name__=~"{pressure.waiting}|{pressure.stalled}",{APP_CONTAINERS[1:]}',
+                "pressure",
+                (pressure.waiting, pressure.stalled),
+            ),
         )
         for pressure in mn.PRESSURE_SOURCES
     )
@@ -266,6 +338,12 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
             keys=POD_KEYS,
             activity_floor=0.0,
             per_pod=True,
+            counter=CounterRead(
+                f'{{__name__=~"{mn.CADVISOR_CPU_THROTTLED_PERIODS}|{mn.CADVISOR_CPU_PERIODS}",'
+                f"{APP_CONTAINERS[1:]}",
+                "ratio",
+                (mn.CADVISOR_CPU_THROTTLED_PERIODS, mn.CADVISOR_CPU_PERIODS),
+            ),
         )
     )
     for signal, build in serving_exprs(rate_window).items():
@@ -281,7 +359,9 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
         )
     if recorded:
         families = [
-            replace(family, expression=recorded[family.name]) if family.name in recorded else family
+            replace(family, expression=recorded[family.name], counter=None)
+            if family.name in recorded
+            else family
             for family in families
         ]
     return families
@@ -379,8 +459,13 @@ class IncrementalReader:
         namespaces: Callable[[], Sequence[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         concurrency: int = 4,
+        matrix_query: MatrixQuery | None = None,
     ) -> None:
         self.query = query
+        #: Raw samples for the counter families (`CounterRead`); without it they send their expression.
+        self.matrix_query = matrix_query
+        self._gpu_pods_answers: dict[tuple[str | None, float, float], Future[Sequence[RangeSeries]]] = {}
+        self._gpu_pods_lock = threading.Lock()
         self.concurrency = max(1, concurrency)
         self.window_seconds = window_seconds
         self.step_seconds = step_seconds
@@ -494,6 +579,7 @@ class IncrementalReader:
             )
             pending = list(reversed(steady))
         namespaces: Sequence[str] | None = None
+        self._gpu_pods_answers = {}
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="gpurs-read") as pool:
             while pending:
                 if (
@@ -549,6 +635,8 @@ class IncrementalReader:
                         progress(report, chunk)
                 for parts in reversed(retry):
                     pending.extend(reversed(parts))
+        report.queries += len(self._gpu_pods_answers)
+        self._gpu_pods_answers = {}
         if backfilling:
             report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
             if not self._backlog:
@@ -570,34 +658,94 @@ class IncrementalReader:
         if backfilling:
             self._backfill_done += 1
 
-    def _fetch(self, chunk: Chunk) -> tuple[Sequence[RangeSeries], float]:
+    def _fetch(self, chunk: Chunk) -> tuple[Sequence[RangeSeries] | CounterAnswer, float]:
         """One chunk's answer and how long it took (run in the wave's threads)."""
         started = self.clock()
+        family = chunk.family
+        if family.counter is not None and self.matrix_query is not None:
+            return self._fetch_counter(
+                chunk, family, family.counter, self.matrix_query
+            ), self.clock() - started
         rows = self.query(
-            chunk.family.name,
-            chunk.family.query(chunk.namespace, self.within),
-            chunk.start,
-            chunk.end,
-            self.step_seconds,
+            family.name, family.query(chunk.namespace, self.within), chunk.start, chunk.end, self.step_seconds
         )
         return rows, self.clock() - started
 
-    def _ingest(self, family: Family, rows: Sequence[RangeSeries]) -> int:
+    def _fetch_counter(
+        self, chunk: Chunk, family: Family, counter: CounterRead, matrix_query: MatrixQuery
+    ) -> CounterAnswer:
+        """A counter chunk's raw samples from a rate window before its first step to its last, and
+        the GPU pods at its steps (one range query per chunk span, shared by the counter families).
+
+        The selector gets a matcher of the namespaces with GPU pods (the chunk's, or the shard's)
+        only where no series of the family has a namespace label variant to fold (the expression
+        kept no such fold): then cAdvisor's `namespace` is the pod's, and the join drops the rest."""
+        pods = self._gpu_pods(chunk)
+        first, last = round(chunk.start), round(chunk.end)  # as `range_series` sends them
+        steps = int((last - first) // self.step_seconds) + 1
+        grid = tuple(first + index * self.step_seconds for index in range(steps))
+        if not pods:
+            return CounterAnswer((), (), grid)
+        selector = counter.selector
+        if not any(f'"{source}", "(.+)")' in family.expression for source in NAMESPACE_FOLDS):
+            selector = limited_to(selector, {row.metric.get("namespace", "") for row in pods} - {""})
+        span_ms = round((grid[-1] - grid[0] + rate_window_seconds(self.step_seconds)) * 1000)
+        raw = matrix_query(family.name, f"{selector}[{span_ms}ms]", grid[-1])
+        return CounterAnswer(raw, pods, grid)
+
+    def _gpu_pods(self, chunk: Chunk) -> Sequence[RangeSeries]:
+        """The GPU pods at the steps of `chunk` (the join of the pod families), asked once per
+        (namespace, span) a read, whichever counter family's thread asks first."""
+        key = (chunk.namespace, chunk.start, chunk.end)
+        with self._gpu_pods_lock:
+            answer = self._gpu_pods_answers.get(key)
+            mine = answer is None
+            if answer is None:
+                answer = self._gpu_pods_answers[key] = Future()
+        if mine:
+            try:
+                answer.set_result(
+                    self.query(
+                        "GPU pods",
+                        gpu_pods(chunk.namespace, self.within),
+                        chunk.start,
+                        chunk.end,
+                        self.step_seconds,
+                    )
+                )
+            except BaseException as error:
+                answer.set_exception(error)
+        return answer.result()
+
+    def _ingest(self, family: Family, rows: Sequence[RangeSeries] | CounterAnswer) -> int:
         """Every series' samples into its window, decoded from the answer's bytes as typed arrays.
 
         Every series is decoded before any is added, so a malformed answer raises and changes no
         window (the arrays cost 16 bytes a sample, against about 150 as Python lists)."""
+        series: list[Decoded]
+        if isinstance(rows, CounterAnswer):
+            assert family.counter is not None
+            try:
+                series = counter_series(
+                    family.counter, rows, rate_window_seconds(self.step_seconds), family.keys
+                )
+            except AnswerError as error:
+                raise PrometheusSourceError(f"malformed raw samples for {family.name}: {error}") from error
+            return self._add(family, series)
         try:
             decoded = [(row.metric, *samples(row)) for row in rows]
         except AnswerError as error:
             raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
-        sawtooth_floor = DEFAULT_SAWTOOTH_FLOOR if family.signal in SAWTOOTH_SIGNALS else None
-        kept = 0
-        series: list[Decoded]
         if family.raw_series:
             series = largest_per_identity(decoded, family.keys)
         else:
             series = [(identity_of(labels, family.keys), times, values) for labels, times, values in decoded]
+        return self._add(family, series)
+
+    def _add(self, family: Family, series: Sequence[Decoded]) -> int:
+        """The decoded series into their windows; the samples kept."""
+        sawtooth_floor = DEFAULT_SAWTOOTH_FLOOR if family.signal in SAWTOOTH_SIGNALS else None
+        kept = 0
         for identity, times, values in series:
             window = self.store.window(
                 (family.name, identity), activity_floor=family.activity_floor, sawtooth_floor=sawtooth_floor
@@ -606,6 +754,86 @@ class IncrementalReader:
         if (tap := self.taps.get(family.name)) is not None:
             tap(series)
         return kept
+
+
+def limited_to(selector: str, namespaces: Iterable[str]) -> str:
+    """One selector (`name`, `name{...}` or `{...}`) with a matcher of `namespaces`; unchanged past
+    `MAX_NAMESPACE_REGEX` (the join filters then, as in `in_namespaces`) or with none."""
+    alternatives = namespace_alternation(sorted(namespaces))
+    if not alternatives or len(alternatives) > MAX_NAMESPACE_REGEX:
+        return selector
+    matcher = f'namespace=~"{alternatives}"'
+    if not selector.endswith("}"):
+        return f"{selector}{{{matcher}}}"
+    body = selector[: selector.index("{") + 1]
+    inner = selector[len(body) : -1]
+    return f"{body}{inner + ',' if inner else ''}{matcher}}}"
+
+
+def counter_series(
+    counter: CounterRead, answer: CounterAnswer, window: float, keys: Sequence[str]
+) -> list[Decoded]:
+    """A counter family's series per pod from its raw samples, as its expression's range query
+    answers them at `answer.grid` (`CounterRead`): each raw series' rate at every step, folded
+    labels, combined per pod, kept at the steps the pod requests a GPU.
+
+    Every series is decoded first, so a malformed one raises `AnswerError` and nothing is kept."""
+    present: dict[Labels, set[int]] = {}
+    for row in answer.gpu_pods:
+        times, _ = samples(row)
+        present[identity_of(row.metric, keys)] = {round(t * 1000) for t in times}
+    decoded = [(row.metric, *samples(row)) for row in answer.raw]
+    # (pod, part) → step (ms) → combined value; a part is a metric of a ratio, or an interface
+    parts: dict[tuple[Labels, str], dict[int, float]] = defaultdict(dict)
+    for labels, times, values in decoded:
+        folded = folded_labels(labels)
+        pod = identity_of(folded, keys)
+        steps = present.get(pod)
+        if not steps:
+            continue
+        kept = [(t, v) for t, v in zip(times, values, strict=True) if not is_missing(v)]
+        part_label = _PART_LABEL[counter.combine]
+        into = parts[(pod, "" if part_label is None else folded.get(part_label, ""))]
+        largest = counter.combine in _WITHIN_PART_MAX
+        for at, rate in rates_at(kept, answer.grid, window):
+            step = round(at * 1000)
+            if step not in steps:
+                continue
+            known = into.get(step)
+            if known is None:
+                into[step] = rate
+            elif largest:
+                into[step] = max(known, rate)
+            else:
+                into[step] = known + rate
+    per_pod: dict[Labels, dict[int, float]] = defaultdict(dict)
+    if counter.combine in {"ratio", "pressure"}:
+        assert counter.metrics is not None
+        first, second = counter.metrics
+        for pod in {pod for pod, _ in parts}:
+            one, other = parts.get((pod, first), {}), parts.get((pod, second), {})
+            into = per_pod[pod]
+            if counter.combine == "pressure":
+                into.update(other)
+                into.update(one)
+                continue
+            for step, value in one.items():
+                total = other.get(step)
+                if total is not None and total > 0:
+                    into[step] = value / total
+    else:
+        for (pod, _), by_step in parts.items():
+            into = per_pod[pod]
+            for step, value in by_step.items():
+                into[step] = into.get(step, 0.0) + value
+    out: list[Decoded] = []
+    for pod, by_step in per_pod.items():
+        if by_step:
+            ordered = sorted(by_step)
+            out.append(
+                (pod, array("d", (s / 1000 for s in ordered)), array("d", (by_step[s] for s in ordered)))
+            )
+    return out
 
 
 def largest_per_identity(
@@ -989,6 +1217,7 @@ class IncrementalSource:
             slots=slots,
             namespaces=self._namespaces,
             concurrency=source.config.max_concurrency,
+            matrix_query=source.matrix_series,
         )
         self.ksm = KsmCache(window_seconds, _KSM_METRICS)
         self.coarse = CoarseSeries(window_seconds, step_seconds)

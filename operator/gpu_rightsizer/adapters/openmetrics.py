@@ -35,6 +35,7 @@ from gpu_rightsizer.adapters.source import (
 from gpu_rightsizer.config import TrustedTarget
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.capacity import ClusterCapacity
+from gpu_rightsizer.logic.counters import rates_at
 from gpu_rightsizer.logic.floors import UnheldGPU
 from gpu_rightsizer.logic.gpu_identity import DeviceClaim, device_conflicts
 from gpu_rightsizer.logic.owners import ObjectLink, api_version_for, resolve_workload
@@ -426,34 +427,6 @@ def without_stale_repeats(samples: Iterable[Sample], window_seconds: float) -> S
     return out
 
 
-def _extrapolated_rate(points: Samples, resets: float, start: float, end: float) -> float:
-    """Prometheus' rate() over [start, end] of a counter's samples there (promql extrapolatedRate)."""
-    (first_t, first_v), (last_t, last_v) = points[0], points[-1]
-    increase = last_v - first_v + resets
-    sampled = last_t - first_t
-    average_gap = sampled / (len(points) - 1)
-    to_start, to_end = first_t - start, end - last_t
-    if increase > 0 and first_v >= 0:
-        to_start = min(to_start, sampled * (first_v / increase))
-    threshold = average_gap * 1.1
-    interval = sampled
-    interval += to_start if to_start < threshold else average_gap / 2
-    interval += to_end if to_end < threshold else average_gap / 2
-    return increase * (interval / sampled) / (end - start)
-
-
-def _deriv(points: Samples) -> float:
-    """Prometheus' deriv(): the least-squares slope of the samples, per second."""
-    origin = points[0][0]
-    count = len(points)
-    mean_t = math.fsum(t - origin for t, _ in points) / count
-    mean_v = math.fsum(v for _, v in points) / count
-    var = math.fsum((t - origin - mean_t) ** 2 for t, _ in points)
-    if var <= 0:
-        return 0.0
-    return math.fsum((t - origin - mean_t) * (v - mean_v) for t, v in points) / var
-
-
 #: Counters that move whenever their container runs (CPU time in ns): an exact repeat inside a rate
 #: window is a sample cAdvisor had not refreshed. Throttling, network and disk counters stay flat for
 #: real, so their repeats are kept.
@@ -474,24 +447,14 @@ def window_counter_rates(samples: Iterable[Sample], step: float, *, stale_repeat
     kept = without_stale_repeats(samples, window) if stale_repeats else st.clean(samples)
     if len(kept) < 2:
         return []
-    resets_before = [0.0]
-    for (_, previous), (_, current) in itertools.pairwise(kept):
-        resets_before.append(resets_before[-1] + (previous if current < previous else 0.0))
-    out: Samples = []
-    first = 0
-    last = 0
-    at = math.ceil(kept[0][0] / step) * step
-    while at < kept[-1][0] + step - 1e-9:
-        while last + 1 < len(kept) and kept[last + 1][0] <= at + 1e-9:
-            last += 1
-        while first < last and kept[first][0] < at - window - 1e-9:
-            first += 1
-        if last > first and kept[first][0] >= at - window - 1e-9 and kept[last][0] <= at + 1e-9:
-            points = kept[first : last + 1]
-            resets = resets_before[last] - resets_before[first]
-            out.append((at, max(_extrapolated_rate(points, resets, at - window, at), _deriv(points))))
-        at += step
-    return out
+
+    def evaluation_times() -> Iterator[float]:
+        at = math.ceil(kept[0][0] / step) * step
+        while at < kept[-1][0] + step - 1e-9:
+            yield at
+            at += step
+
+    return rates_at(kept, evaluation_times(), window)
 
 
 # --- statistics --------------------------------------------------------------------------------------

@@ -623,20 +623,26 @@ class PrometheusSource:
         The request is prometheus-api-client's `custom_query_range`, sent on its session (same
         parameters, retries, authentication and errors); only the decoding differs: its JSON decoding
         holds every sample as Python objects, several times the answer's size."""
+        params = {"start": round(start), "end": round(end), "step": _duration(step)}
+        return self._matrix(what, "query_range", query, params)
+
+    def matrix_series(self, what: str, query: str, at: float) -> list[RangeSeries]:
+        """The raw samples of a range selector (`metric{...}[range]`) as an instant query at `at`: its
+        series as `range_series` gives them, each with the samples' own times. Prometheus evaluates
+        no function over them (`incremental.CounterRead` computes the rates)."""
+        return self._matrix(what, "query", query, {"time": f"{at:.3f}"})
+
+    def _matrix(self, what: str, path: str, query: str, params: Mapping[str, Any]) -> list[RangeSeries]:
+        """A matrix answer of `/api/v1/{path}`, sent on prometheus-api-client's session, decoded by
+        `prom_answers.decode_matrix`."""
         query = self._scoped(query)
         client = self.client
 
         def send() -> list[RangeSeries]:
             response = client._session.request(
                 method=client._method,
-                url=f"{client.url}/api/v1/query_range",
-                params={
-                    "query": query,
-                    "start": round(start),
-                    "end": round(end),
-                    "step": _duration(step),
-                    **self._stats_params(),
-                },
+                url=f"{client.url}/api/v1/{path}",
+                params={"query": query, **params, **self._stats_params()},
                 verify=client._session.verify,
                 headers=client.headers,
                 auth=client.auth,
