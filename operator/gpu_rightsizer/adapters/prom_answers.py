@@ -65,6 +65,32 @@ def decode_matrix(body: bytes) -> list[RangeSeries]:
     return answer.data.result
 
 
+class _AnyData(msgspec.Struct, gc=False):
+    resultType: str  # noqa: N815 (Prometheus' field name)
+    result: Any
+
+
+class _AnyAnswer(msgspec.Struct, gc=False):
+    status: str
+    data: _AnyData
+
+
+_ANY_ANSWER = msgspec.json.Decoder(_AnyAnswer)
+
+
+def decode_result(body: bytes) -> Any:
+    """The `data.result` of a `/api/v1/query` answer body as plain Python objects (a vector's
+    `[{"metric": {...}, "value": [t, "v"]}, ...]`), decoded by msgspec: what prometheus-api-client's
+    `custom_query` returns, in a third of the stdlib decoder's time. `AnswerError` when it is not one."""
+    try:
+        answer = _ANY_ANSWER.decode(body)
+    except msgspec.DecodeError as error:
+        raise AnswerError(f"not a Prometheus answer: {error}") from error
+    if answer.status != "success":
+        raise AnswerError(f"not a Prometheus answer: status {answer.status!r}")
+    return answer.data.result
+
+
 def samples(series: RangeSeries) -> tuple[array[float], array[float]]:
     """The series' sample times and values (NaN, +Inf and -Inf as floats), in the answer's order."""
     try:

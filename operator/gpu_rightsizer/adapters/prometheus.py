@@ -40,7 +40,13 @@ from gpu_rightsizer.adapters.openmetrics import (
     replaced_note,
     successions,
 )
-from gpu_rightsizer.adapters.prom_answers import AnswerError, RangeSeries, SamplePairs, decode_matrix
+from gpu_rightsizer.adapters.prom_answers import (
+    AnswerError,
+    RangeSeries,
+    SamplePairs,
+    decode_matrix,
+    decode_result,
+)
 from gpu_rightsizer.adapters.source import (
     EVERYWHERE,
     ExtraOwners,
@@ -568,9 +574,7 @@ class PrometheusSource:
 
     def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
         """An instant query at `at` (with the configured extra matchers)."""
-        query = self._scoped(query)
-        params = {"time": f"{at:.3f}", **self._stats_params()}
-        return self._call(what, lambda: self.client.custom_query(query, params=params))
+        return self._call(what, lambda: self._request("query", query, {"time": f"{at:.3f}"}, decode_result))
 
     def _stats_params(self) -> dict[str, str]:
         return {"stats": "all"} if self.query_stats is not None else {}
@@ -633,29 +637,30 @@ class PrometheusSource:
         return self._matrix(what, "query", query, {"time": f"{at:.3f}"})
 
     def _matrix(self, what: str, path: str, query: str, params: Mapping[str, Any]) -> list[RangeSeries]:
-        """A matrix answer of `/api/v1/{path}`, sent on prometheus-api-client's session, decoded by
-        `prom_answers.decode_matrix`."""
-        query = self._scoped(query)
+        """A matrix answer of `/api/v1/{path}`, decoded by `prom_answers.decode_matrix`."""
+        return self._send(what, lambda: self._request(path, query, params, decode_matrix))
+
+    def _request(self, path: str, query: str, params: Mapping[str, Any], decode: Callable[[bytes], T]) -> T:
+        """`/api/v1/{path}` with `query` (scoped) sent on prometheus-api-client's session (its method,
+        retries, authentication and TLS settings), the body decoded by `decode` (msgspec: the stdlib
+        decoder the client uses costs several times the time and memory). Raised errors are turned
+        into `PrometheusSourceError` by `_send`."""
         client = self.client
-
-        def send() -> list[RangeSeries]:
-            response = client._session.request(
-                method=client._method,
-                url=f"{client.url}/api/v1/{path}",
-                params={"query": query, **params, **self._stats_params()},
-                verify=client._session.verify,
-                headers=client.headers,
-                auth=client.auth,
-                cert=client._session.cert,
-                timeout=client._timeout,
+        response = client._session.request(
+            method=client._method,
+            url=f"{client.url}/api/v1/{path}",
+            params={"query": self._scoped(query), **params, **self._stats_params()},
+            verify=client._session.verify,
+            headers=client.headers,
+            auth=client.auth,
+            cert=client._session.cert,
+            timeout=client._timeout,
+        )
+        if response.status_code != 200:
+            raise PrometheusApiClientException(
+                f"HTTP Status Code {response.status_code} ({response.content!r})"
             )
-            if response.status_code != 200:
-                raise PrometheusApiClientException(
-                    f"HTTP Status Code {response.status_code} ({response.content!r})"
-                )
-            return decode_matrix(response.content)
-
-        return self._send(what, send)
+        return decode(response.content)
 
     def label_names(self, start: float, end: float, match: Sequence[str] = ()) -> set[str]:
         """Label names of the series with samples in `[start, end]`, of those `match` selects when

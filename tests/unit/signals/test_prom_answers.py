@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from gpu_rightsizer.adapters.incremental import Family, IncrementalReader
-from gpu_rightsizer.adapters.prom_answers import AnswerError, SamplePairs, decode_matrix, matrix_of, samples
+from gpu_rightsizer.adapters.prom_answers import (
+    AnswerError,
+    SamplePairs,
+    decode_matrix,
+    decode_result,
+    matrix_of,
+    samples,
+)
 from gpu_rightsizer.model.observation import Signal
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "prometheus"
@@ -168,3 +175,31 @@ def test_sample_pairs_read_like_the_list_of_tuples_they_replace() -> None:
     for garbage in ([[1, "x"]], [[1, "2", 3]], [[1]], [["soon", "1"]]):
         with pytest.raises(AnswerError, match="malformed samples"):
             SamplePairs.of(garbage)
+
+
+def test_instant_answers_decode_as_the_stdlib_decoder_reads_them() -> None:
+    """`decode_result` gives what `json.loads(body)["data"]["result"]` gives (the shape
+    prometheus-api-client's `custom_query` returned), for a vector, a matrix and a scalar."""
+    bodies = [
+        {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1767225540.5, "NaN"]}]},
+        {"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1e300"], [2, "+Inf"]]}]},
+        {"resultType": "scalar", "result": [1, "3"]},
+        {"resultType": "vector", "result": []},
+    ]
+    for data in bodies:
+        body = json.dumps({"status": "success", "data": data}).encode()
+        assert decode_result(body) == json.loads(body)["data"]["result"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"<html>proxy error</html>",
+        b'{"status": "error", "data": {"resultType": "", "result": []}}',
+        b"[]",
+    ],
+)
+def test_a_garbage_instant_answer_is_refused_with_a_message(body: bytes) -> None:
+    with pytest.raises(AnswerError, match="not a Prometheus answer"):
+        decode_result(body)
