@@ -466,6 +466,8 @@ class IncrementalReader:
         self.matrix_query = matrix_query
         self._gpu_pods_answers: dict[tuple[str | None, float, float], Future[Sequence[RangeSeries]]] = {}
         self._gpu_pods_lock = threading.Lock()
+        #: Namespaces with GPU pods, listed once a read when a chunk must be split by namespace.
+        self._split_namespaces: list[str] | None = None
         self.concurrency = max(1, concurrency)
         self.window_seconds = window_seconds
         self.step_seconds = step_seconds
@@ -578,63 +580,31 @@ class IncrementalReader:
                 slice_seconds=self.slice_seconds,
             )
             pending = list(reversed(steady))
-        namespaces: Sequence[str] | None = None
+        self._split_namespaces = None
         self._gpu_pods_answers = {}
+        in_flight: dict[Future[tuple[Sequence[RangeSeries] | CounterAnswer, float]], Chunk] = {}
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="gpurs-read") as pool:
-            while pending:
-                if (
+            while pending or in_flight:
+                over_budget = (
                     backfilling
                     and budget_seconds is not None
-                    and report.queries
+                    and report.queries > 0
                     and self.clock() - started > budget_seconds
-                ):
-                    break
-                # a wave of queries in flight at once, never two of one family (each family's samples
+                )
+                # up to `concurrency` queries in flight all the time, so Prometheus answers the next
+                # ones while this thread ingests one; never two of one family (each family's samples
                 # must arrive in time order, and a chunk that is split goes back before the next)
-                wave: list[Chunk] = []
-                while (
-                    pending
-                    and len(wave) < self.concurrency
-                    and all(chunk.family.name != pending[-1].family.name for chunk in wave)
-                ):
-                    wave.append(pending.pop())
-                answers = [pool.submit(self._fetch, chunk) for chunk in wave]
-                retry: list[list[Chunk]] = []
-                for chunk, answer in zip(wave, answers, strict=True):
-                    report.queries += 1
-                    try:
-                        rows, seconds = answer.result()
-                    except PrometheusSourceError as error:
-                        if TOO_BIG.search(str(error)):
-                            if namespaces is None:
-                                namespaces = list(self.namespaces())
-                            smaller = split(chunk, namespaces, self.step_seconds)
-                            if smaller:
-                                LOG.info(
-                                    "%s was too big for Prometheus; reading it in %d parts",
-                                    chunk.describe(),
-                                    len(smaller),
-                                )
-                                if backfilling:
-                                    self._backfill_total += len(smaller) - 1
-                                retry.append(smaller)
-                                continue
-                        self._failed(report, chunk, error, backfilling)
-                        continue
-                    report.timed(chunk.family.name, seconds)
-                    try:
-                        report.samples += self._ingest(chunk.family, rows)
-                    except PrometheusSourceError as error:  # malformed: nothing of it was added
-                        self._failed(report, chunk, error, backfilling)
-                        continue
-                    report.chunks_done += 1
-                    if backfilling:
-                        self._backfill_done += 1
-                    report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
-                    if progress is not None:
-                        progress(report, chunk)
-                for parts in reversed(retry):
-                    pending.extend(reversed(parts))
+                while not over_budget and len(in_flight) < self.concurrency:
+                    chunk = _next_chunk(pending, {sent.family.name for sent in in_flight.values()})
+                    if chunk is None:
+                        break
+                    in_flight[pool.submit(self._fetch, chunk)] = chunk
+                if not in_flight:
+                    break
+                # the oldest first, so the windows (and the statuses' fields) fill in one order every time
+                answer = next(iter(in_flight))
+                chunk = in_flight.pop(answer)
+                pending.extend(reversed(self._settle(report, chunk, answer, backfilling, progress)))
         report.queries += len(self._gpu_pods_answers)
         self._gpu_pods_answers = {}
         if backfilling:
@@ -649,6 +619,49 @@ class IncrementalReader:
                 self.last_end = span[1]
         self.store.expire(now)
         return report
+
+    def _settle(
+        self,
+        report: CycleReport,
+        chunk: Chunk,
+        answer: Future[tuple[Sequence[RangeSeries] | CounterAnswer, float]],
+        backfilling: bool,
+        progress: Progress | None,
+    ) -> list[Chunk]:
+        """One chunk's answer into the windows and the report; the smaller chunks to read instead
+        when Prometheus found it too big (`split`), else none."""
+        report.queries += 1
+        try:
+            rows, seconds = answer.result()
+        except PrometheusSourceError as error:
+            if TOO_BIG.search(str(error)):
+                if self._split_namespaces is None:
+                    self._split_namespaces = list(self.namespaces())
+                smaller = split(chunk, self._split_namespaces, self.step_seconds)
+                if smaller:
+                    LOG.info(
+                        "%s was too big for Prometheus; reading it in %d parts",
+                        chunk.describe(),
+                        len(smaller),
+                    )
+                    if backfilling:
+                        self._backfill_total += len(smaller) - 1
+                    return smaller
+            self._failed(report, chunk, error, backfilling)
+            return []
+        report.timed(chunk.family.name, seconds)
+        try:
+            report.samples += self._ingest(chunk.family, rows)
+        except PrometheusSourceError as error:  # malformed: nothing of it was added
+            self._failed(report, chunk, error, backfilling)
+            return []
+        report.chunks_done += 1
+        if backfilling:
+            self._backfill_done += 1
+        report.backfill_done, report.backfill_total = self._backfill_done, self._backfill_total
+        if progress is not None:
+            progress(report, chunk)
+        return []
 
     def _failed(self, report: CycleReport, chunk: Chunk, error: Exception, backfilling: bool) -> None:
         """A chunk left out of this cycle: counted and reported (a steady one is asked for again)."""
@@ -754,6 +767,16 @@ class IncrementalReader:
         if (tap := self.taps.get(family.name)) is not None:
             tap(series)
         return kept
+
+
+def _next_chunk(pending: list[Chunk], busy: set[str]) -> Chunk | None:
+    """The next chunk to send from `pending` (a stack, next one last): the first one whose family has
+    no chunk in flight (`busy`). It is that family's earliest, so each family's chunks are still
+    read in order; None when every family left is busy."""
+    for index in range(len(pending) - 1, -1, -1):
+        if pending[index].family.name not in busy:
+            return pending.pop(index)
+    return None
 
 
 def limited_to(selector: str, namespaces: Iterable[str]) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import threading
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -324,3 +327,53 @@ def test_folded_labels_follow_label_replace() -> None:
     assert prometheus.folded_labels(labels) == {**labels, "pod": "trainer"}
     assert prometheus.folded_labels({"Hostname": "n", "uuid": "GPU-9"}) == {
         "Hostname": "n", "hostname": "n", "uuid": "GPU-9", "UUID": "GPU-9"}  # fmt: skip
+
+
+def test_queries_stay_in_flight_while_an_answer_is_ingested_and_windows_fill_in_one_order() -> None:
+    """The reader keeps `concurrency` queries in flight, never two of one family, and takes the
+    answers oldest first: each answer taken is replaced by the next query before the next answer is
+    ingested, and two reads of one history fill their windows in the same order whatever answers
+    first."""
+    families = [replace(GPU, name=f"gpu:busy-{i}") for i in range(6)]
+    tsdb = FakeTSDB()
+    lock = threading.Lock()
+    in_flight: list[int] = [0, 0]  # now, most at once
+    asked: list[str] = []
+
+    def slow(what: str, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        with lock:
+            asked.append(what)
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+        time.sleep(0.05 if what.endswith("0") else 0.01)  # the first family answers last
+        try:
+            return tsdb(what, query, start, end, step)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    def read_once() -> tuple[list[str], list[int]]:
+        reader = IncrementalReader(
+            slow, window_seconds=WINDOW, step_seconds=STEP, families=families, concurrency=4
+        )
+        sent_at_ingest: list[int] = []
+        ingest = reader._ingest
+
+        def counting(family: Family, rows: Any) -> int:
+            time.sleep(0.05)  # an ingest long enough for a query sent before it to have started
+            sent_at_ingest.append(len(asked))
+            kept: int = ingest(family, rows)
+            return kept
+
+        reader._ingest = counting  # type: ignore[method-assign]
+        asked.clear()
+        reader.read(NOW)
+        assert reader.complete
+        return [name for name, _ in reader.store.series], sent_at_ingest
+
+    (first, sent_first), (second, sent_second) = read_once(), read_once()
+    for sent in (sent_first, sent_second):
+        assert sent[0] == 4  # the others were asked before the first answer went in
+        assert sent[1] == 5  # and one more once it had: not a wave of four, then the next wave
+    assert in_flight[1] == 4
+    assert first == second and first[0] == "gpu:busy-0"
