@@ -170,6 +170,8 @@ def _escape(value: str) -> str:
 
 
 _LABEL_SETS: dict[Labels, Labels] = {}
+#: (keys, their values in a series' labels, None where absent) → that identity (`identity_of`).
+_IDENTITIES: dict[tuple[tuple[str, ...], tuple[str | None, ...]], Labels] = {}
 
 
 def shared_labels(pairs: Iterable[tuple[str, str]]) -> Labels:
@@ -183,13 +185,29 @@ def shared_labels(pairs: Iterable[tuple[str, str]]) -> Labels:
     if found is None:
         if len(_LABEL_SETS) >= MAX_SHARED_LABEL_SETS:
             _LABEL_SETS.clear()
+            _IDENTITIES.clear()
         _LABEL_SETS[labels] = found = labels
     return found
 
 
 def identity_of(labels: Mapping[str, str], keys: Sequence[str]) -> Labels:
-    """A series' identity: its non-empty labels among `keys`, shared (`shared_labels`)."""
-    return shared_labels((key, labels[key]) for key in keys if labels.get(key))
+    """A series' identity: its non-empty labels among `keys`, shared (`shared_labels`).
+
+    Every answer brings the same identities back as new strings, once a family and a cycle; the
+    identity is looked up by its values among `keys` (one C-level pass), and the label set is built
+    only for an identity not seen before. The lookup keeps the shared strings, not the answer's."""
+    names = keys if isinstance(keys, tuple) else tuple(keys)
+    values = tuple(map(labels.get, names))
+    found = _IDENTITIES.get((names, values))
+    if found is None:
+        found = shared_labels((key, value) for key, value in zip(names, values, strict=True) if value)
+        if len(_IDENTITIES) >= MAX_SHARED_LABEL_SETS:
+            _IDENTITIES.clear()
+        shared = dict(found)  # the key keeps the shared strings, not the answer's
+        _IDENTITIES[
+            names, tuple(shared.get(key, value) for key, value in zip(names, values, strict=True))
+        ] = found
+    return found
 
 
 @dataclass(frozen=True)

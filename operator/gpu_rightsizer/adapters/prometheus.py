@@ -1228,30 +1228,32 @@ def summary_from_figures(values: Mapping[str, float], scale: float, signal: Sign
     p05..p99, min, max, and optionally active, trend and absstep. None without a usable sample.
     """
     count = values.get("count", 0.0)
-    needed = ("mean", "p50", "p95", "p99", "max", "min")
-    if count < 1 or any(k not in values or math.isnan(values[k]) for k in needed):
+    if not count >= 1:  # also NaN
         return None
-    spread = (values.get("p95", 0.0) - values.get("p05", 0.0)) * abs(scale)
+    try:
+        mean, p50, p95, p99 = values["mean"], values["p50"], values["p95"], values["p99"]
+        high, low = values["max"], values["min"]
+    except KeyError:
+        return None
+    if math.isnan(mean + p50 + p95 + p99 + high + low) and any(
+        math.isnan(figure) for figure in (mean, p50, p95, p99, high, low)
+    ):  # a sum is NaN also when infinities cancel: then ask each figure
+        return None
     sawtooth = None
-    if (
-        signal in mn.RATIO_SIGNALS
-        and count >= 3
-        and "absstep" in values
-        and not math.isnan(values["absstep"])
-    ):
-        sawtooth = (
-            0.0 if spread < st.DEFAULT_SAWTOOTH_FLOOR else min(1.0, values["absstep"] * abs(scale) / spread)
-        )
+    absstep = values.get("absstep")
+    if signal in mn.RATIO_SIGNALS and count >= 3 and absstep is not None and not math.isnan(absstep):
+        spread = (p95 - values.get("p05", 0.0)) * abs(scale)
+        sawtooth = 0.0 if spread < st.DEFAULT_SAWTOOTH_FLOOR else min(1.0, absstep * abs(scale) / spread)
     active = values.get("active")
     trend = values.get("trend")
     return SignalStats(
         samples=int(count),
-        mean=values["mean"] * scale,
-        p50=values["p50"] * scale,
-        p95=values["p95"] * scale,
-        p99=values["p99"] * scale,
-        max=values["max"] * scale,
-        min=values["min"] * scale,
+        mean=mean * scale,
+        p50=p50 * scale,
+        p95=p95 * scale,
+        p99=p99 * scale,
+        max=high * scale,
+        min=low * scale,
         active_fraction=None if active is None or math.isnan(active) else min(1.0, max(0.0, active)),
         trend_per_hour=None if trend is None or math.isnan(trend) else trend * scale,
         sawtooth=sawtooth,

@@ -13,11 +13,19 @@ from hypothesis import strategies as hs
 
 from gpu_rightsizer.logic import stats as st
 from gpu_rightsizer.logic.streaming import (
+    BIAS,
+    FULL,
+    MAPPING,
     RELATIVE_ACCURACY,
+    TOP_BIN,
     ZERO_BELOW,
     SeriesWindow,
     StreamingStore,
+    _bin_of,
+    _quantile_plan,
     _Shape,
+    _value_of,
+    _values_at,
     summarize_streamed,
 )
 
@@ -157,6 +165,39 @@ def test_overlapping_reads_do_not_count_a_sample_twice() -> None:
 def test_missing_values_and_dcgm_blanks_are_dropped() -> None:
     window = SeriesWindow(3600.0)
     assert window.add([(0.0, math.nan), (15.0, 9.3e18), (30.0, 0.5)]) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(-40, 40), hs.integers(1, FULL)), min_size=1, max_size=60))
+def test_the_samples_at_each_rank_are_read_from_both_ends_as_from_every_sample(
+    bins: list[tuple[int, int]],
+) -> None:
+    """`_values_at` walks up to the low ranks and down to the high ones; every rank gets the bin of
+    the sample at that rank in the expanded, sorted samples."""
+    words = sorted(stored_bin << 16 | count for stored_bin, count in bins)
+    expanded = [word >> 16 for word in words for _ in range(word & FULL)]
+    plan = _quantile_plan(len(expanded))
+    found = _values_at(words, plan)
+    assert set(found) == set(plan.low_ranks + plan.high_ranks)
+    assert found == {rank: _value_of(expanded[rank]) for rank in found}
+
+
+@settings(max_examples=400, deadline=None)
+@given(hs.floats(allow_nan=False, allow_infinity=False, width=64))
+def test_a_stored_bin_is_ddsketchs_key_of_the_magnitude(value: float) -> None:
+    """`_bin_of` inlines `LogarithmicMapping.key`: every value lands in the bin the library gives it."""
+    magnitude = abs(value)
+    expected = 0 if magnitude < ZERO_BELOW else min(TOP_BIN, max(1, int(MAPPING.key(magnitude)) + BIAS))
+    assert _bin_of(value) == (expected if value > 0 else -expected)
+
+
+@pytest.mark.parametrize(
+    "value", [math.nan, math.inf, -math.inf, 9.3e18, float(0x7FFFFFFFFFFFFFF0), -1e300, 0.0, 5e18, -0.0]
+)
+def test_adding_drops_exactly_what_is_missing(value: float) -> None:
+    """The inline check in `_add` keeps a sample exactly when `stats.is_missing` says it is real."""
+    window = SeriesWindow(3600.0)
+    assert window.add([(0.0, value)]) == (0 if st.is_missing(value) else 1)
 
 
 def test_counter_rates_bridge_cycles_and_resets() -> None:

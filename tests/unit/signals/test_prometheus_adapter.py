@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from gpu_rightsizer.adapters.prometheus import (
     PrometheusSourceError,
     fold_labels,
     read_prometheus,
+    summary_from_figures,
 )
 from gpu_rightsizer.logic.engine import analyze_window
 from gpu_rightsizer.model.codes import DiagnosisCode
@@ -309,3 +311,47 @@ def test_a_pod_replaced_on_its_gpu_is_not_a_sharer_and_reads_as_one_pod() -> Non
     analysis = analyze_window(window)
     assert analysis.primary is DiagnosisCode.LAUNCH_BOUND
     assert not summarise(window).is_shared  # no sharedGpu confidence factor
+
+
+FIGURES = {"count": 4.0, "mean": 0.5, "p05": 0.1, "p50": 0.5, "p95": 0.9, "p99": 0.95, "max": 1.0, "min": 0.0}
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"count": 0.0},
+        {"count": math.nan},
+        {"p95": math.nan},
+        {"mean": math.inf, "min": -math.inf},  # the figures' sum is NaN, no figure is
+        {"max": math.nan},
+    ],
+)
+def test_figures_without_a_usable_sample_give_no_statistics(broken: dict[str, float]) -> None:
+    """A missing or NaN figure, or no sample, is no `SignalStats`; infinities alone are figures
+    (the model's own validation decides on them), never a NaN taken for one."""
+    figures = {**FIGURES, **broken}
+    summary = summary_from_figures(figures, 1.0, Signal.SM_ACTIVE)
+    if any(isinstance(v, float) and math.isnan(v) for v in figures.values()) or figures["count"] < 1:
+        assert summary is None
+    else:
+        assert summary is not None and summary.mean == math.inf and summary.min == -math.inf
+
+
+@pytest.mark.parametrize("absent", ["mean", "p50", "p95", "p99", "max", "min"])
+def test_a_figure_left_out_gives_no_statistics(absent: str) -> None:
+    assert (
+        summary_from_figures({k: v for k, v in FIGURES.items() if k != absent}, 1.0, Signal.SM_ACTIVE) is None
+    )
+
+
+def test_figures_become_statistics_in_the_families_unit() -> None:
+    summary = summary_from_figures({**FIGURES, "active": 0.75, "absstep": 0.4}, 100.0, Signal.SM_ACTIVE)
+    assert summary is not None
+    assert (summary.samples, summary.mean, summary.p95, summary.max, summary.active_fraction) == (
+        4,
+        50.0,
+        90.0,
+        100.0,
+        0.75,
+    )
+    assert summary.sawtooth == pytest.approx(0.4 / 0.8)
