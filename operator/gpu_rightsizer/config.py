@@ -176,6 +176,23 @@ def _optional_duration(text: str | None) -> float | None:
     return parse_duration(text) if text else None
 
 
+#: The answer encodings `--prometheus-compression` takes.
+PROMETHEUS_COMPRESSIONS = ("none", "gzip")
+
+
+class CompressionError(argparse.ArgumentTypeError, ValueError):
+    """`--prometheus-compression` / GPURS_PROMETHEUS_COMPRESSION names no known encoding."""
+
+
+def _compression(text: str) -> str:
+    name = text.strip().lower()
+    if name not in PROMETHEUS_COMPRESSIONS:
+        raise CompressionError(
+            f"--prometheus-compression must be one of {', '.join(PROMETHEUS_COMPRESSIONS)}, not {text!r}"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     """Everything `run` needs; immutable once parsed."""
@@ -185,6 +202,8 @@ class OperatorConfig:
     prometheus_ca_file: str | None = None
     prometheus_insecure: bool = False
     prometheus_timeout_seconds: float = 30.0
+    #: How Prometheus' answers travel: "none" (plain, the default) or "gzip" (`PROMETHEUS_COMPRESSIONS`).
+    prometheus_compression: str = "none"
     #: Query step; None follows the window (about 60 points, 1-60 s).
     prometheus_step_seconds: float | None = None
     #: Extra label matchers for every query (`cluster="prod"`), for multi-cluster stores.
@@ -264,6 +283,11 @@ class OperatorConfig:
             ),
             prometheus_timeout_seconds=parse_duration(
                 getattr(args, "prometheus_timeout", None) or env.get("GPURS_PROMETHEUS_TIMEOUT", "30s")
+            ),
+            prometheus_compression=_compression(
+                getattr(args, "prometheus_compression", None)
+                or env.get("GPURS_PROMETHEUS_COMPRESSION")
+                or "none"
             ),
             prometheus_step_seconds=_optional_duration(
                 getattr(args, "prometheus_step", None) or env.get("GPURS_PROMETHEUS_STEP")

@@ -171,6 +171,7 @@ def build() -> JsonSchema:
                             required=["configMapName", "key"],
                         ),
                         "timeout": {"type": "string", "pattern": PROM_DURATION, "minLength": 2},
+                        "compression": {"type": "string", "enum": ["none", "gzip"]},
                         "step": {"type": "string", "anyOf": [{"maxLength": 0}, {"pattern": PROM_DURATION}]},
                         "extraMatchers": {
                             "type": "array",

@@ -128,7 +128,7 @@ def test_operator_args_follow_values(full_render: HelmResult) -> None:
     assert "--prometheus-url=https://prometheus.monitoring.svc:9091" in args
     assert "--prometheus-token-file=/var/run/secrets/gpu-rightsizer/prometheus/token" in args
     assert "--prometheus-ca-file=/etc/gpu-rightsizer/prometheus-ca/ca.crt" in args
-    assert {"--prometheus-timeout=90s", "--prometheus-step=30s"} <= set(args)
+    assert {"--prometheus-timeout=90s", "--prometheus-step=30s", "--prometheus-compression=none"} <= set(args)
     assert [a for a in args if a.startswith("--prometheus-label=")] == [
         "--prometheus-label=cluster=prod",
         '--prometheus-label=region=~"eu-.*"',

@@ -259,6 +259,7 @@ Prometheus connection: container args. Call with the root context.
 - --prometheus-ca-file=/etc/gpu-rightsizer/prometheus-ca/{{ .Values.prometheus.caCertificate.key }}
 {{- end }}
 - --prometheus-timeout={{ .Values.prometheus.timeout }}
+- --prometheus-compression={{ .Values.prometheus.compression }}
 {{- with .Values.prometheus.step }}
 - --prometheus-step={{ . }}
 {{- end }}

@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prometheus-timeout", help="seconds per query, e.g. 60s (env GPURS_PROMETHEUS_TIMEOUT; default 30s)"
     )
     parser.add_argument(
+        "--prometheus-compression",
+        help="none or gzip: how Prometheus' answers travel (env GPURS_PROMETHEUS_COMPRESSION; default none, "
+        "which spares Prometheus the compressing; gzip for a store across a metered link)",
+    )
+    parser.add_argument(
         "--prometheus-step",
         help="query step, e.g. 30s (env GPURS_PROMETHEUS_STEP; default: the window / 60, 1-60 s)",
     )

@@ -176,6 +176,24 @@ def test_bearer_token_and_basic_auth_are_sent() -> None:
         assert {h.get("authorization") for _, _, h in server.requests} == {expected}
 
 
+def test_answers_are_asked_for_uncompressed_unless_gzip_is_chosen() -> None:
+    """Compressing a large answer is Prometheus' CPU: plain by default, gzip on request, every query
+    (the client library's own too) asking the same way, and the windows the same either way."""
+
+    def read(compressed: bool) -> tuple[set[str | None], list[dict[str, Any]]]:
+        with FakePrometheus(_replay) as server:
+            config = PrometheusConfig(server.url, compressed_answers=compressed)
+            windows = read_prometheus(config, window_seconds=1800, at=END, step_seconds=60.0)
+            return {h.get("accept-encoding") for _, _, h in server.requests}, [
+                w.model_dump() for w in windows
+            ]
+
+    asked_plain, plain = read(False)
+    asked_zipped, zipped = read(True)
+    assert (asked_plain, asked_zipped) == ({"identity"}, {"gzip, deflate"})
+    assert len(plain) == 3 and zipped == plain
+
+
 def test_garbage_answers_are_clear_errors() -> None:
     with (
         FakePrometheus(lambda *_: (200, b"<html>login page</html>")) as server,
