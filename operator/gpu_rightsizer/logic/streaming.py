@@ -107,9 +107,9 @@ def _bin_of(value: float) -> int:
     return stored if value > 0 else -stored
 
 
-@functools.lru_cache(maxsize=8192)
 def _value_of(stored_bin: int) -> float:
-    """The mapping's representative value of a stored bin (within RELATIVE_ACCURACY of its samples)."""
+    """The mapping's representative value of a stored bin (within RELATIVE_ACCURACY of its samples);
+    read through `_VALUES`, which keeps each one computed (at most 2 * TOP_BIN + 1 of them)."""
     if stored_bin > 0:
         return float(MAPPING.value(stored_bin - BIAS))
     if stored_bin < 0:

@@ -18,6 +18,7 @@ from gpu_rightsizer.adapters.prometheus import (
     add_matchers,
     source_for,
 )
+from gpu_rightsizer.commands import run as run_command
 from gpu_rightsizer.config import CompressionError, MatcherError, OperatorConfig, parse_matchers
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.codes import SharingStrategy
@@ -184,27 +185,23 @@ def test_many_gpu_namespaces_do_not_blow_up_the_query() -> None:
     assert "namespace=~" not in many and "and on (namespace, pod)" in many  # the join still filters
 
 
+def _run_config(*argv: str) -> OperatorConfig:
+    """The configuration `run` parses from these flags (and the environment)."""
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    return OperatorConfig.from_args(parser.parse_args(["--prometheus-url", "http://p:9090", *argv]))
+
+
 @pytest.mark.parametrize(("given", "compressed"), [("gzip", True), ("GZIP", True), ("none", False)])
 def test_answer_compression_is_chosen_by_flag_or_environment(
     monkeypatch: pytest.MonkeyPatch, given: str, compressed: bool
 ) -> None:
-    args = argparse.Namespace(
-        namespace=None, role=None, liveness=None, metrics_port=None, prometheus_url="http://p:9090",
-        prometheus_token_file=None, prometheus_ca_file=None, prometheus_insecure=False, interval=None,
-        window=None, metrics_address=None, prometheus_compression=given,
-    )  # fmt: skip
-    assert source_for(OperatorConfig.from_args(args)).config.compressed_answers is compressed
+    assert source_for(_run_config("--prometheus-compression", given)).config.compressed_answers is compressed
     monkeypatch.setenv("GPURS_PROMETHEUS_COMPRESSION", given)
-    args.prometheus_compression = None
-    assert source_for(OperatorConfig.from_args(args)).config.compressed_answers is compressed
+    assert source_for(_run_config()).config.compressed_answers is compressed
 
 
 def test_an_unknown_answer_compression_is_refused_with_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPURS_PROMETHEUS_COMPRESSION", "brotli")
-    args = argparse.Namespace(
-        namespace=None, role=None, liveness=None, metrics_port=None, prometheus_url="http://p:9090",
-        prometheus_token_file=None, prometheus_ca_file=None, prometheus_insecure=False, interval=None,
-        window=None, metrics_address=None,
-    )  # fmt: skip
     with pytest.raises(CompressionError, match="one of none, gzip, not 'brotli'"):
-        OperatorConfig.from_args(args)
+        _run_config()
