@@ -65,6 +65,7 @@ from gpu_rightsizer.adapters.prometheus import (
     PodSeries,
     PrometheusSource,
     PrometheusSourceError,
+    Summary,
     _gauge_by_pod,
     _promql_regex_literal,
     _rate_by_pod,
@@ -787,6 +788,30 @@ class IncrementalReader:
         return kept
 
 
+def summary_of(window: SeriesWindow, family: Family, now: float) -> SignalStats | None:
+    """A series' statistics at `now` in the family's unit; None without a usable sample."""
+    figures = window.figures(now)
+    return None if figures is None else summary_from_figures(figures, family.scale, family.signal)
+
+
+class DeferredSummary:
+    """A device series' statistics, worked out when a chunk observes the device (`prometheus.Summary`).
+
+    Why: summarised at once, the device families' `SignalStats` (a pydantic object each, about 240
+    bytes and its fields) were a quarter of a 1,000-workload cycle's peak of Python objects and stayed
+    alive through every chunk; deferred, only one chunk's are alive. The window is already expired
+    to `now` and not empty; a read after the next cycle's samples would see those, so a deferred
+    summary lives only as long as the cycle's assembly."""
+
+    __slots__ = ("family", "now", "window")
+
+    def __init__(self, window: SeriesWindow, family: Family, now: float) -> None:
+        self.window, self.family, self.now = window, family, now
+
+    def __call__(self) -> SignalStats | None:
+        return summary_of(self.window, self.family, self.now)
+
+
 def _next_chunk(pending: list[Chunk], busy: set[str]) -> Chunk | None:
     """The next chunk to send from `pending` (a stack, next one last): the first one whose family has
     no chunk in flight (`busy`). It is that family's earliest, so each family's chunks are still
@@ -1484,38 +1509,39 @@ class IncrementalSource:
         summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
         for namespace in chunk:
             for name, identity, window in by_namespace.get(namespace, ()):
-                figures = window.figures(now)
-                family = families[name]
-                summary = (
-                    None if figures is None else summary_from_figures(figures, family.scale, family.signal)
-                )
+                summary = summary_of(window, families[name], now)
                 if summary is not None:
                     summarised[name][identity] = summary
         return dict(summarised)
 
     def results(
         self, now: float, *, pods: bool = True
-    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, SignalStats]]]:
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, Summary]]]:
         """What the full read's assembly takes: answers for XIDs, kube-state-metrics and the coarse
-        series, and every family's statistics already summarised (no stat-labelled rows to parse);
-        without `pods`, the device families' only (the pod families' are asked for per chunk)."""
+        series, and every family's statistics (no stat-labelled rows to parse): the pod families'
+        summarised, the device families' deferred (`DeferredSummary`); without `pods`, the device
+        families' only (the pod families' are asked for per chunk)."""
         results: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        summarised: dict[str, dict[Labels, SignalStats]] = defaultdict(dict)
+        summarised: dict[str, dict[Labels, Summary]] = defaultdict(dict)
         families = {family.name: family for family in self.reader.families}
         for (name, identity), window in self.reader.store.series.items():
-            if not pods and families[name].per_pod:
-                continue
-            figures = window.figures(now)
-            if figures is None:
+            family = families[name]
+            if not pods and family.per_pod:
                 continue
             if name == "xid":
-                if figures["max"] > 0:
+                figures = window.figures(now)
+                if figures is not None and figures["max"] > 0:
                     results["xid"].append({"metric": dict(identity), "value": [now, repr(figures["max"])]})
                 continue
-            family = families[name]
-            summary = summary_from_figures(figures, family.scale, family.signal)
-            if summary is not None:
-                summarised[name][identity] = summary
+            if family.per_pod:
+                summary = summary_of(window, family, now)
+                if summary is not None:
+                    summarised[name][identity] = summary
+                    results.setdefault(name, [])
+                continue
+            window.expire(now)
+            if not window.empty:
+                summarised[name][identity] = DeferredSummary(window, family, now)
                 results.setdefault(name, [])
         results.update(self.ksm.results())
         for coarse_name in self.coarse_queries():

@@ -926,13 +926,14 @@ class PrometheusSource:
         namespace: str | None,
         workload: str | None,
         owners: ExtraOwners | None = None,
-        series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None = None,
+        series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], Summary]] | None = None,
         shard: ShardSlice | None = None,
         pods: PodSeries | None = None,
         holders: Mapping[tuple[str, str], Iterable[Key]] | None = None,
     ) -> Iterator[list[WorkloadWindow]]:
         """Windows from the answers, one chunk of namespaces at a time. `series_stats` gives a family's
-        statistics already summarised (the incremental reads), in place of its `stat`-labelled rows.
+        statistics already summarised (the incremental reads), in place of its `stat`-labelled rows;
+        a device family's may be deferred (`Summary`), worked out when a chunk observes the device.
         With a `shard`, only the pods of its namespaces are observed.
 
         Why chunks: the GPU facts are about GPUs, not namespaces (which pods share a device, which trusted
@@ -1087,10 +1088,10 @@ class PrometheusSource:
             gpus = []
             for device_id, entry in sorted(devices.get(key, {}).items()):
                 labels = entry["labels"]
-                gpu_stats: dict[Signal, SignalStats] = dict(entry["stats"])
+                gpu_stats = resolved_stats(entry["stats"])
                 board = boards.get((labels.get("hostname", ""), labels.get("UUID", "")))
                 if board is not None:
-                    for signal, summary in board["stats"].items():
+                    for signal, summary in resolved_stats(board["stats"]).items():
                         gpu_stats.setdefault(signal, summary)
                 used, free = gpu_stats.get(Signal.FB_USED_MIB), gpu_stats.get(Signal.FB_FREE_MIB)
                 gpus.append(
@@ -1174,9 +1175,30 @@ def namespace_chunks(weights: Mapping[str, int], also: Iterable[str], size: int)
         yield frozenset(chunk)
 
 
+#: A series' statistics, or what works them out when first read: the incremental reader defers the
+#: device families' (`incremental.DeferredSummary`), so a cycle holds the `SignalStats` of one chunk's
+#: devices at a time, not of every device in the cluster (most of a 10,000-workload cycle's peak).
+Summary = SignalStats | Callable[[], SignalStats | None]
+
+
+def resolved_stats(stats: Mapping[Signal, Summary]) -> dict[Signal, SignalStats]:
+    """Signal → statistics, deferred ones worked out (a series without a usable sample left out)."""
+    out: dict[Signal, SignalStats] = {}
+    for signal, summary in stats.items():
+        value = resolved(summary)
+        if value is not None:
+            out[signal] = value
+    return out
+
+
+def resolved(summary: Summary) -> SignalStats | None:
+    """The statistics of one series, a deferred summary worked out."""
+    return summary if isinstance(summary, SignalStats) else summary()
+
+
 def _pod_stats(
     results: Mapping[str, list[dict[str, Any]]],
-    series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], SignalStats]] | None,
+    series_stats: Mapping[str, Mapping[tuple[tuple[str, str], ...], Summary]] | None,
 ) -> dict[Key, dict[Signal, SignalStats]]:
     """(namespace, pod) → signal → statistics of the pod families: already summarised in
     `series_stats`, else from their `stat`-labelled rows."""
@@ -1188,8 +1210,10 @@ def _pod_stats(
         if summarised is None:
             summarised = _stats_by_series(results.get(name, []), POD_KEYS, 1.0, signal)
         for labels, summary in summarised.items():
-            label_map = dict(labels)
-            pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = summary
+            value = resolved(summary)
+            if value is not None:
+                label_map = dict(labels)
+                pod_stats[(label_map.get("namespace", ""), label_map.get("pod", ""))][signal] = value
     return pod_stats
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rightsizer.adapters.incremental import IncrementalSource
+from gpu_rightsizer.adapters.incremental import DeferredSummary, IncrementalSource, summary_of
 from gpu_rightsizer.adapters.prometheus import PrometheusConfig, PrometheusSource, namespace_chunks
+from gpu_rightsizer.model.observation import SignalStats, WorkloadWindow
 from gpu_rightsizer.model.shards import ShardSlice
 from gpu_rightsizer.sim.backfill import write_openmetrics
 from gpu_rightsizer.sim.library import scenario_library
@@ -68,14 +69,22 @@ def source(url: str) -> IncrementalSource:
     )
 
 
-def chunks_of(url: str, **options: object) -> list[list[str]]:
-    """Each chunk's windows as JSON, read to completion at END."""
-    incremental = source(url)
+def read_to_completion(incremental: IncrementalSource, **options: object) -> Iterator[list[WorkloadWindow]]:
+    """The source's chunks at END, read until the window is complete."""
     at = datetime.fromtimestamp(END, tz=UTC)
     chunks = None
     while chunks is None:
         chunks = incremental.read_chunks(at=at, **options)  # type: ignore[arg-type]
-    return [sorted(window.model_dump_json() for window in chunk) for chunk in chunks]
+    return chunks
+
+
+def as_json(chunk: list[WorkloadWindow]) -> list[str]:
+    return sorted(window.model_dump_json() for window in chunk)
+
+
+def chunks_of(url: str, **options: object) -> list[list[str]]:
+    """Each chunk's windows as JSON, read to completion at END."""
+    return [as_json(chunk) for chunk in read_to_completion(source(url), **options)]
 
 
 def test_namespaces_are_packed_whole_into_chunks_of_about_the_size() -> None:
@@ -101,3 +110,29 @@ def test_a_shard_assembles_only_its_namespaces_and_the_same_windows(prometheus_u
     mine = [window for part in chunks_of(prometheus_url, chunk_pods=1, shard=shard) for window in part]
     expected = [w for w in whole if shard.owns(w.split('"namespace":"', 1)[1].split('"', 1)[0])]
     assert mine and sorted(mine) == sorted(expected)
+
+
+@needs_prometheus
+def test_device_statistics_are_worked_out_chunk_by_chunk_as_the_same_figures(
+    prometheus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device families' statistics are deferred: the first chunk works out only its devices', the
+    others come with their chunks, and the windows are those of statistics summarised at once."""
+    resolved: list[DeferredSummary] = []
+    work_out = DeferredSummary.__call__
+
+    def counted(deferred: DeferredSummary) -> SignalStats | None:
+        resolved.append(deferred)
+        return work_out(deferred)
+
+    monkeypatch.setattr(DeferredSummary, "__call__", counted)
+    chunks = read_to_completion(source(prometheus_url), chunk_pods=1)
+    deferred = [as_json(next(chunks))]
+    with_first = len(resolved)
+    deferred += [as_json(chunk) for chunk in chunks]
+    assert 0 < with_first < len(resolved) / 3  # a chunk is about a tenth of the fleet
+
+    monkeypatch.setattr("gpu_rightsizer.adapters.incremental.DeferredSummary", summary_of)  # at once
+    at_once = [as_json(chunk) for chunk in read_to_completion(source(prometheus_url), chunk_pods=1)]
+    assert deferred == at_once
+    assert sum('"uuid":' in window for chunk in deferred for window in chunk) >= len(fleet()) / 2
