@@ -798,7 +798,7 @@ class DeferredSummary:
     """A device series' statistics, worked out when a chunk observes the device (`prometheus.Summary`).
 
     Why: summarised at once, the device families' `SignalStats` (a pydantic object each, about 240
-    bytes and its fields) were a quarter of a 1,000-workload cycle's peak of Python objects and stayed
+    bytes and its fields) were a sixth of a 1,000-workload cycle's peak of Python objects and stayed
     alive through every chunk; deferred, only one chunk's are alive. The window is already expired
     to `now` and not empty; a read after the next cycle's samples would see those, so a deferred
     summary lives only as long as the cycle's assembly."""

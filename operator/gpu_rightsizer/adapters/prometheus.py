@@ -1091,8 +1091,9 @@ class PrometheusSource:
                 gpu_stats = resolved_stats(entry["stats"])
                 board = boards.get((labels.get("hostname", ""), labels.get("UUID", "")))
                 if board is not None:
-                    for signal, summary in resolved_stats(board["stats"]).items():
-                        gpu_stats.setdefault(signal, summary)
+                    for signal, summary in board["stats"].items():  # only what the device lacks
+                        if signal not in gpu_stats and (value := resolved(summary)) is not None:
+                            gpu_stats[signal] = value
                 used, free = gpu_stats.get(Signal.FB_USED_MIB), gpu_stats.get(Signal.FB_FREE_MIB)
                 gpus.append(
                     GPUObservation(
@@ -1177,7 +1178,7 @@ def namespace_chunks(weights: Mapping[str, int], also: Iterable[str], size: int)
 
 #: A series' statistics, or what works them out when first read: the incremental reader defers the
 #: device families' (`incremental.DeferredSummary`), so a cycle holds the `SignalStats` of one chunk's
-#: devices at a time, not of every device in the cluster (most of a 10,000-workload cycle's peak).
+#: devices at a time, not of every device in the cluster (a fifth of a 10,000-workload cycle's peak).
 Summary = SignalStats | Callable[[], SignalStats | None]
 
 
