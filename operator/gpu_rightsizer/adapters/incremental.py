@@ -113,7 +113,8 @@ NAMESPACE_FOLDS = tuple(source for target, source in LABEL_FOLDS if target == "n
 #: The application containers of a cAdvisor selector (not the pod's cgroup, not the pause container).
 APP_CONTAINERS = '{container!="",container!="POD"}'
 Labels = tuple[tuple[str, str], ...]
-#: Label sets shared before the table is started afresh (about a hundred thousand pods and devices).
+#: Label sets shared before the first look for those no longer held (`LabelTable`); after it, twice
+#: as many as are still held.
 MAX_SHARED_LABEL_SETS = 200_000
 SeriesId = tuple[str, Labels]
 #: One series of an answer as the windows take it: (identity, sample times, values).
@@ -170,25 +171,69 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-_LABEL_SETS: dict[Labels, Labels] = {}
-#: (keys, their values in a series' labels, None where absent) → that identity (`identity_of`).
-_IDENTITIES: dict[tuple[tuple[str, ...], tuple[str | None, ...]], Labels] = {}
+class LabelTable:
+    """The shared label sets, their (key, value) pairs and the identities found from answers.
+
+    Why: a device's labels come back in every family's answer as new strings, and kept per series
+    they cost more than its statistics. A table holds one copy of each label set, and a set is made
+    of shared pairs: at 10,000 workloads about 200,000 label sets hold 1.2 million pairs but only
+    about 75,000 distinct ones. When the sets pass `limit`, the entries nothing else holds (pods and
+    devices gone) are dropped and the limit becomes twice what is left. Those held by a window
+    stay: clearing the whole table made every later answer a new copy of a set a window already
+    holds, and with more sets in use than the limit that happened every cycle.
+    """
+
+    #: References to an entry that nothing outside the table holds, as `prune` counts them: the
+    #: dict's key and value (one object), the snapshot list, the loop variable, `getrefcount`'s own.
+    UNHELD_REFERENCES = 5
+
+    def __init__(self, limit: int) -> None:
+        self.minimum_limit = limit
+        self.limit = limit
+        self.sets: dict[Labels, Labels] = {}
+        self.pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        #: (keys, their values in a series' labels, None where absent) → that identity (`identity_of`).
+        self.identities: dict[tuple[tuple[str, ...], tuple[str | None, ...]], Labels] = {}
+
+    def shared(self, labels: Labels) -> Labels:
+        """The one copy of `labels` (added when new, its pairs and strings shared)."""
+        found = self.sets.get(labels)
+        if found is None:
+            if len(self.sets) >= self.limit:
+                self.prune()
+            found = tuple(self._pair(key, value) for key, value in labels)
+            self.sets[found] = found
+        return found
+
+    def _pair(self, key: str, value: str) -> tuple[str, str]:
+        found = self.pairs.get((key, value))
+        if found is None:
+            found = (sys.intern(key), sys.intern(value))
+            self.pairs[found] = found
+        return found
+
+    def prune(self) -> int:
+        """Drop the identities, then the label sets and pairs that nothing else holds; how many sets
+        were dropped. The identities are a lookup cache: the next answers find them again."""
+        self.identities = {}
+        before = len(self.sets)
+        self.sets = {labels: labels for labels in self._held(list(self.sets))}
+        self.pairs = {pair: pair for pair in self._held(list(self.pairs))}
+        self.limit = max(self.minimum_limit, 2 * len(self.sets))
+        return before - len(self.sets)
+
+    def _held(self, entries: list[Any]) -> list[Any]:
+        return [entry for entry in entries if sys.getrefcount(entry) > self.UNHELD_REFERENCES]
+
+
+#: Every reader's label sets (one process reads one cluster's series: the sets are shared by all).
+LABELS = LabelTable(MAX_SHARED_LABEL_SETS)
 
 
 def shared_labels(pairs: Iterable[tuple[str, str]]) -> Labels:
-    """One copy of a label set and of its strings for every family that holds the same series.
-
-    A device's labels come back in every family's answer as new strings; kept per series they cost
-    more than the series' statistics. The table only grows with distinct label sets (pods and
-    devices seen), and is cleared when it passes `MAX_SHARED_LABEL_SETS`."""
-    labels = tuple((sys.intern(key), sys.intern(value)) for key, value in pairs)
-    found = _LABEL_SETS.get(labels)
-    if found is None:
-        if len(_LABEL_SETS) >= MAX_SHARED_LABEL_SETS:
-            _LABEL_SETS.clear()
-            _IDENTITIES.clear()
-        _LABEL_SETS[labels] = found = labels
-    return found
+    """One copy of a label set, of its pairs and of its strings for every family that holds the same
+    series (`LabelTable`)."""
+    return LABELS.shared(tuple((key, value) for key, value in pairs))
 
 
 def identity_of(labels: Mapping[str, str], keys: Sequence[str]) -> Labels:
@@ -199,15 +244,16 @@ def identity_of(labels: Mapping[str, str], keys: Sequence[str]) -> Labels:
     only for an identity not seen before. The lookup keeps the shared strings, not the answer's."""
     names = keys if isinstance(keys, tuple) else tuple(keys)
     values = tuple(map(labels.get, names))
-    found = _IDENTITIES.get((names, values))
+    found = LABELS.identities.get((names, values))
     if found is None:
         found = shared_labels((key, value) for key, value in zip(names, values, strict=True) if value)
-        if len(_IDENTITIES) >= MAX_SHARED_LABEL_SETS:
-            _IDENTITIES.clear()
+        identities = LABELS.identities  # read after: a prune in `shared_labels` makes a new one
+        if len(identities) >= LABELS.limit:
+            identities.clear()
         shared = dict(found)  # the key keeps the shared strings, not the answer's
-        _IDENTITIES[
-            names, tuple(shared.get(key, value) for key, value in zip(names, values, strict=True))
-        ] = found
+        identities[names, tuple(shared.get(key, value) for key, value in zip(names, values, strict=True))] = (
+            found
+        )
     return found
 
 
@@ -1459,6 +1505,7 @@ class IncrementalSource:
         self.report.queries += labels_asked
         if busy is not None and self.report.chunks_failed == 0:
             self.coarse.append("range:busy", busy.series())
+        self.reader.taps = {}  # what they filled is taken: they would hold it until the next read
         if not self.reader.complete:
             return None
         self.ksm.read(self.source, now, self.report)
