@@ -15,16 +15,19 @@ import pytest
 from gpu_rightsizer.adapters import prometheus
 from gpu_rightsizer.adapters.incremental import (
     MAX_POINTS_PER_SERIES,
+    UNREAD_SIGNALS,
     Chunk,
     CycleReport,
     Family,
     IncrementalReader,
+    _source_families,
     default_families,
     plan,
 )
 from gpu_rightsizer.adapters.prom_answers import RangeSeries, matrix_of
 from gpu_rightsizer.adapters.prometheus import PrometheusSourceError
 from gpu_rightsizer.logic import stats as st
+from gpu_rightsizer.logic.streaming import RECORD_WITH_STEPS, RECORD_WITHOUT_STEPS
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal
 
@@ -377,3 +380,35 @@ def test_queries_stay_in_flight_while_an_answer_is_ingested_and_windows_fill_in_
         assert sent[1] == 5  # and one more once it had: not a wave of four, then the next wave
     assert in_flight[1] == 4
     assert first == second and first[0] == "gpu:busy-0"
+
+
+def test_only_busy_windows_keep_the_steps_between_samples_and_the_xid_codes_keep_none() -> None:
+    """The sawtooth score is read from the busy families only; the XID family names the engine signal
+    as a placeholder but is read from its largest value, so its windows keep no steps."""
+    xid = next(family for family in _source_families(60.0, None) if family.name == "xid")
+    assert xid.largest_only and xid.signal is RAW.signal
+    device = {"UUID": "GPU-1", "gpu": "0", "Hostname": "node-a", "namespace": "ml", "pod": "trainer-0"}
+    times = [NOW - 120, NOW - 60, NOW]
+    answers = {
+        RAW.name: raw_rows([(device, [(t, 0.5) for t in times])]),
+        xid.name: raw_rows([({**device, mn.XID_CODE_LABEL: "79"}, [(t, 79.0) for t in times])]),
+    }
+    reader = IncrementalReader(
+        lambda what, *_: answers[what], window_seconds=WINDOW, step_seconds=60.0, families=[RAW, xid]
+    )
+    reader.read(NOW)
+    shapes = {name: window._shape for (name, _), window in reader.store.series.items()}
+    assert shapes[RAW.name].sawtooth_floor is not None and shapes[RAW.name].record == RECORD_WITH_STEPS
+    assert shapes[xid.name].sawtooth_floor is None and shapes[xid.name].record == RECORD_WITHOUT_STEPS
+    figures = next(w for (name, _), w in reader.store.series.items() if name == xid.name).figures(NOW)
+    assert figures is not None and figures["max"] == 79.0 and "absstep" not in figures
+
+
+def test_the_streaming_windows_leave_out_the_signals_no_rule_reads() -> None:
+    """Temperature, power and the write/transmit rates are read by no rule: no family of the
+    incremental source asks for them, so they cost no query, no window and no summary."""
+    read = {family.signal for family in _source_families(60.0, None) if not family.largest_only}
+    assert Signal.GPU_TEMP_C in UNREAD_SIGNALS and Signal.POWER_WATTS in UNREAD_SIGNALS
+    assert not read & UNREAD_SIGNALS
+    every = {family.signal for family in default_families(60.0)}
+    assert every >= UNREAD_SIGNALS  # they exist as families: leaving them out is a choice, not a gap

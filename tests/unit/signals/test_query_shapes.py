@@ -92,7 +92,7 @@ def counter_lines(counters_per_device: int = 1) -> list[str]:
 RENAMED_GAUGES = (
     (mn.DCGM_DRAM_ACTIVE, 0.3),
     (mn.DCGM_SM_CLOCK, 1400.0),
-    (mn.DCGM_GPU_TEMP, 60.0),
+    (mn.DCGM_FB_USED, 20000.0),
     (mn.DCGM_GR_ENGINE_ACTIVE, 0.5),
 )
 
