@@ -407,7 +407,7 @@ def test_only_busy_windows_keep_the_steps_between_samples_and_the_xid_codes_keep
 def test_the_streaming_windows_leave_out_the_signals_no_rule_reads() -> None:
     """Temperature, power and the write/transmit rates are read by no rule: no family of the
     incremental source asks for them, so they cost no query, no window and no summary."""
-    read = {family.signal for family in _source_families(60.0, None) if not family.largest_only}
+    read = {family.signal for family in _source_families(60.0, None)}
     assert Signal.GPU_TEMP_C in UNREAD_SIGNALS and Signal.POWER_WATTS in UNREAD_SIGNALS
     assert not read & UNREAD_SIGNALS
     every = {family.signal for family in default_families(60.0)}
