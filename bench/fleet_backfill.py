@@ -88,6 +88,7 @@ from gpu_rightsizer.model.codes import DiagnosisCode
 from gpu_rightsizer.model.observation import WorkloadWindow
 from gpu_rightsizer.model.shards import ShardSlice
 from gpu_rightsizer.recommender.cycle import BACKFILL_PAUSE_SECONDS, analyse
+from gpu_rightsizer.runtime.memory import release_free_memory
 from gpu_rightsizer.sim import backfill, library, scenarios
 from gpu_rightsizer.sim.backfill import write_openmetrics
 from gpu_rightsizer.sim.library import scenario_library
@@ -350,6 +351,7 @@ def one_cycle(
             for window in chunk:
                 analysis = analyse(window, settings, now, cfg.window_seconds, capacity)
                 diagnoses[window.workload.key] = analysis.primary
+    release_free_memory()  # as the operator's cycle ends (`recommender.cycle.run_cycle`)
     engine = time.perf_counter() - started
     return Cycle(
         read_wall + engine,

@@ -19,7 +19,9 @@ be a hole in the window), so that start is a cold one.
 The GPU gauge and XID families are sent as bare selectors (`Family.raw_series`): the reader folds the
 label variants and keeps, per device identity and time, the largest value, which is what `max by` of
 the folded, sentinel-filtered selector gives, while Prometheus evaluates no expression node per series
-and step (a third of its CPU for those families, docs/scaling.md). Once the coarse series have read
+and step (a third of its CPU for those families, docs/scaling.md). The throttle family sends its
+clock-event bitmasks bare too, beside the violation counters' share, and the reader works out the
+flags (`Family.bitmasks`, `prometheus.throttle_raw_expr`). Once the coarse series have read
 their window, `range:cpu` and `range:busy` are taken from the CPU, engine-activity and utilisation
 family answers instead of queries of their own (`IncrementalSource.derive_coarse`).
 
@@ -62,6 +64,7 @@ from gpu_rightsizer.adapters.prometheus import (
     LABEL_FOLDS,
     MAX_NAMESPACE_REGEX,
     POD_KEYS,
+    KubeFact,
     PodSeries,
     PrometheusSource,
     PrometheusSourceError,
@@ -78,11 +81,12 @@ from gpu_rightsizer.adapters.prometheus import (
     series_selected,
     serving_exprs,
     summary_from_figures,
+    throttle_raw_expr,
     without_folds,
 )
 from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
 from gpu_rightsizer.logic.counters import rates_at
-from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR, is_missing
+from gpu_rightsizer.logic.stats import DEFAULT_SAWTOOTH_FLOOR, is_missing, throttle_flag
 from gpu_rightsizer.logic.streaming import (
     DEFAULT_SLOTS,
     SeriesWindow,
@@ -322,6 +326,12 @@ class Family:
     #: Only the window's largest value is read (the XID codes): its windows keep no steps between
     #: samples, whatever `signal` says.
     largest_only: bool = False
+    #: With `raw_series`: raw series of these metric names are clock-event bitmasks, read as 1 where a
+    #: throttling bit is set, else 0 (`stats.throttle_flag`), before the merge (`throttle_raw_expr`).
+    bitmasks: tuple[str, ...] = ()
+    #: The whole PromQL form of a family whose `expression` leaves part of the work to the reader
+    #: (`bitmasks`): what a recording rule records, since a rule cannot run the reader.
+    whole_expression: str | None = None
 
     def query(self, namespace: str | None, within: Sequence[str] | None = None) -> str:
         """The range query for one chunk: GPU pods only for pod families, one namespace when split, a
@@ -334,6 +344,12 @@ class Family:
             return self.expression if within is None else held_in(self.expression, within)
         expression = self.expression if within is None else in_namespaces(self.expression, within)
         return f"({expression}) and on (namespace, pod) {gpu_pods(namespace, within)}"
+
+    def rule_query(self) -> str:
+        """What a recording rule of this family records: its cluster-wide query, in the whole PromQL
+        form where the reader does part of the work."""
+        whole = self if self.whole_expression is None else replace(self, expression=self.whole_expression)
+        return whole.query(None)
 
 
 def _raw_floor(signal: Signal, scale: float) -> float | None:
@@ -362,10 +378,13 @@ def default_families(step_seconds: float, recorded: Mapping[str, str] | None = N
     families.append(
         Family(
             name="gpu:throttle",
-            expression=_throttle_expr("", rate_window),
+            expression=throttle_raw_expr(rate_window),
             signal=Signal.THROTTLE_FRACTION,
             keys=GPU_KEYS,
             activity_floor=0.0,
+            raw_series=True,
+            bitmasks=mn.DCGM_CLOCK_EVENT_METRICS,
+            whole_expression=_throttle_expr("", rate_window),
         )
     )
     for source in mn.POD_SIGNAL_SOURCES:
@@ -827,6 +846,11 @@ class IncrementalReader:
         except AnswerError as error:
             raise PrometheusSourceError(f"malformed range answer for {family.name}: {error}") from error
         if family.raw_series:
+            if family.bitmasks:
+                decoded = [
+                    (labels, times, flags_of(values) if labels.get("__name__") in family.bitmasks else values)
+                    for labels, times, values in decoded
+                ]
             series = largest_per_identity(decoded, family.keys)
         else:
             series = [(identity_of(labels, family.keys), times, values) for labels, times, values in decoded]
@@ -961,6 +985,12 @@ def counter_series(
     return out
 
 
+def flags_of(bitmasks: array[float]) -> array[float]:
+    """Clock-event bitmasks as throttle flags (`stats.throttle_flag`); a missing value stays missing
+    (the windows and `largest_per_identity` drop it, as the sentinel filter does in PromQL)."""
+    return array("d", (value if is_missing(value) else throttle_flag(value) for value in bitmasks))
+
+
 def largest_per_identity(
     decoded: Sequence[tuple[Mapping[str, str], array[float], array[float]]], keys: Sequence[str]
 ) -> list[Decoded]:
@@ -1089,9 +1119,11 @@ class CoarseSeries:
                 del self.points[key]
 
     def rows(self, name: str) -> list[dict[str, Any]]:
-        """The points of one series name as PromQL matrix rows."""
+        """The points of one series name as PromQL matrix rows: views of the held arrays, not copies
+        (the copies were 5.6 MiB of a steady cycle at 1,000 workloads), so valid until the next `read`
+        or `append`; the assembly that takes them is done with them before that."""
         return [
-            {"metric": dict(identity), "values": SamplePairs(array("d", flat))}
+            {"metric": dict(identity), "values": SamplePairs(flat)}
             for (series, identity), flat in self.points.items()
             if series == name
         ]
@@ -1185,18 +1217,15 @@ class KsmCache:
             del self.facts[key]
         self.restarts.expire(now)
 
-    def results(self) -> dict[str, list[dict[str, Any]]]:
-        """The facts as the full read's `ksm:<metric>` answers."""
-        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for (metric, labels), (value, seen) in self.facts.items():
-            out[f"ksm:{metric}"].append({"metric": dict(labels), "value": [seen, repr(value)]})
+    def facts_now(self) -> Iterator[KubeFact]:
+        """The facts as the full read's `ksm:<metric>` answers give them (`ksm_facts`), taken one at a
+        time: restarts as their increases summed over the window."""
+        for (metric, labels), (value, _) in self.facts.items():
+            yield metric, labels, value
         for labels, window in self.restarts.series.items():
             figures = window.figures()
             if figures is not None:
-                out[f"ksm:{mn.KSM_POD_RESTARTS}"].append(
-                    {"metric": dict(labels), "value": [0, repr(figures["sum"])]}
-                )
-        return dict(out)
+                yield mn.KSM_POD_RESTARTS, labels, figures["sum"]
 
 
 class IdentityCache:
@@ -1547,6 +1576,7 @@ class IncrementalSource:
             shard=shard if sharded else None,
             pods=pods,
             holders=self.identity.holders(),
+            kube_facts=self.ksm.facts_now(),
             **assembly,
         )
 
@@ -1578,8 +1608,8 @@ class IncrementalSource:
     def results(
         self, now: float, *, pods: bool = True
     ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, Summary]]]:
-        """What the full read's assembly takes: answers for XIDs, kube-state-metrics and the coarse
-        series, and every family's statistics (no stat-labelled rows to parse): the pod families'
+        """What the full read's assembly takes: answers for XIDs and the coarse series (the
+        kube-state-metrics facts go to it as they are, `KsmCache.facts_now`), and every family's statistics (no stat-labelled rows to parse): the pod families'
         summarised, the device families' deferred (`DeferredSummary`); without `pods`, the device
         families' only (the pod families' are asked for per chunk)."""
         results: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -1604,7 +1634,6 @@ class IncrementalSource:
             if not window.empty:
                 summarised[name][identity] = DeferredSummary(window, family, now)
                 results.setdefault(name, [])
-        results.update(self.ksm.results())
         for coarse_name in self.coarse_queries():
             results[coarse_name] = self.coarse.rows(coarse_name)
         return dict(results), dict(summarised)

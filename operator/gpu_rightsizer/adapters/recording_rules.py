@@ -102,9 +102,10 @@ def expression_digest(expr: str) -> str:
 
 def rules_for(families: Sequence[Family]) -> list[RecordingRule]:
     """The rules of the families that have a recorded name: each records the family's own query
-    (cluster-wide; pod families already joined on GPU pods, so only GPU pods are recorded)."""
+    (cluster-wide; pod families already joined on GPU pods, so only GPU pods are recorded), in its
+    whole PromQL form (`Family.rule_query`: the throttle flags worked out by Prometheus)."""
     return [
-        RecordingRule(family.name, RECORD_NAMES[family.name], family.query(None))
+        RecordingRule(family.name, RECORD_NAMES[family.name], family.rule_query())
         for family in families
         if family.name in RECORD_NAMES
     ]
@@ -170,7 +171,7 @@ def detect(
     """
     rules = recording_rules() if rules is None else rules
     detection = Detection()
-    wanted = {family.name: family.query(None) for family in default_families(step_seconds)}
+    wanted = {family.name: family.rule_query() for family in default_families(step_seconds)}
     candidates: list[RecordingRule] = []
     for rule in rules:
         if source.config.trusted_gpu_targets is not None and gpu_targets.selects_trusted_only(rule.expr):

@@ -212,9 +212,14 @@ def aligned_correlation(
     return pearson([a[k] for k in common], [b[k] for k in common])
 
 
+def throttle_flag(bitmask: float) -> float:
+    """A clock-event-reason bitmask → 1.0 where a throttling bit is set, else 0.0."""
+    return 1.0 if int(bitmask) & THROTTLE_CLOCK_EVENT_MASK else 0.0
+
+
 def throttle_flags(samples: Iterable[Sample]) -> list[Sample]:
     """Clock-event-reason bitmasks → 1.0 where a throttling bit is set, else 0.0 (mean = share throttled)."""
-    return [(t, 1.0 if int(v) & THROTTLE_CLOCK_EVENT_MASK else 0.0) for t, v in clean(samples)]
+    return [(t, throttle_flag(v)) for t, v in clean(samples)]
 
 
 def ratio_series(

@@ -61,6 +61,7 @@ from gpu_rightsizer.recommender.writes import (
 )
 from gpu_rightsizer.runtime import metrics
 from gpu_rightsizer.runtime.context import OperatorContext
+from gpu_rightsizer.runtime.memory import release_free_memory
 from gpu_rightsizer.runtime.startup import runs
 
 LOG = logging.getLogger(__name__)
@@ -353,6 +354,7 @@ def run_cycle(ctx: OperatorContext, now: datetime | None = None) -> int:
         )
     ctx.last_written = sum(tally.written.values())
     ctx.last_refreshed = tally.written["refresh"]
+    release_free_memory()  # the cycle's transients are gone: their pages need not stay resident
     return tally.updated
 
 

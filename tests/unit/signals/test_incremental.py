@@ -20,6 +20,7 @@ from gpu_rightsizer.adapters.incremental import (
     CycleReport,
     Family,
     IncrementalReader,
+    KsmCache,
     _source_families,
     default_families,
     plan,
@@ -412,3 +413,37 @@ def test_the_streaming_windows_leave_out_the_signals_no_rule_reads() -> None:
     assert not read & UNREAD_SIGNALS
     every = {family.signal for family in default_families(60.0)}
     assert every >= UNREAD_SIGNALS  # they exist as families: leaving them out is a choice, not a gap
+
+
+class KsmAnswers:
+    """Instant answers of the kube-state-metrics reads: each query's rows by metric, per read."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.asked: list[str] = []
+
+    def instant(self, what: str, query: str, at: float) -> list[dict[str, Any]]:
+        self.asked.append(query)
+        return self.rows.get(what.removeprefix("ksm:"), [])
+
+
+def test_kube_state_facts_go_to_the_assembly_as_facts_with_restarts_summed_over_the_window() -> None:
+    pod = {"namespace": "ml", "pod": "trainer-0"}
+    answers = KsmAnswers()
+    cache = KsmCache(WINDOW, [mn.KSM_POD_INFO])
+    answers.rows = {
+        mn.KSM_POD_INFO: [{"metric": {**pod, "node": "n1"}, "value": [NOW, "1"]}],
+        mn.KSM_POD_RESTARTS: [{"metric": pod, "value": [NOW, "2"]}],
+    }
+    cache.read(answers, NOW, CycleReport(backfilling=False))
+    answers.rows = {mn.KSM_POD_RESTARTS: [{"metric": pod, "value": [NOW + 300, "1"]}]}
+    cache.read(answers, NOW + 300, CycleReport(backfilling=False))
+    facts = {(metric, tuple(labels)): value for metric, labels, value in cache.facts_now()}
+    assert facts == {
+        (mn.KSM_POD_INFO, (("namespace", "ml"), ("node", "n1"), ("pod", "trainer-0"))): 1.0,
+        (mn.KSM_POD_RESTARTS, (("namespace", "ml"), ("pod", "trainer-0"))): 3.0,
+    }
+    assert "[300s]" in answers.asked[-1]  # the later read looks back to the one before only
+    answers.rows = {}
+    cache.read(answers, NOW + WINDOW + 600, CycleReport(backfilling=False))
+    assert [metric for metric, _, _ in cache.facts_now()] == []  # not seen for a window: forgotten

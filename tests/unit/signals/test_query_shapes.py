@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpu_rightsizer.adapters import gpu_targets, incremental, prometheus
+from gpu_rightsizer.adapters import gpu_targets, prometheus
 from gpu_rightsizer.adapters.incremental import (
     CoarseSeries,
     IdentityCache,
@@ -42,7 +42,7 @@ from gpu_rightsizer.adapters.prometheus import (
     throttle_flag,
     without_folds,
 )
-from gpu_rightsizer.adapters.source import CycleReport
+from gpu_rightsizer.adapters.source import CycleReport, rate_window_seconds
 from gpu_rightsizer.model import metric_names as mn
 from gpu_rightsizer.model.observation import Signal
 from gpu_rightsizer.testcluster.prometheus import PrometheusServer
@@ -121,6 +121,17 @@ def raw_gauge_lines() -> list[str]:
                 shown = blank if phase % 5 == index else "NaN" if phase % 11 == 4 + index else f"{value:g}"
                 lines.append(f"{metric}{{{labels}}} {shown} {t}")
             lines.append(f"{metric}{{{plain_device}}} {base * (1 + 0.05 * (phase % 4)):g} {t}")
+    # clock-event bitmasks with and without throttling bits (16 and those below 8 are not), above
+    # the eighth bit, blank and NaN, on the renamed device's two copies and the plain one
+    masks = (0, 1, 8, 16, 32, 17, 4, 64, 128, 24, 255, 256, 264, 20)
+    lines.append(f"# TYPE {mn.DCGM_CLOCKS_EVENT_REASONS} gauge")
+    for t in range(FIRST, LAST + 1, EVERY):
+        phase = (t - FIRST) // EVERY
+        for index, labels in enumerate(copies):
+            mask = masks[(phase + 5 * index) % len(masks)]
+            shown = blank if phase % 6 == index else "NaN" if phase % 13 == 4 + index else str(mask)
+            lines.append(f"{mn.DCGM_CLOCKS_EVENT_REASONS}{{{labels}}} {shown} {t}")
+        lines.append(f"{mn.DCGM_CLOCKS_EVENT_REASONS}{{{plain_device}}} {masks[phase % len(masks)]} {t}")
     lines.append("# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL gauge")  # not read: another family's name
     lines.extend(
         f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{copies[0]}}} 5 {t}" for t in range(FIRST, LAST + 1, EVERY)
@@ -184,7 +195,7 @@ def assert_same(name: str, before: Answer, after: Answer) -> None:
     for labels, samples in before.items():
         assert [t for t, _ in after[labels]] == [t for t, _ in samples], (name, labels)
         for (_, was), (_, now) in zip(samples, after[labels], strict=True):
-            assert now == pytest.approx(was, rel=1e-12, abs=1e-12), (name, labels)
+            assert now == pytest.approx(was, rel=1e-12, abs=1e-12, nan_ok=True), (name, labels)
 
 
 @needs_prometheus
@@ -194,26 +205,62 @@ def test_every_family_answers_as_in_todays_shape(
     source = PrometheusSource(PrometheusConfig(url=prometheus_url))
     new = {family.name: family.query(None) for family in default_families(STEP)}
     monkeypatch.setattr(prometheus, "largest_of", todays_larger)
-    monkeypatch.setattr(incremental, "_throttle_expr", todays_throttle)
     old = {family.name: family.query(None) for family in default_families(STEP)}
     monkeypatch.undo()
     assert new.keys() == old.keys()
-    changed = [name for name in new if new[name] != old[name]]
-    # the throttle family changes shape; the counters keep `rate > deriv or deriv` (fewer nodes)
-    assert changed == ["gpu:throttle"]
-    assert new["gpu:throttle"].count("DCGM_FI_DEV_CLOCKS_EVENT_REASONS") * 8 == old["gpu:throttle"].count(
+    # no family reads `largest_of` (the throttle family's sides are merged by the reader); the
+    # counters keep `rate > deriv or deriv` (fewer nodes)
+    assert [name for name in new if new[name] != old[name]] == []
+    rate_window = rate_window_seconds(STEP)
+    throttle, todays = _throttle_expr("", rate_window), todays_throttle("", rate_window)
+    assert throttle.count("DCGM_FI_DEV_CLOCKS_EVENT_REASONS") * 8 == todays.count(
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
     )
-    changed += [f"pod:{Signal.FS_READ_BYTES_PER_S.value}", f"pod:{Signal.FS_WRITE_BYTES_PER_S.value}"]
+    queries = {"gpu:throttle": (todays, throttle)}
+    for signal in (Signal.FS_READ_BYTES_PER_S, Signal.FS_WRITE_BYTES_PER_S):
+        queries[f"pod:{signal.value}"] = (old[f"pod:{signal.value}"], new[f"pod:{signal.value}"])
     with_data = 0
-    for name in changed:
-        before, after = answer(source, old[name]), answer(source, new[name])
+    for name, (before_query, after_query) in queries.items():
+        before, after = answer(source, before_query), answer(source, after_query)
         assert_same(name, before, after)
         with_data += bool(before)
     assert with_data == 3  # the throttle family and the reset and late counters have data
-    throttle = answer(source, new["gpu:throttle"])
-    lone = [labels for labels in throttle if ("UUID", "GPU-0000") in labels]
-    assert lone and max(v for _, v in throttle[lone[0]]) == pytest.approx(0.15, rel=0.05)
+    lone = [labels for labels in answer(source, throttle) if ("UUID", "GPU-0000") in labels]
+    assert lone and max(v for _, v in answer(source, throttle)[lone[0]]) == pytest.approx(0.15, rel=0.05)
+
+
+@needs_prometheus
+def test_the_throttle_family_read_raw_gives_the_windows_of_the_whole_expression(prometheus_url: str) -> None:
+    """The throttle family sends its clock-event bitmasks bare and the reader works out the flags and
+    takes the larger of them and the violation share per device (`throttle_raw_expr`); over bitmasks
+    with every kind of bit, blanks and NaN on a device scraped twice (`raw_gauge_lines`) and violation
+    counters (`counter_lines`), served by a real Prometheus, every window equals the one the whole
+    PromQL expression (`_throttle_expr`) gives."""
+    source = PrometheusSource(PrometheusConfig(url=prometheus_url))
+    (raw,) = [family for family in _source_families(STEP, None) if family.name == "gpu:throttle"]
+    assert raw.raw_series and raw.bitmasks == mn.DCGM_CLOCK_EVENT_METRICS
+    assert "floor(" not in raw.expression  # Prometheus evaluates no flag arithmetic
+    whole = replace(
+        raw, raw_series=False, bitmasks=(), expression=_throttle_expr("", rate_window_seconds(STEP))
+    )
+    stores = []
+    for family in (whole, raw):
+        reader = IncrementalReader(
+            source.range_series, window_seconds=1800.0, step_seconds=STEP, families=[family]
+        )
+        report = reader.read(float(LAST))
+        assert reader.complete and report.chunks_failed == 0
+        stores.append({key: window.figures(float(LAST)) for key, window in reader.store.series.items()})
+    before, after = stores
+    assert after.keys() == before.keys()
+    assert len(before) >= 4  # the plain devices, the renamed one merged, the board with counters only
+    renamed = [labels for _, labels in after if ("UUID", "GPU-1111") in labels]
+    assert len(renamed) == 1 and ("pod", "chat-1") in renamed[0]
+    for key, figures in before.items():
+        assert figures is not None and after[key] is not None, key
+        assert after[key] == pytest.approx(figures, rel=1e-12, abs=1e-12), key
+    flagged = after[("gpu:throttle", renamed[0])]
+    assert flagged is not None and 0 < flagged["mean"] < 1 and flagged["max"] == 1.0
 
 
 @needs_prometheus
@@ -390,7 +437,11 @@ def test_every_query_answers_the_same_without_the_folds_of_labels_its_series_lac
     config = PrometheusConfig(url=prometheus_url)
     source = PrometheusSource(config)
     incremental = IncrementalSource(source, window_seconds=1800.0, step_seconds=STEP)
-    queries = {family.name: family.query(None) for family in incremental.families if not family.raw_series}
+    queries = {
+        family.name: family.query(None)
+        for family in incremental.families
+        if not family.raw_series or family.bitmasks  # the throttle family folds its violation side
+    }
     queries.update(incremental.coarse_queries())
     absent, asked = incremental.absent_folds(float(LAST), queries)
     assert 1 < asked < len(queries)  # one request per distinct set of metrics
@@ -432,7 +483,7 @@ def test_bare_gauge_selectors_give_the_windows_of_max_by_over_folded_series(prom
     served by a real Prometheus, every window equals the one today's shape (`max by` of the folded,
     sentinel-filtered selector, `_gpu_expr`) gives, series for series."""
     source = PrometheusSource(PrometheusConfig(url=prometheus_url))
-    raw = [family for family in _source_families(STEP, None) if family.raw_series]
+    raw = [family for family in _source_families(STEP, None) if family.raw_series and not family.bitmasks]
     assert {family.expression for family in raw} >= {mn.DCGM_GR_ENGINE_ACTIVE, mn.DCGM_XID_ERRORS}
     assert all(family.expression.isidentifier() for family in raw)  # bare selectors
     aggregated = [

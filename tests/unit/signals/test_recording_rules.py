@@ -83,7 +83,10 @@ def test_each_rule_records_the_query_the_operator_sends_for_its_family() -> None
     assert [r.family for r in rules] == [name for name in by_name if name in RECORD_NAMES]
     for rule in rules:
         family = by_name[rule.family]
-        assert rule.expr == family.query(None)
+        assert rule.expr == family.rule_query()
+        # a rule cannot run the reader: the throttle flags the reader works out are recorded whole
+        assert (rule.expr == family.query(None)) is not bool(family.bitmasks), rule.family
+        assert ("floor(" in rule.expr) is (rule.family == "gpu:throttle")
         if family.per_pod:  # only GPU pods are recorded
             assert (
                 "and on (namespace, pod) (max by (namespace, pod) (kube_pod_container_resource" in rule.expr
