@@ -73,6 +73,7 @@ from gpu_rightsizer.adapters.prometheus import (
     _promql_regex_literal,
     _rate_by_pod,
     _throttle_expr,
+    _value,
     device_id_of,
     fold_labels,
     folded_labels,
@@ -1208,9 +1209,9 @@ class KsmCache:
             for row in rows:
                 labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
                 if what == restarts:
-                    self.restarts.window(labels, sawtooth_floor=None).add([(now, _row_value(row))])
+                    self.restarts.window(labels, sawtooth_floor=None).add([(now, _value(row))])
                 else:
-                    self.facts[(what.removeprefix("ksm:"), labels)] = (_row_value(row), now)
+                    self.facts[(what.removeprefix("ksm:"), labels)] = (_value(row), now)
         self.last_read = now
         horizon = now - self.window_seconds
         for key in [k for k, (_, seen) in self.facts.items() if seen < horizon]:
@@ -1275,7 +1276,7 @@ class IdentityCache:
             seen = self.seen[side]
             for row in rows:
                 labels = shared_labels(sorted((str(k), str(v)) for k, v in (row.get("metric") or {}).items()))
-                seen[labels] = max(_row_value(row), seen.get(labels, -math.inf))
+                seen[labels] = max(_value(row), seen.get(labels, -math.inf))
         self.last_read = now
         horizon = now - self.window_seconds
         for seen in self.seen.values():
@@ -1306,13 +1307,6 @@ class IdentityCache:
                     (labels.get("namespace", ""), labels["pod"])
                 )
         return dict(out)
-
-
-def _row_value(row: dict[str, Any]) -> float:
-    try:
-        return float(row["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as error:
-        raise PrometheusSourceError(f"malformed sample in a Prometheus answer: {row!r}") from error
 
 
 def _source_families(step_seconds: float, recorded: Mapping[str, str] | None) -> list[Family]:
@@ -1609,9 +1603,10 @@ class IncrementalSource:
         self, now: float, *, pods: bool = True
     ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[Labels, Summary]]]:
         """What the full read's assembly takes: answers for XIDs and the coarse series (the
-        kube-state-metrics facts go to it as they are, `KsmCache.facts_now`), and every family's statistics (no stat-labelled rows to parse): the pod families'
-        summarised, the device families' deferred (`DeferredSummary`); without `pods`, the device
-        families' only (the pod families' are asked for per chunk)."""
+        kube-state-metrics facts go to it as they are, `KsmCache.facts_now`), and every family's
+        statistics (no stat-labelled rows to parse): the pod families' summarised, the device
+        families' deferred (`DeferredSummary`); without `pods`, the device families' only (the pod
+        families' are asked for per chunk)."""
         results: dict[str, list[dict[str, Any]]] = defaultdict(list)
         summarised: dict[str, dict[Labels, Summary]] = defaultdict(dict)
         families = {family.name: family for family in self.reader.families}
